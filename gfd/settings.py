@@ -1,0 +1,715 @@
+"""Settings: the flag/env/config table (one source of truth), the v1 config file, and the
+frozen :class:`Settings` the rest of gfd reads.
+
+Precedence is command line > environment > config file > default (SPEC §4).  Every bad
+value becomes a :class:`UsageError` or :class:`ConfigError` whose message names the flag,
+variable or key and the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from gfd.durations import format_duration, parse_duration
+from gfd.errors import ConfigError, UsageError
+
+NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+RESOURCE_PREFIX = "nvidia.com/"
+MIG_STRATEGIES = ("none", "single", "mixed")
+DISCOVERY_STRATEGIES = ("auto", "nvml")
+LOG_FORMATS = ("json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+
+# ----------------------------------------------------------------- value parsers
+# Each takes the raw value (a string from argv/env, or a YAML value from the config file)
+# and returns the typed value or raises ValueError with a short reason.
+
+
+def parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE:
+        return True
+    if isinstance(value, str) and value.strip().lower() in _FALSE:
+        return False
+    raise ValueError("expected true/false, 1/0 or yes/no")
+
+
+def _parse_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def _parse_optional_str(value: Any) -> str | None:
+    return _parse_str(value)
+
+
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        text = _parse_str(value).strip().lower()
+        if text not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return text
+
+    return parse
+
+
+def _parse_interval(value: Any) -> float | None:
+    if isinstance(value, bool):
+        raise ValueError("expected a duration")
+    if isinstance(value, (int, float)):
+        if value <= 0:
+            raise ValueError("must be greater than zero")
+        return float(value)
+    return parse_duration(_parse_str(value))
+
+
+def _parse_address(value: Any) -> str:
+    text = _parse_str(value).strip()
+    if not text:
+        return ""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError("expected host:port (e.g. :8080 or 0.0.0.0:8080), or empty for off")
+    del host
+    return text
+
+
+@dataclass(frozen=True)
+class Option:
+    """One row of the SPEC §4 table."""
+
+    name: str  # attribute of Settings
+    flag: str | None  # long flag, e.g. "--mig-strategy" (None: no flag)
+    envs: tuple[str, ...]  # first one set wins
+    config_key: tuple[str, ...] | None  # path under the config file, e.g. ("flags", "migStrategy")
+    default: Any
+    parse: Callable[[Any], Any]
+    help: str
+    is_bool: bool = False
+    short: str | None = None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "mig_strategy",
+        "--mig-strategy",
+        ("GFD_MIG_STRATEGY", "MIG_STRATEGY"),
+        ("flags", "migStrategy"),
+        "none",
+        _choice(*MIG_STRATEGIES),
+        "how MIG devices are exposed: none, single or mixed",
+    ),
+    Option(
+        "fail_on_init_error",
+        "--fail-on-init-error",
+        ("GFD_FAIL_ON_INIT_ERROR", "FAIL_ON_INIT_ERROR"),
+        ("flags", "failOnInitError"),
+        True,
+        parse_bool,
+        "exit 1 when NVML cannot be initialised (else publish the minimal labels and retry)",
+        is_bool=True,
+    ),
+    Option(
+        "oneshot",
+        "--oneshot",
+        ("GFD_ONESHOT",),
+        ("flags", "gfd", "oneshot"),
+        False,
+        parse_bool,
+        "label once and exit",
+        is_bool=True,
+    ),
+    Option(
+        "no_timestamp",
+        "--no-timestamp",
+        ("GFD_NO_TIMESTAMP",),
+        ("flags", "gfd", "noTimestamp"),
+        False,
+        parse_bool,
+        "leave out the nvidia.com/gfd.timestamp label",
+        is_bool=True,
+    ),
+    Option(
+        "sleep_interval",
+        "--sleep-interval",
+        ("GFD_SLEEP_INTERVAL",),
+        ("flags", "gfd", "sleepInterval"),
+        60.0,
+        _parse_interval,
+        "time between passes: 60s, 1m30s, 500ms, seconds, or infinite",
+    ),
+    Option(
+        "output_file",
+        "--output-file",
+        ("GFD_OUTPUT_FILE",),
+        ("flags", "gfd", "outputFile"),
+        None,
+        _parse_optional_str,
+        f"where to write labels ('' or - for stdout; default: stdout with --oneshot, "
+        f"else {NFD_FEATURES_FILE})",
+        short="-o",
+    ),
+    Option(
+        "machine_type_file",
+        "--machine-type-file",
+        ("GFD_MACHINE_TYPE_FILE",),
+        ("flags", "gfd", "machineTypeFile"),
+        "/sys/class/dmi/id/product_name",
+        _parse_str,
+        "file holding the machine type",
+    ),
+    Option(
+        "config_file",
+        "--config-file",
+        ("GFD_CONFIG_FILE", "CONFIG_FILE"),
+        None,
+        None,
+        _parse_optional_str,
+        "v1 config file (YAML or JSON), shared with the device plugin",
+    ),
+    Option(
+        "use_node_feature_api",
+        "--use-node-feature-api",
+        ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"),
+        ("flags", "useNodeFeatureAPI"),
+        False,
+        parse_bool,
+        "publish an NFD NodeFeature object instead of a features file",
+        is_bool=True,
+    ),
+    Option(
+        "device_discovery_strategy",
+        "--device-discovery-strategy",
+        ("DEVICE_DISCOVERY_STRATEGY",),
+        ("flags", "deviceDiscoveryStrategy"),
+        "auto",
+        _choice(*DISCOVERY_STRATEGIES),
+        "how devices are discovered: auto or nvml",
+    ),
+    Option(
+        "node_name",
+        "--node-name",
+        ("NODE_NAME",),
+        None,
+        None,
+        _parse_optional_str,
+        "this node's name (required by the API outputs)",
+    ),
+    Option(
+        "namespace",
+        "--namespace",
+        ("NAMESPACE",),
+        None,
+        "default",
+        _parse_str,
+        "namespace of the NodeFeature object",
+    ),
+    Option(
+        "pod_name",
+        "--pod-name",
+        ("POD_NAME",),
+        None,
+        None,
+        _parse_optional_str,
+        "this pod's name (owner references of the NodeFeature object)",
+    ),
+    Option(
+        "kubeconfig",
+        "--kubeconfig",
+        ("KUBECONFIG",),
+        None,
+        None,
+        _parse_optional_str,
+        "kubeconfig file (default: in-cluster config)",
+    ),
+    Option(
+        "use_node_labels",
+        "--use-node-labels",
+        ("GFD_USE_NODE_LABELS",),
+        ("flags", "gfd", "useNodeLabels"),
+        False,
+        parse_bool,
+        "patch the labels straight onto the Node object (no NFD)",
+        is_bool=True,
+    ),
+    Option(
+        "snapshot_file",
+        "--snapshot-file",
+        ("GFD_SNAPSHOT_FILE",),
+        ("flags", "gfd", "snapshotFile"),
+        None,
+        _parse_optional_str,
+        "label this snapshot instead of discovering through NVML",
+    ),
+    Option(
+        "metrics_address",
+        "--metrics-address",
+        ("GFD_METRICS_ADDRESS",),
+        ("flags", "gfd", "metricsAddress"),
+        "",
+        _parse_address,
+        "host:port for /metrics, /healthz and /readyz (empty: off)",
+    ),
+    Option(
+        "log_format",
+        "--log-format",
+        ("GFD_LOG_FORMAT",),
+        None,
+        None,
+        _choice(*LOG_FORMATS),
+        "json or console (default: json unless stderr is a terminal)",
+    ),
+    Option(
+        "log_level",
+        "--log-level",
+        ("GFD_LOG_LEVEL",),
+        None,
+        "info",
+        _choice(*LOG_LEVELS),
+        "debug, info, warning or error",
+    ),
+)
+
+OPTIONS_BY_NAME = {option.name: option for option in OPTIONS}
+
+# Keys the device plugin reads from the same file; the labeller accepts and ignores them.
+_IGNORED_FLAG_KEYS = {
+    "plugin",
+    "nvidiaDriverRoot",
+    "nvidiaDevRoot",
+    "nvidiaCTKPath",
+    "containerDriverRoot",
+    "mpsRoot",
+    "gdsEnabled",
+    "mofedEnabled",
+}
+_IGNORED_GFD_KEYS: set[str] = set()
+_IGNORED_TOP_KEYS = {"imex"}
+
+
+# ----------------------------------------------------------------- config file model
+
+
+@dataclass(frozen=True)
+class ResourcePattern:
+    """``resources.gpus[]`` / ``resources.mig[]``: the first matching pattern names the resource."""
+
+    pattern: str
+    name: str
+    regex: re.Pattern[str] = field(compare=False, repr=False)
+
+    def matches(self, text: str) -> bool:
+        return self.regex.fullmatch(text) is not None
+
+
+def wildcard_regex(pattern: str) -> re.Pattern[str]:
+    """``*`` matches any run of characters; nothing else is special; anchored at both ends."""
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ReplicatedResource:
+    name: str  # full name, e.g. "nvidia.com/gpu"
+    replicas: int
+    renamed: bool
+
+
+@dataclass(frozen=True)
+class Sharing:
+    strategy: str = "none"  # "none", "time-slicing" or "mps"
+    resources: tuple[ReplicatedResource, ...] = ()
+
+    def replication(self, resource: str) -> ReplicatedResource | None:
+        full = resource if resource.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + resource
+        for entry in self.resources:
+            if entry.name == full:
+                return entry
+        return None
+
+
+@dataclass(frozen=True)
+class Config:
+    gpu_patterns: tuple[ResourcePattern, ...] = ()
+    mig_patterns: tuple[ResourcePattern, ...] = ()
+    sharing: Sharing = field(default_factory=Sharing)
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    config: Config
+    flags: Mapping[str, Any]  # option name -> typed value, from the `flags` section
+    warnings: tuple[str, ...]
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def _describe(value: Any) -> str:
+    return "null" if value is None else repr(value)
+
+
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {_describe(value)}")
+    return value
+
+
+def _sequence(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: expected a list, got {_describe(value)}")
+    return value
+
+
+def _resource_name_error(name: str) -> str | None:
+    if not _DNS_LABEL.fullmatch(name):
+        return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
+    longest = f"{name}.sharing-strategy"
+    if len(longest) > 63 or not _LABEL_NAME.fullmatch(longest):
+        return f"makes the label key nvidia.com/{longest} longer than 63 characters"
+    return None
+
+
+def _parse_patterns(value: Any, where: str) -> tuple[ResourcePattern, ...]:
+    patterns = []
+    for i, entry in enumerate(_sequence(value, where)):
+        item_where = f"{where}[{i}]"
+        entry_map = _mapping(entry, item_where)
+        for key in entry_map:
+            if key not in ("pattern", "name"):
+                raise ConfigError(f"{item_where}.{key}: unknown key")
+        pattern = entry_map.get("pattern")
+        name = entry_map.get("name")
+        if not isinstance(pattern, str) or not pattern:
+            raise ConfigError(
+                f"{item_where}.pattern: expected a non-empty string, got {_describe(pattern)}"
+            )
+        if not isinstance(name, str):
+            raise ConfigError(f"{item_where}.name: expected a string, got {_describe(name)}")
+        reason = _resource_name_error(name)
+        if reason:
+            raise ConfigError(f"{item_where}.name: invalid resource name {name!r}: {reason}")
+        patterns.append(ResourcePattern(pattern, name, wildcard_regex(pattern)))
+    return tuple(patterns)
+
+
+def _full_resource_name(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{where}: expected a non-empty string, got {_describe(value)}")
+    full = value if value.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + value
+    short = full[len(RESOURCE_PREFIX) :]
+    if len(full) > 63:
+        raise ConfigError(f"{where}: resource name {value!r} is longer than 63 characters")
+    if "/" in short or not _DNS_SUBDOMAIN.fullmatch(short):
+        raise ConfigError(
+            f"{where}: invalid resource name {value!r}: the part after "
+            f"{RESOURCE_PREFIX} must be a DNS subdomain"
+        )
+    return full
+
+
+def _parse_replicated(
+    value: Any, where: str, warnings: list[str]
+) -> tuple[list[ReplicatedResource], bool]:
+    section = _mapping(value, where)
+    known = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
+    for key in section:
+        if key not in known:
+            warnings.append(f"{where}.{key}: unknown key, ignored")
+    rename_by_default = _config_bool(section.get("renameByDefault", False), f"{where}.renameByDefault")
+    _config_bool(
+        section.get("failRequestsGreaterThanOne", False), f"{where}.failRequestsGreaterThanOne"
+    )
+    raw = _sequence(section.get("resources"), f"{where}.resources")
+    if not raw:
+        raise ConfigError(f"{where}.resources: no resources specified")
+    resources = []
+    for i, entry in enumerate(raw):
+        item_where = f"{where}.resources[{i}]"
+        item = _mapping(entry, item_where)
+        for key in item:
+            if key not in ("name", "rename", "replicas", "devices"):
+                warnings.append(f"{item_where}.{key}: unknown key, ignored")
+        if "name" not in item:
+            raise ConfigError(f"{item_where}.name: required field is missing")
+        name = _full_resource_name(item["name"], f"{item_where}.name")
+        rename = item.get("rename")
+        if rename is not None and rename != "":
+            _full_resource_name(rename, f"{item_where}.rename")
+        if "replicas" not in item:
+            raise ConfigError(f"{item_where}.replicas: required field is missing")
+        replicas = item["replicas"]
+        if isinstance(replicas, bool) or not isinstance(replicas, int):
+            raise ConfigError(
+                f"{item_where}.replicas: expected an integer, got {_describe(replicas)}"
+            )
+        if replicas < 2:
+            raise ConfigError(f"{item_where}.replicas: must be at least 2, got {replicas}")
+        devices = item.get("devices", "all")
+        if devices != "all" and devices is not None:
+            warnings.append(
+                f"{item_where}.devices: only 'all' is supported by the labeller; "
+                f"{_describe(devices)} is treated as 'all'"
+            )
+        renamed = rename_by_default or bool(rename)
+        resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
+    return resources, True
+
+
+def _config_bool(value: Any, where: str) -> bool:
+    try:
+        return parse_bool(value)
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {_describe(value)}: {exc}") from None
+
+
+def _parse_sharing(value: Any, warnings: list[str]) -> Sharing:
+    section = _mapping(value, "sharing")
+    for key in section:
+        if key not in ("timeSlicing", "mps"):
+            warnings.append(f"sharing.{key}: unknown key, ignored")
+    mps: list[ReplicatedResource] = []
+    time_slicing: list[ReplicatedResource] = []
+    if section.get("mps") is not None:
+        mps, _ = _parse_replicated(section["mps"], "sharing.mps", warnings)
+    if section.get("timeSlicing") is not None:
+        time_slicing, _ = _parse_replicated(section["timeSlicing"], "sharing.timeSlicing", warnings)
+    if any(r.replicas > 1 for r in mps):
+        return Sharing("mps", tuple(mps))
+    if any(r.replicas > 1 for r in time_slicing):
+        return Sharing("time-slicing", tuple(time_slicing))
+    return Sharing()
+
+
+def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
+    section = _mapping(value, "flags")
+    by_key: dict[tuple[str, ...], Option] = {
+        option.config_key: option for option in OPTIONS if option.config_key is not None
+    }
+    result: dict[str, Any] = {}
+
+    def visit(mapping: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
+        for key, raw in mapping.items():
+            path = (*prefix, str(key))
+            dotted = ".".join(path)
+            option = by_key.get(path)
+            if option is not None:
+                if raw is None:
+                    continue
+                try:
+                    result[option.name] = option.parse(raw)
+                except ValueError as exc:
+                    raise ConfigError(f"{dotted}: {_describe(raw)}: {exc}") from None
+            elif path == ("flags", "gfd"):
+                visit(_mapping(raw, dotted), path)
+            elif len(path) == 2 and key in _IGNORED_FLAG_KEYS:
+                continue
+            elif len(path) == 3 and key in _IGNORED_GFD_KEYS:
+                continue
+            else:
+                warnings.append(f"{dotted}: unknown key, ignored")
+
+    visit(section, ("flags",))
+    return result
+
+
+def parse_config_text(text: str, source: str) -> LoadedConfig:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"config file {source}: not valid YAML{where}: {problem}") from None
+    if document is None:
+        document = {}
+    if not isinstance(document, Mapping):
+        raise ConfigError(f"config file {source}: expected a mapping, got {_describe(document)}")
+    try:
+        return _parse_config(document)
+    except ConfigError as exc:
+        raise ConfigError(f"config file {source}: {exc}") from None
+
+
+def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
+    warnings: list[str] = []
+    version = document.get("version")
+    if version not in (None, "", "v1"):
+        raise ConfigError(f"version: unsupported config version {_describe(version)} (expected v1)")
+    for key in document:
+        if key not in ("version", "flags", "resources", "sharing") and key not in _IGNORED_TOP_KEYS:
+            warnings.append(f"{key}: unknown key, ignored")
+    flags = _parse_flags(document.get("flags"), warnings)
+    resources = _mapping(document.get("resources"), "resources")
+    for key in resources:
+        if key not in ("gpus", "mig"):
+            warnings.append(f"resources.{key}: unknown key, ignored")
+    config = Config(
+        gpu_patterns=_parse_patterns(resources.get("gpus"), "resources.gpus"),
+        mig_patterns=_parse_patterns(resources.get("mig"), "resources.mig"),
+        sharing=_parse_sharing(document.get("sharing"), warnings),
+    )
+    return LoadedConfig(config=config, flags=flags, warnings=tuple(warnings))
+
+
+def load_config_file(path: str) -> LoadedConfig:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise ConfigError(f"--config-file: cannot read {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--config-file: {path!r} is not UTF-8 text") from None
+    return parse_config_text(text, path)
+
+
+# ----------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class Settings:
+    mig_strategy: str = "none"
+    fail_on_init_error: bool = True
+    oneshot: bool = False
+    no_timestamp: bool = False
+    sleep_interval: float | None = 60.0  # None: infinite
+    output_file: str | None = None  # None: not set anywhere
+    machine_type_file: str = "/sys/class/dmi/id/product_name"
+    config_file: str | None = None
+    use_node_feature_api: bool = False
+    device_discovery_strategy: str = "auto"
+    node_name: str | None = None
+    namespace: str = "default"
+    pod_name: str | None = None
+    kubeconfig: str | None = None
+    use_node_labels: bool = False
+    snapshot_file: str | None = None
+    metrics_address: str = ""
+    log_format: str | None = None
+    log_level: str = "info"
+    # actions (command line only)
+    dump_snapshot: bool = False
+    cleanup: bool = False
+    # test seam: where sysfs is mounted (GFD_SYSFS_ROOT); not a public option
+    sysfs_root: str = "/sys"
+    config: Config = field(default_factory=Config)
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def output_kind(self) -> str:
+        if self.use_node_feature_api:
+            return "nodefeature"
+        if self.use_node_labels:
+            return "node-labels"
+        return "stdout" if self.effective_output_file is None else "file"
+
+    @property
+    def effective_output_file(self) -> str | None:
+        """The features file to write, or None for stdout."""
+        if self.output_file is None:
+            return None if self.oneshot else NFD_FEATURES_FILE
+        if self.output_file in ("", "-"):
+            return None
+        return self.output_file
+
+    @property
+    def sleep_interval_text(self) -> str:
+        return format_duration(self.sleep_interval)
+
+
+def _from_env(option: Option, environ: Mapping[str, str]) -> tuple[bool, Any]:
+    for env in option.envs:
+        if env in environ:
+            raw = environ[env]
+            try:
+                return True, option.parse(raw)
+            except ValueError as exc:
+                raise UsageError(f"environment variable {env}={raw!r}: {exc}") from None
+    return False, None
+
+
+def resolve(
+    cli_values: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+    *,
+    dump_snapshot: bool = False,
+    cleanup: bool = False,
+) -> Settings:
+    """Merge command line > environment > config file > defaults into validated Settings.
+
+    ``cli_values`` maps option names to raw command-line strings (or bools for flags);
+    options not given on the command line are absent.
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    from_env: dict[str, Any] = {}
+    for option in OPTIONS:
+        found, value = _from_env(option, env)
+        if found:
+            from_env[option.name] = value
+    parsed_cli: dict[str, Any] = {}
+    for name, raw in cli_values.items():
+        option = OPTIONS_BY_NAME[name]
+        try:
+            parsed_cli[name] = option.parse(raw)
+        except ValueError as exc:
+            raise UsageError(f"{option.flag} {raw!r}: {exc}") from None
+
+    config_file = parsed_cli.get("config_file", from_env.get("config_file"))
+    loaded = LoadedConfig(Config(), {}, ())
+    if config_file:
+        loaded = load_config_file(config_file)
+
+    for option in OPTIONS:
+        if option.name in parsed_cli:
+            values[option.name] = parsed_cli[option.name]
+        elif option.name in from_env:
+            values[option.name] = from_env[option.name]
+        elif option.name in loaded.flags:
+            values[option.name] = loaded.flags[option.name]
+        else:
+            values[option.name] = option.default
+
+    settings = Settings(
+        **values,
+        dump_snapshot=dump_snapshot,
+        cleanup=cleanup,
+        sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
+        config=loaded.config,
+        warnings=loaded.warnings,
+    )
+    _validate(settings)
+    return settings
+
+
+def _validate(settings: Settings) -> None:
+    if settings.use_node_feature_api and settings.use_node_labels:
+        raise UsageError(
+            "--use-node-feature-api and --use-node-labels: choose at most one output"
+        )
+    if (settings.use_node_feature_api or settings.use_node_labels) and not settings.node_name:
+        flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
+        raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
+    if settings.node_name is not None and settings.node_name == "" and (
+        settings.use_node_feature_api or settings.use_node_labels
+    ):
+        raise UsageError("--node-name: must not be empty")
+    if settings.dump_snapshot and settings.cleanup:
+        raise UsageError("--dump-snapshot and --cleanup: choose one")

@@ -1,0 +1,476 @@
+"""The node snapshot: every host fact the labels depend on, as plain frozen data.
+
+A snapshot is written by ``gfd --dump-snapshot`` and read back by ``--snapshot-file``
+(SPEC §3, format ``v1``).  Loading is strict: an unknown key, a value of the wrong type or
+a missing required field is a :class:`SnapshotError` whose message names the path inside the
+document, e.g. ``gpus[3].mig.devices[0].slices.gi: expected an integer, got 'x'``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import yaml
+
+from gfd.errors import SnapshotError
+
+SNAPSHOT_VERSION = "v1"
+
+
+@dataclass(frozen=True)
+class ComputeCapability:
+    major: int
+    minor: int
+
+
+@dataclass(frozen=True)
+class MigSlices:
+    gi: int
+    ci: int
+
+
+@dataclass(frozen=True)
+class MigEngines:
+    copy: int = 0
+    decoder: int = 0
+    encoder: int = 0
+    jpeg: int = 0
+    ofa: int = 0
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    profile: str
+    memory_mib: int
+    multiprocessors: int
+    slices: MigSlices
+    engines: MigEngines = field(default_factory=MigEngines)
+
+
+@dataclass(frozen=True)
+class Mig:
+    """MIG state of a MIG-capable GPU (a GPU that is not MIG-capable has ``mig=None``)."""
+
+    enabled: bool
+    devices: tuple[MigDevice, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fabric:
+    cluster_uuid: str
+    clique_id: int
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str = ""
+    pci_class: int | None = None
+    memory_mib: int | None = None
+    compute_capability: ComputeCapability = field(
+        default_factory=lambda: ComputeCapability(0, 0)
+    )
+    mig: Mig | None = None
+    fabric: Fabric | None = None
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig is not None
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig is not None and self.mig.enabled
+
+
+@dataclass(frozen=True)
+class VgpuDevice:
+    host_driver_version: str
+    host_driver_branch: str
+
+
+@dataclass(frozen=True)
+class Vgpu:
+    devices: tuple[VgpuDevice, ...] = ()
+
+
+@dataclass(frozen=True)
+class Driver:
+    version: str
+    cuda: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything discovery learned about one node.
+
+    ``driver`` is ``None`` only when NVML could not be used (then ``gpus`` is empty);
+    ``vgpu`` is ``None`` when the PCI scan failed (then no ``vgpu.*`` labels at all).
+    """
+
+    driver: Driver | None = None
+    machine: str | None = None
+    vgpu: Vgpu | None = field(default_factory=Vgpu)
+    gpus: tuple[Gpu, ...] = ()
+
+
+# --------------------------------------------------------------------------- loading
+
+T = TypeVar("T")
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    return repr(value)
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+class _Reader:
+    """Walks one mapping of the document, remembering which keys were consumed."""
+
+    def __init__(self, value: Any, path: str) -> None:
+        if not isinstance(value, Mapping):
+            raise SnapshotError(f"{path or '<document>'}: expected a mapping, got {_describe(value)}")
+        for key in value:
+            if not isinstance(key, str):
+                raise SnapshotError(f"{path or '<document>'}: keys must be strings, got {key!r}")
+        self._value: Mapping[str, Any] = value
+        self._path = path
+        self._seen: set[str] = set()
+
+    def path(self, key: str) -> str:
+        return _join(self._path, key)
+
+    def has(self, key: str) -> bool:
+        return key in self._value
+
+    def raw(self, key: str) -> Any:
+        self._seen.add(key)
+        return self._value.get(key)
+
+    def required(self, key: str, convert: Callable[[Any, str], T]) -> T:
+        self._seen.add(key)
+        if key not in self._value:
+            raise SnapshotError(f"{self.path(key)}: required field is missing")
+        return convert(self._value[key], self.path(key))
+
+    def optional(self, key: str, convert: Callable[[Any, str], T], default: T) -> T:
+        self._seen.add(key)
+        if key not in self._value:
+            return default
+        return convert(self._value[key], self.path(key))
+
+    def finish(self) -> None:
+        unknown = sorted(set(self._value) - self._seen)
+        if unknown:
+            raise SnapshotError(f"{self.path(unknown[0])}: unknown key")
+
+
+def _int(value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SnapshotError(f"{path}: expected an integer, got {_describe(value)}")
+    return value
+
+
+def _non_negative_int(value: Any, path: str) -> int:
+    number = _int(value, path)
+    if number < 0:
+        raise SnapshotError(f"{path}: expected a non-negative integer, got {number}")
+    return number
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str):
+        raise SnapshotError(f"{path}: expected a string, got {_describe(value)}")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise SnapshotError(f"{path}: expected true or false, got {_describe(value)}")
+    return value
+
+
+def _nullable(convert: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
+    def parse(value: Any, path: str) -> T | None:
+        return None if value is None else convert(value, path)
+
+    return parse
+
+
+def _list(value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SnapshotError(f"{path}: expected a list, got {_describe(value)}")
+    return value
+
+
+def _compute_capability(value: Any, path: str) -> ComputeCapability:
+    r = _Reader(value, path)
+    cc = ComputeCapability(
+        major=r.required("major", _non_negative_int), minor=r.required("minor", _non_negative_int)
+    )
+    r.finish()
+    return cc
+
+
+def _slices(value: Any, path: str) -> MigSlices:
+    r = _Reader(value, path)
+    slices = MigSlices(gi=r.required("gi", _non_negative_int), ci=r.required("ci", _non_negative_int))
+    r.finish()
+    return slices
+
+
+def _engines(value: Any, path: str) -> MigEngines:
+    r = _Reader(value, path)
+    engines = MigEngines(
+        copy=r.optional("copy", _non_negative_int, 0),
+        decoder=r.optional("decoder", _non_negative_int, 0),
+        encoder=r.optional("encoder", _non_negative_int, 0),
+        jpeg=r.optional("jpeg", _non_negative_int, 0),
+        ofa=r.optional("ofa", _non_negative_int, 0),
+    )
+    r.finish()
+    return engines
+
+
+def _mig_device(value: Any, path: str) -> MigDevice:
+    r = _Reader(value, path)
+    device = MigDevice(
+        profile=r.required("profile", _str),
+        memory_mib=r.required("memory_mib", _non_negative_int),
+        multiprocessors=r.required("multiprocessors", _non_negative_int),
+        slices=r.required("slices", _slices),
+        engines=r.optional("engines", _engines, MigEngines()),
+    )
+    r.finish()
+    if not device.profile:
+        raise SnapshotError(f"{path}.profile: must not be empty")
+    return device
+
+
+def _mig(value: Any, path: str) -> Mig:
+    r = _Reader(value, path)
+    enabled = r.required("enabled", _bool)
+    raw_devices = r.optional("devices", _list, [])
+    r.finish()
+    devices = tuple(
+        _mig_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw_devices)
+    )
+    return Mig(enabled=enabled, devices=devices)
+
+
+def _fabric(value: Any, path: str) -> Fabric:
+    r = _Reader(value, path)
+    fabric = Fabric(
+        cluster_uuid=r.required("cluster_uuid", _str),
+        clique_id=r.required("clique_id", _non_negative_int),
+    )
+    r.finish()
+    return fabric
+
+
+def _gpu(value: Any, path: str) -> Gpu:
+    r = _Reader(value, path)
+    gpu = Gpu(
+        index=r.required("index", _non_negative_int),
+        uuid=r.required("uuid", _str),
+        name=r.required("name", _str),
+        pci_bus_id=r.optional("pci_bus_id", _str, ""),
+        pci_class=r.optional("pci_class", _nullable(_non_negative_int), None),
+        memory_mib=r.optional("memory_mib", _nullable(_non_negative_int), None),
+        compute_capability=r.required("compute_capability", _compute_capability),
+        mig=r.optional("mig", _nullable(_mig), None),
+        fabric=r.optional("fabric", _nullable(_fabric), None),
+    )
+    r.finish()
+    return gpu
+
+
+def _vgpu_device(value: Any, path: str) -> VgpuDevice:
+    r = _Reader(value, path)
+    device = VgpuDevice(
+        host_driver_version=r.required("host_driver_version", _str),
+        host_driver_branch=r.required("host_driver_branch", _str),
+    )
+    r.finish()
+    return device
+
+
+def _vgpu(value: Any, path: str) -> Vgpu:
+    r = _Reader(value, path)
+    raw = r.optional("devices", _list, [])
+    r.finish()
+    return Vgpu(
+        devices=tuple(_vgpu_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw))
+    )
+
+
+def _driver(value: Any, path: str) -> Driver:
+    r = _Reader(value, path)
+    driver = Driver(version=r.required("version", _str), cuda=r.required("cuda", _non_negative_int))
+    r.finish()
+    return driver
+
+
+def from_dict(document: Any) -> Snapshot:
+    """Validate a parsed YAML/JSON document and build the snapshot it describes."""
+    r = _Reader(document, "")
+    version = r.required("version", _str)
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotError(f"version: unsupported snapshot version {version!r} (expected 'v1')")
+    driver = r.optional("driver", _nullable(_driver), None)
+    machine = r.optional("machine", _nullable(_str), None)
+    vgpu = r.optional("vgpu", _nullable(_vgpu), Vgpu())
+    raw_gpus = r.optional("gpus", _list, [])
+    r.finish()
+    gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
+    if gpus and driver is None:
+        raise SnapshotError("driver: required when the snapshot lists GPUs")
+    seen: dict[int, int] = {}
+    for position, gpu in enumerate(gpus):
+        if gpu.index in seen:
+            raise SnapshotError(
+                f"gpus[{position}].index: duplicate index {gpu.index} "
+                f"(also gpus[{seen[gpu.index]}])"
+            )
+        seen[gpu.index] = position
+    return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=gpus)
+
+
+def loads(text: str, source: str = "<snapshot>") -> Snapshot:
+    """Parse snapshot YAML or JSON text."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SnapshotError(f"{source}: not valid YAML{where}: {problem}") from None
+    if document is None:
+        raise SnapshotError(f"{source}: the snapshot is empty")
+    try:
+        return from_dict(document)
+    except SnapshotError as exc:
+        raise SnapshotError(f"{source}: {exc}") from None
+
+
+def load(path: str) -> Snapshot:
+    """Read a snapshot file; every failure is a :class:`SnapshotError` naming the file."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as exc:
+        raise SnapshotError(f"--snapshot-file: cannot read {path!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SnapshotError(f"--snapshot-file: {path!r} is not UTF-8 text") from None
+    return loads(text, source=path)
+
+
+# --------------------------------------------------------------------------- dumping
+
+
+class _HexInt(int):
+    """An int that YAML writes in hex (PCI class codes read best as 0x030200)."""
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _represent_hex(dumper: yaml.SafeDumper, value: _HexInt) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:int", f"0x{int(value):06x}")
+
+
+_Dumper.add_representer(_HexInt, _represent_hex)
+
+
+def _mig_device_dict(device: MigDevice) -> dict[str, Any]:
+    e = device.engines
+    return {
+        "profile": device.profile,
+        "memory_mib": device.memory_mib,
+        "multiprocessors": device.multiprocessors,
+        "slices": {"gi": device.slices.gi, "ci": device.slices.ci},
+        "engines": {
+            "copy": e.copy,
+            "decoder": e.decoder,
+            "encoder": e.encoder,
+            "jpeg": e.jpeg,
+            "ofa": e.ofa,
+        },
+    }
+
+
+def _gpu_dict(gpu: Gpu, hex_class: bool) -> dict[str, Any]:
+    pci_class: int | None = gpu.pci_class
+    if pci_class is not None and hex_class:
+        pci_class = _HexInt(pci_class)
+    return {
+        "index": gpu.index,
+        "uuid": gpu.uuid,
+        "name": gpu.name,
+        "pci_bus_id": gpu.pci_bus_id,
+        "pci_class": pci_class,
+        "memory_mib": gpu.memory_mib,
+        "compute_capability": {
+            "major": gpu.compute_capability.major,
+            "minor": gpu.compute_capability.minor,
+        },
+        "mig": None
+        if gpu.mig is None
+        else {
+            "enabled": gpu.mig.enabled,
+            "devices": [_mig_device_dict(d) for d in gpu.mig.devices],
+        },
+        "fabric": None
+        if gpu.fabric is None
+        else {"cluster_uuid": gpu.fabric.cluster_uuid, "clique_id": gpu.fabric.clique_id},
+    }
+
+
+def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
+    """The snapshot as plain data in the v1 layout (every key present)."""
+    return {
+        "version": SNAPSHOT_VERSION,
+        "driver": None
+        if snapshot.driver is None
+        else {"version": snapshot.driver.version, "cuda": snapshot.driver.cuda},
+        "machine": snapshot.machine,
+        "vgpu": None
+        if snapshot.vgpu is None
+        else {
+            "devices": [
+                {
+                    "host_driver_version": d.host_driver_version,
+                    "host_driver_branch": d.host_driver_branch,
+                }
+                for d in snapshot.vgpu.devices
+            ]
+        },
+        "gpus": [_gpu_dict(g, hex_class) for g in snapshot.gpus],
+    }
+
+
+def dumps(snapshot: Snapshot) -> str:
+    """The snapshot as v1 YAML; ``loads(dumps(s)) == s``."""
+    return yaml.dump(
+        to_dict(snapshot, hex_class=True),
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+    )
+
+
+def dumps_json(snapshot: Snapshot) -> str:
+    return json.dumps(to_dict(snapshot), indent=2) + "\n"
