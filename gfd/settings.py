@@ -433,7 +433,9 @@ def _parse_replicated(
     for key in section:
         if key not in known:
             warnings.append(f"{where}.{key}: unknown key, ignored")
-    rename_by_default = _config_bool(section.get("renameByDefault", False), f"{where}.renameByDefault")
+    rename_by_default = _config_bool(
+        section.get("renameByDefault", False), f"{where}.renameByDefault"
+    )
     _config_bool(
         section.get("failRequestsGreaterThanOne", False), f"{where}.failRequestsGreaterThanOne"
     )
@@ -468,7 +470,14 @@ def _parse_replicated(
                 f"{item_where}.devices: only 'all' is supported by the labeller; "
                 f"{_describe(devices)} is treated as 'all'"
             )
-        renamed = rename_by_default or bool(rename)
+        if rename:
+            # Upstream GFD clears an explicit rename (and forces <name>.shared under
+            # renameByDefault) before labelling, so only renameByDefault decides -SHARED.
+            warnings.append(
+                f"{item_where}.rename: setting 'rename' is not supported by the labeller; "
+                "only renameByDefault affects the labels"
+            )
+        renamed = rename_by_default
         resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
     return resources, True
 
@@ -519,9 +528,9 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
                     raise ConfigError(f"{dotted}: {_describe(raw)}: {exc}") from None
             elif path == ("flags", "gfd"):
                 visit(_mapping(raw, dotted), path)
-            elif len(path) == 2 and key in _IGNORED_FLAG_KEYS:
-                continue
-            elif len(path) == 3 and key in _IGNORED_GFD_KEYS:
+            elif (len(path) == 2 and key in _IGNORED_FLAG_KEYS) or (
+                len(path) == 3 and key in _IGNORED_GFD_KEYS
+            ):
                 continue
             else:
                 warnings.append(f"{dotted}: unknown key, ignored")
@@ -701,14 +710,14 @@ def resolve(
 
 def _validate(settings: Settings) -> None:
     if settings.use_node_feature_api and settings.use_node_labels:
-        raise UsageError(
-            "--use-node-feature-api and --use-node-labels: choose at most one output"
-        )
+        raise UsageError("--use-node-feature-api and --use-node-labels: choose at most one output")
     if (settings.use_node_feature_api or settings.use_node_labels) and not settings.node_name:
         flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
         raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
-    if settings.node_name is not None and settings.node_name == "" and (
-        settings.use_node_feature_api or settings.use_node_labels
+    if (
+        settings.node_name is not None
+        and settings.node_name == ""
+        and (settings.use_node_feature_api or settings.use_node_labels)
     ):
         raise UsageError("--node-name: must not be empty")
     if settings.dump_snapshot and settings.cleanup:

@@ -72,9 +72,7 @@ class Gpu:
     pci_bus_id: str = ""
     pci_class: int | None = None
     memory_mib: int | None = None
-    compute_capability: ComputeCapability = field(
-        default_factory=lambda: ComputeCapability(0, 0)
-    )
+    compute_capability: ComputeCapability = field(default_factory=lambda: ComputeCapability(0, 0))
     mig: Mig | None = None
     fabric: Fabric | None = None
 
@@ -138,7 +136,9 @@ class _Reader:
 
     def __init__(self, value: Any, path: str) -> None:
         if not isinstance(value, Mapping):
-            raise SnapshotError(f"{path or '<document>'}: expected a mapping, got {_describe(value)}")
+            raise SnapshotError(
+                f"{path or '<document>'}: expected a mapping, got {_describe(value)}"
+            )
         for key in value:
             if not isinstance(key, str):
                 raise SnapshotError(f"{path or '<document>'}: keys must be strings, got {key!r}")
@@ -225,7 +225,9 @@ def _compute_capability(value: Any, path: str) -> ComputeCapability:
 
 def _slices(value: Any, path: str) -> MigSlices:
     r = _Reader(value, path)
-    slices = MigSlices(gi=r.required("gi", _non_negative_int), ci=r.required("ci", _non_negative_int))
+    slices = MigSlices(
+        gi=r.required("gi", _non_negative_int), ci=r.required("ci", _non_negative_int)
+    )
     r.finish()
     return slices
 
@@ -261,11 +263,9 @@ def _mig_device(value: Any, path: str) -> MigDevice:
 def _mig(value: Any, path: str) -> Mig:
     r = _Reader(value, path)
     enabled = r.required("enabled", _bool)
-    raw_devices = r.optional("devices", _list, [])
+    raw_devices: list[Any] = r.optional("devices", _list, [])
     r.finish()
-    devices = tuple(
-        _mig_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw_devices)
-    )
+    devices = tuple(_mig_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw_devices))
     return Mig(enabled=enabled, devices=devices)
 
 
@@ -308,7 +308,7 @@ def _vgpu_device(value: Any, path: str) -> VgpuDevice:
 
 def _vgpu(value: Any, path: str) -> Vgpu:
     r = _Reader(value, path)
-    raw = r.optional("devices", _list, [])
+    raw: list[Any] = r.optional("devices", _list, [])
     r.finish()
     return Vgpu(
         devices=tuple(_vgpu_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw))
@@ -330,8 +330,9 @@ def from_dict(document: Any) -> Snapshot:
         raise SnapshotError(f"version: unsupported snapshot version {version!r} (expected 'v1')")
     driver = r.optional("driver", _nullable(_driver), None)
     machine = r.optional("machine", _nullable(_str), None)
-    vgpu = r.optional("vgpu", _nullable(_vgpu), Vgpu())
-    raw_gpus = r.optional("gpus", _list, [])
+    no_vgpu: Vgpu | None = Vgpu()
+    vgpu = r.optional("vgpu", _nullable(_vgpu), no_vgpu)
+    raw_gpus: list[Any] = r.optional("gpus", _list, [])
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     if gpus and driver is None:

@@ -50,4 +50,6 @@ def make_output(settings: Settings) -> Output:
     path = settings.effective_output_file
     if path is None:
         return StdoutOutput()
-    return FileOutput(path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None)
+    return FileOutput(
+        path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None
+    )

@@ -1,0 +1,3 @@
+from gfd.cli import main
+
+main()

@@ -1,0 +1,280 @@
+"""The daemon loop (SPEC §7): discover → label → publish-if-changed → wait, with signals.
+
+A runtime fault (NVML error, unreadable snapshot, disk full, API server down) fails one
+pass: it is logged and counted, the last published labels stay, and the next pass retries.
+Bad settings stop the agent at start (exit 2); on SIGHUP they are reported and the settings
+in force stay.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from gfd import labels as labelling
+from gfd.errors import (
+    ConfigError,
+    DiscoveryError,
+    LabelError,
+    NvmlUnavailableError,
+    PublishError,
+    SnapshotError,
+    UsageError,
+)
+from gfd.observability import Metrics, get_logger, start_metrics
+from gfd.outputs import Output, make_output
+from gfd.settings import Settings
+from gfd.snapshot import Snapshot
+
+EXIT_OK = 0
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+
+
+class AgentExit(Exception):
+    """Stop the agent with ``status``; ``message`` is the one line for stderr."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
+    """The node's snapshot: from ``--snapshot-file`` or from the host.
+
+    With NVML unavailable: AgentExit(1) when ``--fail-on-init-error`` applies to this pass,
+    else the host-only snapshot (minimal labels) — NVML is tried again next pass."""
+    if settings.snapshot_file:
+        from gfd import snapshot
+
+        return snapshot.load(settings.snapshot_file)
+    from gfd import discovery
+
+    try:
+        found = discovery.discover(settings)
+    except NvmlUnavailableError as exc:
+        metrics.nvml_up(False)
+        if settings.fail_on_init_error and first_pass:
+            raise AgentExit(EXIT_RUNTIME, str(exc)) from None
+        if settings.fail_on_init_error:
+            raise DiscoveryError(str(exc)) from None
+        get_logger().warning("nvml unavailable; publishing the minimal label set", error=str(exc))
+        return discovery.discover_host_only(settings)
+    metrics.nvml_up(True)
+    return found
+
+
+@dataclass
+class _Signals:
+    stop: bool = False
+    reload: bool = False
+    name: str = ""
+
+
+class Agent:
+    def __init__(
+        self,
+        settings: Settings,
+        reload_settings: Callable[[], Settings],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._reload_settings = reload_settings
+        self._clock = clock
+        self._signals = _Signals()
+        self._wake = threading.Event()
+        self.metrics: Metrics = start_metrics(settings)
+        self.output: Output = make_output(settings)
+        self._previous_settings: Settings | None = None
+        self._started = False  # becomes True after the process's first pass
+        self._new_run()
+
+    # ------------------------------------------------------------------ signals
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        if signum == signal.SIGHUP:
+            self._signals.reload = True
+        else:
+            self._signals.stop = True
+            self._signals.name = signal.Signals(signum).name
+        self._wake.set()
+
+    def install_signal_handlers(self) -> None:
+        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            signal.signal(signum, self._on_signal)
+
+    # ------------------------------------------------------------------ one run
+
+    def _new_run(self) -> None:
+        self.timestamp = int(self._clock())
+        self.published: dict[str, str] | None = None
+        self._last_check = 0.0
+        self._first_pass = True
+        self.log = get_logger(node=self.settings.node_name, output=self.output.kind)
+
+    def run_pass(self) -> bool:
+        """One pass; True when the destination now holds the current labels."""
+        started = time.monotonic()
+        self.metrics.pass_started()
+        label_count: int | None = None
+        changed = False
+        try:
+            snapshot = read_snapshot(
+                self.settings, first_pass=self._first_pass, metrics=self.metrics
+            )
+            result = labelling.build(
+                snapshot,
+                self.settings.mig_strategy,
+                self.settings.config,
+                None if self.settings.no_timestamp else self.timestamp,
+            )
+            for warning in result.warnings:
+                self.log.warning("label warning", detail=warning)
+            label_count = len(result.labels)
+            changed = self._publish(result.labels)
+        except (SnapshotError, ConfigError) as exc:
+            if not self._started:
+                # bad input at start: one line on stderr (by the CLI) and exit 2, nothing else
+                raise AgentExit(EXIT_USAGE, str(exc)) from None
+            first_of_run = self._first_pass
+            self._fail_pass(started, exc)
+            if first_of_run and self._previous_settings and isinstance(exc, ConfigError):
+                self._revert()
+            return False
+        except (DiscoveryError, LabelError, PublishError, OSError) as exc:
+            self._fail_pass(started, exc)
+            return False
+        except AgentExit:
+            self._fail_pass(started, None)
+            raise
+        except Exception as exc:  # the loop boundary: never die of one bad pass
+            self.log.exception("pass failed unexpectedly", error=repr(exc))
+            self.metrics.pass_finished("error", time.monotonic() - started, None)
+            self._first_pass = False
+            self._started = True
+            return False
+        duration = time.monotonic() - started
+        self.metrics.pass_finished("success", duration, label_count)
+        self.log.info(
+            "pass finished",
+            duration_seconds=round(duration, 6),
+            labels=label_count,
+            changed=changed,
+        )
+        self._first_pass = False
+        self._started = True
+        return True
+
+    def _fail_pass(self, started: float, exc: Exception | None) -> None:
+        duration = time.monotonic() - started
+        self.metrics.pass_finished("error", duration, None)
+        if exc is not None:
+            self.log.error(
+                "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration
+            )
+        self._first_pass = False
+        self._started = True
+
+    def _publish(self, labels: dict[str, str]) -> bool:
+        """Publish when the set changed; otherwise verify at the output's interval."""
+        now = time.monotonic()
+        kind = self.output.kind
+        try:
+            if labels != self.published:
+                self.output.publish(labels)
+                self.published = dict(labels)
+                self._last_check = now
+                self.metrics.publish_result(kind, "success")
+                return True
+            interval = self.output.verify_interval
+            if interval is not None and now - self._last_check >= interval:
+                republished = self.output.verify(labels)
+                self._last_check = now
+                if republished:
+                    self.log.warning("labels were changed by someone else; published again")
+                    self.metrics.publish_result(kind, "success")
+                return republished
+            return False
+        except PublishError:
+            self.metrics.publish_result(kind, "error")
+            # publish the whole set again next pass, whatever we believe is there
+            self.published = None
+            raise
+
+    # ------------------------------------------------------------------ the loop
+
+    def _reload(self) -> None:
+        self._signals.reload = False
+        try:
+            new = self._reload_settings()
+        except UsageError as exc:
+            self.log.error("reload failed; keeping the settings in force", error=str(exc))
+            return
+        for warning in new.warnings:
+            self.log.warning("config warning", detail=warning)
+        self.log.info("settings reloaded")
+        self._previous_settings = self.settings
+        if _output_identity(new) != _output_identity(self.settings):
+            self.output.on_exit()
+            self.output = make_output(new)
+        self.settings = new
+        self._new_run()
+
+    def _revert(self) -> None:
+        """The reloaded settings cannot apply to this node: go back to the previous ones."""
+        assert self._previous_settings is not None
+        self.log.error("reloaded settings rejected; the previous settings stay in force")
+        if _output_identity(self._previous_settings) != _output_identity(self.settings):
+            self.output = make_output(self._previous_settings)
+        self.settings = self._previous_settings
+        self._previous_settings = None
+        self._new_run()
+
+    def run(self) -> int:
+        try:
+            while True:
+                ok = self.run_pass()
+                if self.settings.oneshot:
+                    return EXIT_OK if ok else EXIT_RUNTIME
+                self._wait()
+                if self._signals.stop:
+                    self.log.info("signal received; exiting", signal=self._signals.name)
+                    try:
+                        self.output.on_exit()
+                    except PublishError as exc:
+                        self.log.error("cleanup on exit failed", error=str(exc))
+                    return EXIT_OK
+                if self._signals.reload:
+                    self._reload()
+        finally:
+            self.metrics.close()
+
+    def _wait(self) -> None:
+        if self._signals.stop or self._signals.reload:
+            return
+        self._wake.clear()
+        if self._signals.stop or self._signals.reload:
+            return
+        interval = self.settings.sleep_interval
+        if interval is None:
+            while not self._wake.wait(3600):
+                pass
+        else:
+            self._wake.wait(interval)
+
+
+def _output_identity(settings: Settings) -> tuple[Any, ...]:
+    return (
+        settings.output_kind,
+        settings.effective_output_file,
+        settings.node_name,
+        settings.namespace,
+        settings.kubeconfig,
+    )

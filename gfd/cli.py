@@ -1,0 +1,193 @@
+"""The ``gfd`` command: command-line options and environment variables into Settings.
+
+The options are generated from ``settings.OPTIONS`` (the one flag/env/config table).  Every
+usage or config error becomes one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from gfd import __version__
+from gfd.errors import UsageError
+from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
+
+PROG = "gfd"
+
+
+def _negated(flag: str) -> str:
+    """``--oneshot`` -> ``--no-oneshot``; ``--no-timestamp`` -> ``--timestamp``."""
+    bare = flag[2:]
+    return "--" + bare[3:] if bare.startswith("no-") else "--no-" + bare
+
+
+def _normalise_bool_args(args: Sequence[str]) -> list[str]:
+    """Accept upstream's ``--flag=true|false`` form for boolean flags."""
+    bool_flags = {option.flag: option for option in OPTIONS if option.is_bool and option.flag}
+    result: list[str] = []
+    for arg in args:
+        if arg == "--":
+            result.extend(args[len(result) :])
+            break
+        flag, sep, raw = arg.partition("=")
+        option = bool_flags.get(flag)
+        if option is None or not sep:
+            result.append(arg)
+            continue
+        try:
+            value = parse_bool(raw)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {raw!r}: {exc}") from None
+        assert option.flag is not None
+        result.append(option.flag if value else _negated(option.flag))
+    return result
+
+
+def _click_option(option: Option) -> Any:
+    assert option.flag is not None
+    envs = ", ".join(option.envs)
+    help_text = f"{option.help} [env: {envs}]" if envs else option.help
+    if option.is_bool:
+        return click.option(
+            f"{option.flag}/{_negated(option.flag)}",
+            option.name,
+            default=None,
+            help=help_text,
+        )
+    names = [option.flag] + ([option.short] if option.short else [])
+    return click.option(*names, option.name, default=None, type=str, help=help_text)
+
+
+def _build_command() -> click.Command:
+    @click.command(
+        name=PROG,
+        context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+        help="GPU feature discovery for Kubernetes: NVML facts into nvidia.com/ node labels.",
+    )
+    @click.option(
+        "--dump-snapshot",
+        is_flag=True,
+        default=False,
+        help="discover once, print the node snapshot (YAML) and exit",
+    )
+    @click.option(
+        "--cleanup",
+        is_flag=True,
+        default=False,
+        help="remove what gfd published for this node with the selected output, and exit",
+    )
+    @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
+    def command(dump_snapshot: bool, cleanup: bool, **values: Any) -> int:
+        given = {name: value for name, value in values.items() if value is not None}
+        return run(given, dump_snapshot=dump_snapshot, cleanup=cleanup)
+
+    for option in reversed(OPTIONS):
+        if option.flag:
+            command = _click_option(option)(command)
+    return command
+
+
+def _fail(message: str, status: int) -> int:
+    click.echo(f"{PROG}: error: {message}", err=True)
+    return status
+
+
+def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> int:
+    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
+    from gfd.observability import configure_logging, get_logger
+
+    def load() -> Settings:
+        return resolve(cli_values, os.environ, dump_snapshot=dump_snapshot, cleanup=cleanup)
+
+    try:
+        settings = load()
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    configure_logging(settings.log_format, settings.log_level)
+    log = get_logger()
+    for warning in settings.warnings:
+        log.warning("config warning", detail=warning)
+
+    if settings.snapshot_file:
+        from gfd import snapshot
+
+        try:
+            snapshot.load(settings.snapshot_file)
+        except UsageError as exc:
+            return _fail(str(exc), EXIT_USAGE)
+
+    if dump_snapshot:
+        return _dump_snapshot(settings)
+    if cleanup:
+        return _cleanup(settings)
+
+    try:
+        agent = Agent(settings, load)
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        return _fail(f"cannot start: {exc}", EXIT_RUNTIME)
+    agent.install_signal_handlers()
+    try:
+        return agent.run()
+    except AgentExit as exc:
+        return _fail(exc.message, exc.status)
+
+
+def _dump_snapshot(settings: Settings) -> int:
+    from gfd import snapshot
+    from gfd.agent import AgentExit
+    from gfd.errors import DiscoveryError
+    from gfd.observability import NullMetrics
+
+    try:
+        found = __import__("gfd.agent", fromlist=["read_snapshot"]).read_snapshot(
+            settings, first_pass=True, metrics=NullMetrics()
+        )
+    except AgentExit as exc:
+        return _fail(exc.message, exc.status)
+    except DiscoveryError as exc:
+        return _fail(str(exc), 1)
+    sys.stdout.write(snapshot.dumps(found))
+    return 0
+
+
+def _cleanup(settings: Settings) -> int:
+    from gfd.errors import PublishError
+    from gfd.observability import get_logger
+    from gfd.outputs import make_output
+
+    output = make_output(settings)
+    try:
+        output.cleanup()
+    except PublishError as exc:
+        return _fail(str(exc), 1)
+    get_logger(output=output.kind, node=settings.node_name).info("cleanup done")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _normalise_bool_args(args)
+    except UsageError as exc:
+        sys.exit(_fail(str(exc), 2))
+    command = _build_command()
+    try:
+        status = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.format_message(), err=True)
+        sys.exit(2)
+    except click.UsageError as exc:
+        sys.exit(_fail(exc.format_message().splitlines()[0], 2))
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        sys.exit(_fail(exc.format_message(), exc.exit_code))
+    # --help and --version return None after printing
+    sys.exit(status if isinstance(status, int) else 0)

@@ -1,0 +1,180 @@
+"""The labelling engine: pure functions from (snapshot, settings) to labels.
+
+Nothing here does I/O, reads the clock or imports pynvml/kubernetes; the run's timestamp
+is passed in.  ``build`` composes the node-wide labels and the per-resource labels; every
+key and value it returns is a valid Kubernetes label (SPEC §5.4)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from gfd.errors import ConfigError, LabelError
+from gfd.labels import devices, keys, node
+from gfd.labels.resources import (
+    DEFAULT_GPU_RESOURCE,
+    Contribution,
+    combine,
+    default_mig_resource,
+    resource_name_for,
+)
+from gfd.labels.sanitize import is_valid_label_name, sanitize_name, valid_label_value
+from gfd.settings import Config
+from gfd.snapshot import Gpu, Snapshot
+
+__all__ = ["LabelSet", "build", "format_labels"]
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """Full label keys (``nvidia.com/...``) to values, sorted by key, plus what was odd."""
+
+    labels: dict[str, str]
+    warnings: tuple[str, ...] = ()
+
+
+def format_labels(labels: dict[str, str]) -> str:
+    """``key=value`` lines, sorted, each ending in a newline (the NFD features-file format)."""
+    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
+
+
+def _full_gpu_contributions(
+    gpus: list[Gpu], config: Config, machine_type: str | None
+) -> dict[str, list[Contribution]]:
+    by_resource: dict[str, list[Gpu]] = defaultdict(list)
+    for gpu in gpus:
+        by_resource[resource_name_for(gpu.name, config.gpu_patterns, DEFAULT_GPU_RESOURCE)].append(
+            gpu
+        )
+    machine = devices.machine(machine_type)
+    result: dict[str, list[Contribution]] = {}
+    for resource, members in by_resource.items():
+        resource_wide = {keys.MACHINE: machine, keys.MODE: devices.mode(members)}
+        by_type: dict[str, list[Gpu]] = defaultdict(list)
+        for gpu in members:
+            by_type[gpu.name].append(gpu)
+        contributions = []
+        for same_type in by_type.values():
+            all_mig = all(gpu.mig_enabled for gpu in same_type)
+            replicas = 0 if all_mig else devices.configured_replicas(resource, config.sharing)
+            for gpu in same_type:
+                labels = devices.full_gpu_labels(gpu, resource, config.sharing, replicas)
+                labels.update(resource_wide)
+                contributions.append(Contribution(1, labels))
+        result[resource] = contributions
+    return result
+
+
+def _mig_contributions(
+    gpus: list[Gpu], config: Config, default_name: str | None
+) -> dict[str, list[Contribution]]:
+    """One contribution per MIG device of every MIG-enabled GPU.  ``default_name`` None
+    means upstream's mixed naming (``mig-<profile>``)."""
+    result: dict[str, list[Contribution]] = defaultdict(list)
+    for gpu in gpus:
+        if gpu.mig is None or not gpu.mig.enabled:
+            continue
+        for device in gpu.mig.devices:
+            fallback = default_name or default_mig_resource(device.profile)
+            resource = resource_name_for(device.profile, config.mig_patterns, fallback)
+            result[resource].append(
+                Contribution(1, devices.mig_device_labels(gpu, device, resource, config.sharing))
+            )
+    return result
+
+
+def _single_strategy_problem(gpus: list[Gpu]) -> str | None:
+    """Why the MIG devices do not form one uniform set (None when they do)."""
+    if not all(gpu.mig_enabled for gpu in gpus):
+        return "MIG is enabled on some GPUs but not all"
+    if any(gpu.mig is not None and not gpu.mig.devices for gpu in gpus):
+        return "a MIG-enabled GPU has no MIG devices"
+    profiles = {d.profile for gpu in gpus if gpu.mig is not None for d in gpu.mig.devices}
+    if len(profiles) != 1:
+        return "more than one MIG profile in use (" + ", ".join(sorted(profiles)) + ")"
+    return None
+
+
+def _resource_labels(
+    gpus: list[Gpu],
+    mig_strategy: str,
+    config: Config,
+    machine_type: str | None,
+    warnings: list[str],
+) -> dict[str, dict[str, str]]:
+    contributions = _full_gpu_contributions(gpus, config, machine_type)
+    if mig_strategy == "mixed":
+        for resource, items in _mig_contributions(gpus, config, None).items():
+            contributions.setdefault(resource, []).extend(items)
+    resources = {name: combine(items) for name, items in contributions.items()}
+    if mig_strategy != "single":
+        return resources
+
+    enabled = [gpu for gpu in gpus if gpu.mig_enabled]
+    if not enabled:
+        return resources
+    problem = _single_strategy_problem(gpus)
+    if problem is not None:
+        first = enabled[0]
+        target = resource_name_for(first.name, config.gpu_patterns, DEFAULT_GPU_RESOURCE)
+        warnings.append(f"mig-strategy single: {problem}; labelling {target} as MIG-INVALID")
+        resources[target].update(
+            {
+                keys.PRODUCT: sanitize_name(f"{first.name}-MIG-INVALID"),
+                keys.COUNT: "0",
+                keys.REPLICAS: "0",
+                keys.MEMORY: "0",
+            }
+        )
+        return resources
+    for resource, items in _mig_contributions(gpus, config, DEFAULT_GPU_RESOURCE).items():
+        mig = combine(items)
+        base = resources.setdefault(resource, {})
+        for suffix in keys.SINGLE_MIG_OVERRIDES:
+            base.pop(suffix, None)
+            if suffix in mig:
+                base[suffix] = mig[suffix]
+    return resources
+
+
+def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int | None) -> LabelSet:
+    """All labels for the node described by ``snapshot``.
+
+    Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
+    and ConfigError when the configuration cannot apply to this node (MPS with MIG)."""
+    warnings: list[str] = []
+    labels: dict[str, str] = {}
+    if timestamp is not None:
+        labels[keys.TIMESTAMP] = str(timestamp)
+    labels.update(node.vgpu_labels(snapshot.vgpu))
+
+    gpus = sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid))
+    if gpus:
+        if snapshot.driver is None:
+            raise LabelError("the snapshot lists GPUs but no driver version")
+        if config.sharing.strategy == "mps" and any(gpu.mig_enabled for gpu in gpus):
+            raise ConfigError("sharing.mps: MPS sharing is not supported for MIG devices")
+        labels.update(node.driver_labels(snapshot.driver))
+        labels[keys.MIG_CAPABLE] = node.bool_label(any(gpu.mig_capable for gpu in gpus))
+        if mig_strategy != "none":
+            labels[keys.MIG_STRATEGY] = mig_strategy
+        labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
+        labels.update(node.clique_label(tuple(gpus), warnings))
+        resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
+        for resource in sorted(resources):
+            for suffix, value in resources[resource].items():
+                labels[keys.resource_key(resource, suffix)] = value
+
+    published: dict[str, str] = {}
+    for name in sorted(labels):
+        if not is_valid_label_name(name):
+            warnings.append(f"label nvidia.com/{name} is not a valid label key; left out")
+            continue
+        value, changed = valid_label_value(labels[name])
+        if changed:
+            warnings.append(
+                f"label nvidia.com/{name}: value {labels[name]!r} is not a valid label value; "
+                f"published as {value!r}"
+            )
+        published[keys.full_key(name)] = value
+    return LabelSet(labels=published, warnings=tuple(warnings))

@@ -1,0 +1,105 @@
+"""Per-device labels (SPEC §5.2) for full GPUs and MIG devices."""
+
+from __future__ import annotations
+
+from gfd.labels import keys
+from gfd.labels.sanitize import sanitize_name
+from gfd.settings import Sharing
+from gfd.snapshot import ComputeCapability, Gpu, MigDevice
+
+PCI_CLASS_COMPUTE = 0x030200
+PCI_CLASS_GRAPHICS = 0x030000
+
+
+def family(cc: ComputeCapability) -> str:
+    major, minor = cc.major, cc.minor
+    if major == 7:
+        return "volta" if minor < 5 else "turing"
+    if major == 8:
+        return "ampere" if minor < 9 else "ada-lovelace"
+    return {
+        1: "tesla",
+        2: "fermi",
+        3: "kepler",
+        5: "maxwell",
+        6: "pascal",
+        9: "hopper",
+        10: "blackwell",
+        12: "blackwell",
+        13: "rubin",
+    }.get(major, "undefined")
+
+
+def mode(gpus: list[Gpu]) -> str:
+    classes = {gpu.pci_class for gpu in gpus}
+    if classes == {PCI_CLASS_COMPUTE}:
+        return "compute"
+    if classes == {PCI_CLASS_GRAPHICS}:
+        return "graphics"
+    return "unknown"
+
+
+def machine(machine_type: str | None) -> str:
+    return "unknown" if machine_type is None else sanitize_name(machine_type)
+
+
+def sharing_labels(resource: str, sharing: Sharing, product: str, replicas: int) -> dict[str, str]:
+    """product (with -SHARED when shared and not renamed), replicas and sharing-strategy."""
+    replication = sharing.replication(resource)
+    renamed = replication is not None and replication.renamed
+    shared = replicas > 1
+    return {
+        keys.PRODUCT: f"{product}-SHARED" if shared and not renamed else product,
+        keys.REPLICAS: str(replicas),
+        keys.SHARING_STRATEGY: sharing.strategy if shared else "none",
+    }
+
+
+def configured_replicas(resource: str, sharing: Sharing) -> int:
+    replication = sharing.replication(resource)
+    return 1 if replication is None else replication.replicas
+
+
+def architecture_labels(cc: ComputeCapability) -> dict[str, str]:
+    if cc.major == 0:
+        return {}
+    return {
+        keys.FAMILY: family(cc),
+        keys.COMPUTE_MAJOR: str(cc.major),
+        keys.COMPUTE_MINOR: str(cc.minor),
+    }
+
+
+def full_gpu_labels(gpu: Gpu, resource: str, sharing: Sharing, replicas: int) -> dict[str, str]:
+    """Labels of one full GPU; ``replicas`` is decided per device type by the caller."""
+    labels = sharing_labels(resource, sharing, sanitize_name(gpu.name), replicas)
+    if gpu.memory_mib:
+        labels[keys.MEMORY] = str(gpu.memory_mib)
+    labels.update(architecture_labels(gpu.compute_capability))
+    return labels
+
+
+def mig_product(parent_name: str, profile: str) -> str:
+    return sanitize_name(f"{parent_name}-MIG-{profile.replace('+', '.')}")
+
+
+def mig_device_labels(
+    parent: Gpu, device: MigDevice, resource: str, sharing: Sharing
+) -> dict[str, str]:
+    replicas = configured_replicas(resource, sharing)
+    labels = sharing_labels(resource, sharing, mig_product(parent.name, device.profile), replicas)
+    engines = device.engines
+    labels.update(
+        {
+            keys.MEMORY: str(device.memory_mib),
+            keys.MULTIPROCESSORS: str(device.multiprocessors),
+            keys.SLICES_GI: str(device.slices.gi),
+            keys.SLICES_CI: str(device.slices.ci),
+            keys.ENGINES_COPY: str(engines.copy),
+            keys.ENGINES_DECODER: str(engines.decoder),
+            keys.ENGINES_ENCODER: str(engines.encoder),
+            keys.ENGINES_JPEG: str(engines.jpeg),
+            keys.ENGINES_OFA: str(engines.ofa),
+        }
+    )
+    return labels

@@ -1,0 +1,75 @@
+"""Label key names: the one place they are spelled."""
+
+from __future__ import annotations
+
+PREFIX = "nvidia.com/"
+
+TIMESTAMP = "gfd.timestamp"
+MIG_CAPABLE = "mig.capable"
+MIG_STRATEGY = "mig.strategy"
+MPS_CAPABLE = "mps.capable"
+GPU_CLIQUE = "gpu.clique"
+VGPU_PRESENT = "vgpu.present"
+VGPU_HOST_DRIVER_VERSION = "vgpu.host-driver-version"
+VGPU_HOST_DRIVER_BRANCH = "vgpu.host-driver-branch"
+
+CUDA_DRIVER_MAJOR = "cuda.driver.major"
+CUDA_DRIVER_MINOR = "cuda.driver.minor"
+CUDA_DRIVER_REV = "cuda.driver.rev"
+CUDA_DRIVER_VERSION_MAJOR = "cuda.driver-version.major"
+CUDA_DRIVER_VERSION_MINOR = "cuda.driver-version.minor"
+CUDA_DRIVER_VERSION_REVISION = "cuda.driver-version.revision"
+CUDA_DRIVER_VERSION_FULL = "cuda.driver-version.full"
+CUDA_RUNTIME_MAJOR = "cuda.runtime.major"
+CUDA_RUNTIME_MINOR = "cuda.runtime.minor"
+CUDA_RUNTIME_VERSION_MAJOR = "cuda.runtime-version.major"
+CUDA_RUNTIME_VERSION_MINOR = "cuda.runtime-version.minor"
+CUDA_RUNTIME_VERSION_FULL = "cuda.runtime-version.full"
+
+# Per-resource suffixes: the key is "<resource>.<suffix>".
+PRODUCT = "product"
+COUNT = "count"
+REPLICAS = "replicas"
+SHARING_STRATEGY = "sharing-strategy"
+MEMORY = "memory"
+MACHINE = "machine"
+MODE = "mode"
+FAMILY = "family"
+COMPUTE_MAJOR = "compute.major"
+COMPUTE_MINOR = "compute.minor"
+MULTIPROCESSORS = "multiprocessors"
+SLICES_GI = "slices.gi"
+SLICES_CI = "slices.ci"
+ENGINES_COPY = "engines.copy"
+ENGINES_DECODER = "engines.decoder"
+ENGINES_ENCODER = "engines.encoder"
+ENGINES_JPEG = "engines.jpeg"
+ENGINES_OFA = "engines.ofa"
+
+#: the longest per-resource suffix; a resource name must leave room for it in a 63-char key
+LONGEST_SUFFIX = SHARING_STRATEGY
+
+#: what a valid MIG configuration under the single strategy overrides on the full-GPU resource
+SINGLE_MIG_OVERRIDES = (
+    PRODUCT,
+    COUNT,
+    REPLICAS,
+    SHARING_STRATEGY,
+    MEMORY,
+    MULTIPROCESSORS,
+    SLICES_GI,
+    SLICES_CI,
+    ENGINES_COPY,
+    ENGINES_DECODER,
+    ENGINES_ENCODER,
+    ENGINES_JPEG,
+    ENGINES_OFA,
+)
+
+
+def resource_key(resource: str, suffix: str) -> str:
+    return f"{resource}.{suffix}"
+
+
+def full_key(name: str) -> str:
+    return PREFIX + name
