@@ -1,0 +1,38 @@
+# The two commands: `make run` (labels for a bundled example node, no GPU needed) and
+# `make test` (the whole suite).  Both create the virtualenv and install on first use.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXAMPLE ?= examples/snapshots/dgx-a100.yaml
+
+.PHONY: run test venv lint format bench clean
+
+$(BIN)/gfd: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(BIN)/gfd
+
+venv: $(BIN)/gfd
+
+run: venv
+	$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+lint: venv
+	$(BIN)/ruff check gfd tests bench
+	$(BIN)/ruff format --check gfd tests bench
+	$(BIN)/mypy --strict gfd
+
+format: venv
+	$(BIN)/ruff format gfd tests bench
+	$(BIN)/ruff check --fix gfd tests bench
+
+bench: venv
+	$(BIN)/python bench/bench_labels.py
+	$(BIN)/python bench/bench_oneshot.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

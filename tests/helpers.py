@@ -1,0 +1,68 @@
+"""Small builders for hand-written snapshots in tests."""
+
+from __future__ import annotations
+
+from gfd.snapshot import (
+    ComputeCapability,
+    Driver,
+    Fabric,
+    Gpu,
+    Mig,
+    MigDevice,
+    MigEngines,
+    MigSlices,
+    Snapshot,
+    Vgpu,
+)
+
+A100 = "NVIDIA A100-SXM4-40GB"
+H100 = "NVIDIA H100 80GB HBM3"
+
+MIG_PROFILES = {
+    "1g.5gb": MigDevice("1g.5gb", 4864, 14, MigSlices(1, 1), MigEngines(1, 0, 0, 0, 0)),
+    "1g.5gb+me": MigDevice("1g.5gb+me", 4864, 14, MigSlices(1, 1), MigEngines(1, 1, 0, 1, 1)),
+    "2g.10gb": MigDevice("2g.10gb", 9856, 28, MigSlices(2, 2), MigEngines(2, 1, 0, 0, 0)),
+    "3g.20gb": MigDevice("3g.20gb", 19968, 42, MigSlices(3, 3), MigEngines(3, 2, 0, 0, 0)),
+}
+
+
+def gpu(
+    index: int,
+    name: str = A100,
+    *,
+    memory: int | None = 40960,
+    cc: tuple[int, int] = (8, 0),
+    pci_class: int | None = 0x030200,
+    mig: Mig | None = None,
+    fabric: Fabric | None = None,
+) -> Gpu:
+    return Gpu(
+        index=index,
+        uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
+        name=name,
+        pci_bus_id=f"0000:{index + 1:02x}:00.0",
+        pci_class=pci_class,
+        memory_mib=memory,
+        compute_capability=ComputeCapability(*cc),
+        mig=mig,
+        fabric=fabric,
+    )
+
+
+def mig(*profiles: str, enabled: bool = True) -> Mig:
+    return Mig(enabled=enabled, devices=tuple(MIG_PROFILES[p] for p in profiles))
+
+
+def node(
+    *gpus: Gpu,
+    driver: str = "550.54.15",
+    cuda: int = 12040,
+    machine: str | None = "DGXA100 920-23687-2530-000",
+    vgpu: Vgpu | None = None,
+) -> Snapshot:
+    return Snapshot(
+        driver=Driver(driver, cuda),
+        machine=machine,
+        vgpu=Vgpu() if vgpu is None else vgpu,
+        gpus=tuple(gpus),
+    )

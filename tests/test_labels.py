@@ -1,0 +1,411 @@
+"""Unit tests of the labelling engine on small hand-written snapshots."""
+
+from __future__ import annotations
+
+import pytest
+
+from gfd.errors import ConfigError, LabelError
+from gfd.labels import build, format_labels
+from gfd.settings import Config, parse_config_text
+from gfd.snapshot import Fabric, Snapshot, Vgpu, VgpuDevice
+from tests.helpers import H100, gpu, mig, node
+
+P = "nvidia.com/"
+
+
+def labels_of(
+    snapshot: Snapshot, strategy: str = "none", config: Config | None = None
+) -> dict[str, str]:
+    return build(snapshot, strategy, config or Config(), None).labels
+
+
+def config(text: str) -> Config:
+    return parse_config_text(text, "test.yaml").config
+
+
+SUFFIXES = {
+    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
+    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
+    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
+}  # fmt: skip
+
+
+def resource(labels: dict[str, str], name: str) -> dict[str, str]:
+    """The labels of one resource, keyed by suffix (``mig-1g.5gb`` excludes ``mig-1g.5gb.me``)."""
+    prefix = f"{P}{name}."
+    found = {k[len(prefix) :]: v for k, v in labels.items() if k.startswith(prefix)}
+    return {suffix: v for suffix, v in found.items() if suffix in SUFFIXES}
+
+
+# ----------------------------------------------------------------- node-wide labels
+
+
+def test_driver_and_cuda_labels_split_the_versions() -> None:
+    labels = labels_of(node(gpu(0), driver="550.54.15", cuda=12040))
+    assert labels[P + "cuda.driver.major"] == "550"
+    assert labels[P + "cuda.driver.minor"] == "54"
+    assert labels[P + "cuda.driver.rev"] == "15"
+    assert labels[P + "cuda.driver-version.revision"] == "15"
+    assert labels[P + "cuda.driver-version.full"] == "550.54.15"
+    assert labels[P + "cuda.runtime.major"] == "12"
+    assert labels[P + "cuda.runtime.minor"] == "4"
+    assert labels[P + "cuda.runtime-version.full"] == "12.4"
+
+
+def test_two_part_driver_version_has_empty_revision() -> None:
+    labels = labels_of(node(gpu(0), driver="470.82", cuda=11040))
+    assert labels[P + "cuda.driver.rev"] == ""
+    assert labels[P + "cuda.driver-version.revision"] == ""
+    assert labels[P + "cuda.driver-version.full"] == "470.82"
+
+
+@pytest.mark.parametrize("version", ["550", "550.54.15.1", "550..1", "", "r550.x y"])
+def test_malformed_driver_version_fails_the_pass(version: str) -> None:
+    with pytest.raises(LabelError, match="driver version"):
+        labels_of(node(gpu(0), driver=version))
+
+
+def test_zero_gpus_give_only_timestamp_and_vgpu() -> None:
+    snapshot = Snapshot(driver=None, machine="x", vgpu=Vgpu(), gpus=())
+    assert build(snapshot, "mixed", Config(), 1700000000).labels == {
+        P + "gfd.timestamp": "1700000000",
+        P + "vgpu.present": "false",
+    }
+
+
+def test_failed_vgpu_scan_gives_no_vgpu_labels() -> None:
+    snapshot = Snapshot(driver=None, machine=None, vgpu=None, gpus=())
+    assert labels_of(snapshot) == {}
+
+
+def test_vgpu_labels_come_from_the_last_device() -> None:
+    vgpu = Vgpu((VgpuDevice("460.16", "r460_00"), VgpuDevice("550.54.16", "r550_40")))
+    labels = labels_of(node(gpu(0), vgpu=vgpu))
+    assert labels[P + "vgpu.present"] == "true"
+    assert labels[P + "vgpu.host-driver-version"] == "550.54.16"
+    assert labels[P + "vgpu.host-driver-branch"] == "r550_40"
+
+
+def test_mig_capable_and_strategy() -> None:
+    not_capable = labels_of(node(gpu(0, "Tesla T4", cc=(7, 5))), "single")
+    assert not_capable[P + "mig.capable"] == "false"
+    assert not_capable[P + "mig.strategy"] == "single"
+    capable = labels_of(node(gpu(0, mig=mig(enabled=False)), gpu(1, "Tesla T4")))
+    assert capable[P + "mig.capable"] == "true"
+    assert P + "mig.strategy" not in capable
+
+
+def test_clique_when_all_attached_gpus_agree() -> None:
+    fabric = Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 1)
+    labels = labels_of(node(gpu(0, fabric=fabric), gpu(1, fabric=fabric), gpu(2)))
+    assert labels[P + "gpu.clique"] == "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1"
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 2),
+        Fabric("00000000-0000-0000-0000-000000000001", 1),
+    ],
+)
+def test_clique_omitted_with_a_warning_when_gpus_disagree(other: Fabric) -> None:
+    fabric = Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 1)
+    result = build(node(gpu(0, fabric=fabric), gpu(1, fabric=other)), "none", Config(), None)
+    assert P + "gpu.clique" not in result.labels
+    assert any("clique" in w for w in result.warnings)
+
+
+# ----------------------------------------------------------------- full GPUs
+
+
+def test_full_gpu_resource_labels() -> None:
+    labels = labels_of(node(gpu(0), gpu(1)))
+    assert resource(labels, "gpu") == {
+        "compute.major": "8",
+        "compute.minor": "0",
+        "count": "2",
+        "family": "ampere",
+        "machine": "DGXA100-920-23687-2530-000",
+        "memory": "40960",
+        "mode": "compute",
+        "product": "NVIDIA-A100-SXM4-40GB",
+        "replicas": "1",
+        "sharing-strategy": "none",
+    }
+
+
+@pytest.mark.parametrize(
+    ("cc", "family"),
+    [
+        ((1, 3), "tesla"), ((2, 0), "fermi"), ((3, 7), "kepler"), ((5, 2), "maxwell"),
+        ((6, 1), "pascal"), ((7, 0), "volta"), ((7, 5), "turing"), ((8, 6), "ampere"),
+        ((8, 9), "ada-lovelace"), ((9, 0), "hopper"), ((10, 0), "blackwell"),
+        ((12, 0), "blackwell"), ((13, 0), "rubin"), ((4, 0), "undefined"), ((11, 0), "undefined"),
+    ],
+)  # fmt: skip
+def test_family_from_compute_capability(cc: tuple[int, int], family: str) -> None:
+    assert labels_of(node(gpu(0, cc=cc)))[P + "gpu.family"] == family
+
+
+def test_compute_major_zero_omits_family_and_compute() -> None:
+    labels = resource(labels_of(node(gpu(0, cc=(0, 0)))), "gpu")
+    assert (
+        "family" not in labels and "compute.major" not in labels and "compute.minor" not in labels
+    )
+
+
+@pytest.mark.parametrize("memory", [None, 0])
+def test_unknown_memory_omits_the_memory_label(memory: int | None) -> None:
+    assert "memory" not in resource(labels_of(node(gpu(0, memory=memory))), "gpu")
+
+
+@pytest.mark.parametrize(
+    ("classes", "mode"),
+    [
+        ([0x030200, 0x030200], "compute"),
+        ([0x030000, 0x030000], "graphics"),
+        ([0x030200, 0x030000], "unknown"),
+        ([0x030200, None], "unknown"),
+        ([0x038000], "unknown"),
+    ],
+)
+def test_mode_from_pci_classes(classes: list[int | None], mode: str) -> None:
+    gpus = [gpu(i, pci_class=c) for i, c in enumerate(classes)]
+    assert labels_of(node(*gpus))[P + "gpu.mode"] == mode
+
+
+def test_machine_is_sanitised_and_unknown_when_missing() -> None:
+    assert (
+        labels_of(node(gpu(0), machine=" Standard PC (Q35 + ICH9, 2009) "))[P + "gpu.machine"]
+        == "Standard-PC-Q35-ICH9-2009"
+    )
+    assert labels_of(node(gpu(0), machine=None))[P + "gpu.machine"] == "unknown"
+
+
+def test_product_name_is_sanitised() -> None:
+    labels = labels_of(node(gpu(0, "NVIDIA TITAN X (Pascal)", cc=(6, 1))))
+    assert labels[P + "gpu.product"] == "NVIDIA-TITAN-X-Pascal"
+
+
+def test_mig_enabled_model_has_zero_replicas_under_none() -> None:
+    labels = labels_of(node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig("1g.5gb"))))
+    assert labels[P + "gpu.replicas"] == "0"
+    assert labels[P + "gpu.count"] == "2"
+    assert labels[P + "gpu.sharing-strategy"] == "none"
+
+
+def test_partly_mig_enabled_model_keeps_configured_replicas() -> None:
+    labels = labels_of(node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig(enabled=False))))
+    assert labels[P + "gpu.replicas"] == "1"
+
+
+# ----------------------------------------------------------------- sharing
+
+TIME_SLICING = """
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      replicas: 4
+"""
+
+
+def test_time_slicing_marks_product_shared() -> None:
+    labels = labels_of(node(gpu(0)), config=config(TIME_SLICING))
+    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
+    assert labels[P + "gpu.replicas"] == "4"
+    assert labels[P + "gpu.sharing-strategy"] == "time-slicing"
+    assert labels[P + "mps.capable"] == "false"
+
+
+def test_rename_by_default_drops_the_shared_suffix() -> None:
+    text = TIME_SLICING.replace("  timeSlicing:\n", "  timeSlicing:\n    renameByDefault: true\n")
+    labels = labels_of(node(gpu(0)), config=config(text))
+    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels[P + "gpu.replicas"] == "4"
+
+
+def test_explicit_rename_is_ignored_like_upstream() -> None:
+    text = TIME_SLICING + "      rename: gpu-shared\n"
+    loaded = parse_config_text(text, "t.yaml")
+    assert any("rename" in w for w in loaded.warnings)
+    labels = labels_of(node(gpu(0)), config=loaded.config)
+    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
+
+
+def test_mps_sets_mps_capable_and_strategy() -> None:
+    labels = labels_of(node(gpu(0)), config=config(TIME_SLICING.replace("timeSlicing", "mps")))
+    assert labels[P + "mps.capable"] == "true"
+    assert labels[P + "gpu.sharing-strategy"] == "mps"
+
+
+def test_mps_with_a_mig_enabled_gpu_is_a_config_error() -> None:
+    mps = config(TIME_SLICING.replace("timeSlicing", "mps"))
+    with pytest.raises(ConfigError, match="MPS sharing is not supported for MIG devices"):
+        build(node(gpu(0, mig=mig("1g.5gb"))), "mixed", mps, None)
+
+
+def test_sharing_of_a_mig_enabled_model_is_not_applied() -> None:
+    labels = labels_of(node(gpu(0, mig=mig("1g.5gb"))), "mixed", config(TIME_SLICING))
+    assert labels[P + "gpu.replicas"] == "0"
+    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels[P + "gpu.sharing-strategy"] == "none"
+
+
+# ----------------------------------------------------------------- MIG strategies
+
+
+def test_mixed_strategy_labels_each_profile() -> None:
+    snapshot = node(
+        gpu(0, mig=mig("1g.5gb", "1g.5gb", "1g.5gb+me")),
+        gpu(1, mig=mig("3g.20gb")),
+        gpu(2, mig=mig()),  # enabled, no devices: still a GPU, no MIG resource
+    )
+    labels = labels_of(snapshot, "mixed")
+    assert labels[P + "gpu.count"] == "3"
+    assert resource(labels, "mig-1g.5gb") == {
+        "count": "2",
+        "product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        "replicas": "1",
+        "sharing-strategy": "none",
+        "memory": "4864",
+        "multiprocessors": "14",
+        "slices.gi": "1",
+        "slices.ci": "1",
+        "engines.copy": "1",
+        "engines.decoder": "0",
+        "engines.encoder": "0",
+        "engines.jpeg": "0",
+        "engines.ofa": "0",
+    }
+    me = resource(labels, "mig-1g.5gb.me")
+    assert me["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"
+    assert me["count"] == "1" and me["engines.jpeg"] == "1"
+    assert resource(labels, "mig-3g.20gb")["count"] == "1"
+
+
+def test_none_strategy_ignores_mig_devices() -> None:
+    labels = labels_of(node(gpu(0, mig=mig("1g.5gb"))), "none")
+    assert not any(".mig-" in key or "multiprocessors" in key for key in labels)
+
+
+def test_single_strategy_with_uniform_mig_overrides_gpu_labels() -> None:
+    snapshot = node(gpu(0, mig=mig("1g.5gb", "1g.5gb")), gpu(1, mig=mig("1g.5gb")))
+    labels = resource(labels_of(snapshot, "single"), "gpu")
+    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert labels["count"] == "3"
+    assert labels["memory"] == "4864"
+    assert labels["replicas"] == "1"
+    assert labels["multiprocessors"] == "14"
+    assert labels["family"] == "ampere"  # stays from the parent
+    assert labels["compute.major"] == "8"
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    [
+        (gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig(enabled=False))),  # mixed enabled/disabled
+        (gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig())),  # an enabled GPU without devices
+        (gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig("2g.10gb"))),  # two profiles
+    ],
+)
+def test_single_strategy_invalid_configurations(gpus: tuple) -> None:  # type: ignore[type-arg]
+    result = build(node(*gpus), "single", Config(), None)
+    labels = resource(result.labels, "gpu")
+    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
+    assert labels["count"] == "0"
+    assert labels["replicas"] == "0"
+    assert labels["memory"] == "0"
+    assert "multiprocessors" not in labels
+    assert any("MIG-INVALID" in w for w in result.warnings)
+
+
+def test_single_strategy_without_mig_is_like_none() -> None:
+    snapshot = node(gpu(0), gpu(1))
+    single = labels_of(snapshot, "single")
+    none = labels_of(snapshot, "none")
+    assert single.pop(P + "mig.strategy") == "single"
+    assert single == none
+
+
+# ----------------------------------------------------------------- resource naming
+
+RENAMING = """
+version: v1
+resources:
+  gpus:
+  - {pattern: "A100-*-40GB", name: never-matches}
+  - {pattern: "*A100*", name: a100}
+  mig:
+  - {pattern: "1g.*", name: mig-small}
+"""
+
+
+def test_patterns_name_resources_first_match_wins() -> None:
+    snapshot = node(gpu(0, mig=mig("1g.5gb", "1g.5gb+me")), gpu(1, H100, cc=(9, 0), memory=81559))
+    labels = labels_of(snapshot, "mixed", config(RENAMING))
+    assert resource(labels, "a100")["count"] == "1"
+    assert resource(labels, "gpu")["product"] == "NVIDIA-H100-80GB-HBM3"
+    small = resource(labels, "mig-small")
+    assert small["count"] == "2"
+    # 1g.5gb and 1g.5gb+me differ in product and engines: those are omitted, not guessed
+    assert "product" not in small and "engines.jpeg" not in small
+    assert small["memory"] == "4864"
+    assert not any(k.startswith(P + "never-matches") for k in labels)
+
+
+def test_patterns_are_anchored_and_case_sensitive() -> None:
+    text = (
+        "version: v1\nresources:\n  gpus:\n"
+        '  - {pattern: "a100*", name: lower}\n  - {pattern: "A100", name: exact}\n'
+    )
+    labels = labels_of(node(gpu(0)), config=config(text))
+    assert resource(labels, "gpu")["count"] == "1"
+
+
+def test_mixed_models_keep_only_common_labels_deterministically() -> None:
+    a100s = [gpu(i) for i in range(4)]
+    h100s = [gpu(i, H100, cc=(9, 0), memory=81559) for i in range(4, 8)]
+    forward = build(node(*a100s, *h100s), "none", Config(), None)
+    backward = build(node(*reversed(h100s), *reversed(a100s)), "none", Config(), None)
+    assert format_labels(forward.labels) == format_labels(backward.labels)
+    gpu_labels = resource(forward.labels, "gpu")
+    assert gpu_labels["count"] == "8"
+    for omitted in ("product", "memory", "family", "compute.major"):
+        assert omitted not in gpu_labels
+    assert gpu_labels["compute.minor"] == "0"  # both models agree on it
+    assert gpu_labels["replicas"] == "1"
+
+
+def test_seed_example_from_the_spec() -> None:
+    snapshot = node(*(gpu(i, mig=mig(*["1g.5gb"] * 7)) for i in range(8)))
+    labels = labels_of(snapshot, "mixed", config(RENAMING))
+    assert resource(labels, "a100")["count"] == "8"
+    assert resource(labels, "a100")["product"] == "NVIDIA-A100-SXM4-40GB"
+    assert resource(labels, "mig-small")["count"] == "56"
+    assert resource(labels, "mig-small")["memory"] == "4864"
+    assert resource(labels, "gpu") == {}
+
+
+def test_sharing_applies_to_renamed_resources() -> None:
+    text = RENAMING + "sharing:\n  timeSlicing:\n    resources:\n    - {name: a100, replicas: 2}\n"
+    labels = labels_of(node(gpu(0)), config=config(text))
+    assert labels[P + "a100.replicas"] == "2"
+    assert labels[P + "a100.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
+
+
+# ----------------------------------------------------------------- validity
+
+
+def test_overlong_value_is_cut_to_a_valid_label_with_a_warning() -> None:
+    name = "NVIDIA " + "X" * 80 + " (rev 2)"
+    result = build(node(gpu(0, name)), "none", Config(), None)
+    value = result.labels[P + "gpu.product"]
+    assert len(value) <= 63 and value[0].isalnum() and value[-1].isalnum()
+    assert any("not a valid label value" in w for w in result.warnings)
+
+
+def test_labels_are_sorted_and_formatted_as_lines() -> None:
+    text = format_labels({"b": "2", "a": "1"})
+    assert text == "a=1\nb=2\n"
