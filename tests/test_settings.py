@@ -1,0 +1,240 @@
+"""Settings: precedence flags > env > config file > defaults, and every validation rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gfd.durations import parse_duration
+from gfd.errors import ConfigError, UsageError
+from gfd.settings import NFD_FEATURES_FILE, OPTIONS, parse_config_text, resolve
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_defaults() -> None:
+    settings = resolve({}, {})
+    assert settings.mig_strategy == "none"
+    assert settings.fail_on_init_error is True
+    assert settings.sleep_interval == 60.0
+    assert settings.effective_output_file == NFD_FEATURES_FILE
+    assert settings.machine_type_file == "/sys/class/dmi/id/product_name"
+    assert settings.namespace == "default"
+    assert settings.output_kind == "file"
+
+
+def test_oneshot_defaults_to_stdout_and_dash_means_stdout() -> None:
+    assert resolve({"oneshot": True}, {}).effective_output_file is None
+    assert resolve({"output_file": "-"}, {}).effective_output_file is None
+    assert resolve({"output_file": ""}, {}).effective_output_file is None
+    assert resolve({"oneshot": True, "output_file": "/tmp/x"}, {}).effective_output_file == "/tmp/x"
+
+
+def test_precedence_flag_over_env_over_config_over_default(tmp_path: Path) -> None:
+    config = write(
+        tmp_path, "version: v1\nflags:\n  migStrategy: single\n  gfd:\n    sleepInterval: 5m\n"
+    )
+    from_config = resolve({"config_file": config}, {})
+    assert from_config.mig_strategy == "single" and from_config.sleep_interval == 300
+    from_env = resolve({"config_file": config}, {"MIG_STRATEGY": "mixed"})
+    assert from_env.mig_strategy == "mixed"
+    from_flag = resolve({"config_file": config, "mig_strategy": "none"}, {"MIG_STRATEGY": "mixed"})
+    assert from_flag.mig_strategy == "none"
+    assert resolve({}, {"GFD_CONFIG_FILE": config}).mig_strategy == "single"
+    assert resolve({}, {"CONFIG_FILE": config}).mig_strategy == "single"
+
+
+def test_first_listed_env_var_wins() -> None:
+    env = {"GFD_MIG_STRATEGY": "single", "MIG_STRATEGY": "mixed"}
+    assert resolve({}, env).mig_strategy == "single"
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [
+        ("true", True),
+        ("TRUE", True),
+        ("1", True),
+        ("Yes", True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+    ],
+)
+def test_env_booleans(raw: str, value: bool) -> None:
+    assert resolve({}, {"GFD_ONESHOT": raw}).oneshot is value
+
+
+@pytest.mark.parametrize("raw", ["maybe", "", "2", "on"])
+def test_bad_env_boolean_names_the_variable(raw: str) -> None:
+    with pytest.raises(UsageError, match=f"GFD_NO_TIMESTAMP={raw!r}"):
+        resolve({}, {"GFD_NO_TIMESTAMP": raw})
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90),
+        ("1m30s", 90),
+        ("500ms", 0.5),
+        ("1h", 3600),
+        ("45", 45),
+        ("1.5", 1.5),
+        ("2h45m", 9900),
+    ],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == pytest.approx(seconds)
+
+
+def test_infinite_interval() -> None:
+    assert parse_duration("infinite") is None
+    assert resolve({"sleep_interval": "infinite"}, {}).sleep_interval is None
+
+
+@pytest.mark.parametrize("text", ["0s", "-5s", "0", "abc", "5x", "1m30", "", "s"])
+def test_bad_durations(text: str) -> None:
+    with pytest.raises(UsageError, match="--sleep-interval"):
+        resolve({"sleep_interval": text}, {})
+
+
+def test_bad_mig_strategy_names_flag_and_value() -> None:
+    with pytest.raises(UsageError, match="--mig-strategy 'bogus'"):
+        resolve({"mig_strategy": "bogus"}, {})
+
+
+def test_both_api_outputs_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="choose at most one"):
+        resolve({"use_node_feature_api": True, "use_node_labels": True, "node_name": "n"}, {})
+
+
+@pytest.mark.parametrize("flag", ["use_node_feature_api", "use_node_labels"])
+def test_api_outputs_need_a_node_name(flag: str) -> None:
+    with pytest.raises(UsageError, match="--node-name"):
+        resolve({flag: True}, {})
+    assert resolve({flag: True}, {"NODE_NAME": "node-1"}).node_name == "node-1"
+
+
+# ----------------------------------------------------------------- config file
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version: v2\n", "unsupported config version 'v2'"),
+        ("version: v1\nflags: [\n", "not valid YAML"),
+        ("version: v1\nflags:\n  migStrategy: bogus\n", "flags.migStrategy: 'bogus'"),
+        ("version: v1\nflags:\n  gfd:\n    sleepInterval: 0s\n", "flags.gfd.sleepInterval"),
+        ("version: v1\nflags:\n  failOnInitError: maybe\n", "flags.failOnInitError"),
+        (
+            "sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n",
+            "sharing.timeSlicing.resources[0].replicas: must be at least 2, got 1",
+        ),
+        ("sharing:\n  timeSlicing:\n    resources: []\n", "no resources specified"),
+        ("sharing:\n  mps:\n    resources:\n    - {replicas: 2}\n", "resources[0].name: required"),
+        (
+            "sharing:\n  mps:\n    resources:\n    - {name: gpu}\n",
+            "resources[0].replicas: required",
+        ),
+        (
+            "sharing:\n  timeSlicing:\n    resources:\n    - {name: Bad_Name, replicas: 2}\n",
+            "must be a DNS subdomain",
+        ),
+        (
+            "resources:\n  gpus:\n  - {pattern: '*', name: A100}\n",
+            "resources.gpus[0].name: invalid resource name 'A100'",
+        ),
+        (
+            "resources:\n  gpus:\n  - {pattern: '*', name: " + "a" * 50 + "}\n",
+            "longer than 63 characters",
+        ),
+        ("resources:\n  mig:\n  - {name: small}\n", "resources.mig[0].pattern"),
+        ("- just\n- a list\n", "expected a mapping"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config_text(text, "cfg.yaml")
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_empty_version_means_v1_and_plugin_keys_are_ignored_silently() -> None:
+    loaded = parse_config_text(
+        "version: ''\nflags:\n  plugin: {passDeviceSpecs: true}\n  nvidiaDriverRoot: /\nimex: {}\n",
+        "cfg.yaml",
+    )
+    assert loaded.warnings == ()
+
+
+def test_unknown_keys_are_warnings_naming_the_key() -> None:
+    loaded = parse_config_text(
+        "version: v1\nflags:\n  migStrateg: mixed\n  gfd: {onesHot: true}\n", "c"
+    )
+    assert "flags.migStrateg: unknown key, ignored" in loaded.warnings
+    assert "flags.gfd.onesHot: unknown key, ignored" in loaded.warnings
+
+
+def test_devices_other_than_all_is_a_warning() -> None:
+    loaded = parse_config_text(
+        "sharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: gpu, replicas: 2, devices: [0, 1]}\n",
+        "c",
+    )
+    assert any("devices" in w for w in loaded.warnings)
+    assert loaded.config.sharing.replication("gpu") is not None
+
+
+def test_active_sharing_strategy_prefers_mps() -> None:
+    both = (
+        "sharing:\n"
+        "  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2}\n"
+        "  mps:\n    resources:\n    - {name: gpu, replicas: 3}\n"
+    )
+    sharing = parse_config_text(both, "c").config.sharing
+    assert sharing.strategy == "mps"
+    replication = sharing.replication("gpu")
+    assert replication is not None and replication.replicas == 3
+    assert parse_config_text("version: v1\n", "c").config.sharing.strategy == "none"
+
+
+def test_missing_config_file_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="--config-file: cannot read"):
+        resolve({"config_file": "/nonexistent.yaml"}, {})
+
+
+def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
+    """The config schema is derived from the option table: each key reaches its setting."""
+    samples = {
+        "mig_strategy": ("mixed", "mixed"),
+        "fail_on_init_error": (False, False),
+        "oneshot": (True, True),
+        "no_timestamp": (True, True),
+        "sleep_interval": ("2m", 120.0),
+        "output_file": ("/tmp/out", "/tmp/out"),
+        "machine_type_file": ("/tmp/m", "/tmp/m"),
+        "use_node_feature_api": (False, False),
+        "device_discovery_strategy": ("nvml", "nvml"),
+        "use_node_labels": (False, False),
+        "snapshot_file": ("/tmp/s.yaml", "/tmp/s.yaml"),
+        "metrics_address": (":9400", ":9400"),
+    }
+    with_config = [o for o in OPTIONS if o.config_key is not None]
+    assert {o.name for o in with_config} == set(samples)
+    for option in with_config:
+        assert option.config_key is not None
+        raw, expected = samples[option.name]
+        document: dict[str, object] = {"version": "v1"}
+        node = document
+        for key in option.config_key[:-1]:
+            node = node.setdefault(key, {})  # type: ignore[assignment]
+        node[option.config_key[-1]] = raw
+        import yaml
+
+        settings = resolve({"config_file": write(tmp_path, yaml.safe_dump(document))}, {})
+        assert getattr(settings, option.name) == expected, option.name

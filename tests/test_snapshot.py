@@ -1,0 +1,112 @@
+"""The v1 snapshot format: strict loading with errors that name the path, and round trips."""
+
+from __future__ import annotations
+
+import glob
+
+import pytest
+import yaml
+
+from gfd import snapshot
+from gfd.errors import SnapshotError
+
+EXAMPLES = sorted(
+    glob.glob("examples/snapshots/*.yaml") + glob.glob("tests/fixtures/snapshots/*.yaml")
+)
+
+MINIMAL = """
+version: v1
+driver: {version: "550.54.15", cuda: 12040}
+gpus:
+- index: 0
+  uuid: GPU-1
+  name: NVIDIA A100-SXM4-40GB
+  compute_capability: {major: 8, minor: 0}
+  mig:
+    enabled: true
+    devices:
+    - profile: 1g.5gb
+      memory_mib: 4864
+      multiprocessors: 14
+      slices: {gi: 1, ci: 1}
+"""
+
+
+@pytest.mark.parametrize("path", EXAMPLES)
+def test_examples_round_trip(path: str) -> None:
+    loaded = snapshot.load(path)
+    assert snapshot.loads(snapshot.dumps(loaded)) == loaded
+    assert snapshot.loads(snapshot.dumps_json(loaded)) == loaded
+
+
+def test_optional_keys_take_their_defaults() -> None:
+    loaded = snapshot.loads(MINIMAL)
+    assert loaded.machine is None
+    assert loaded.vgpu == snapshot.Vgpu()
+    gpu = loaded.gpus[0]
+    assert gpu.pci_class is None and gpu.memory_mib is None and gpu.fabric is None
+    assert gpu.mig is not None and gpu.mig.devices[0].engines == snapshot.MigEngines()
+
+
+def test_pci_class_is_written_in_hex() -> None:
+    loaded = snapshot.loads(
+        MINIMAL.replace("  uuid: GPU-1\n", "  uuid: GPU-1\n  pci_class: 0x030200\n")
+    )
+    assert loaded.gpus[0].pci_class == 0x030200
+    assert "pci_class: 0x030200" in snapshot.dumps(loaded)
+
+
+def test_json_is_accepted() -> None:
+    document = yaml.safe_load(MINIMAL)
+    import json
+
+    assert snapshot.loads(json.dumps(document)) == snapshot.loads(MINIMAL)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("gi: 1", "gi: x"), "gpus[0].mig.devices[0].slices.gi: expected an integer, got 'x'"),
+        (("version: v1", "version: v2"), "version: unsupported snapshot version 'v2'"),
+        (("  uuid: GPU-1\n", "  uuid: GPU-1\n  colour: red\n"), "gpus[0].colour: unknown key"),
+        (("  name: NVIDIA A100-SXM4-40GB\n", ""), "gpus[0].name: required field is missing"),
+        (("enabled: true", "enabled: 1"), "gpus[0].mig.enabled: expected true or false, got 1"),
+        (
+            ('version: "550.54.15"', "version: 550.54"),
+            "driver.version: expected a string, got 550.54",
+        ),
+        (("cuda: 12040", "cuda: -1"), "driver.cuda: expected a non-negative integer, got -1"),
+        (("memory_mib: 4864", "memory_mib: true"), "memory_mib: expected an integer, got True"),
+        (("slices: {gi: 1, ci: 1}", "slices: [1, 1]"), "slices: expected a mapping"),
+    ],
+)
+def test_malformed_snapshot_names_the_path(edit: tuple[str, str], message: str) -> None:
+    text = MINIMAL.replace(*edit)
+    assert text != MINIMAL
+    with pytest.raises(SnapshotError) as caught:
+        snapshot.loads(text)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_gpus_without_driver_is_an_error() -> None:
+    with pytest.raises(SnapshotError, match="driver: required"):
+        snapshot.loads(MINIMAL.replace('driver: {version: "550.54.15", cuda: 12040}\n', ""))
+
+
+def test_duplicate_gpu_index_is_an_error() -> None:
+    document = yaml.safe_load(MINIMAL)
+    document["gpus"].append(dict(document["gpus"][0], uuid="GPU-2"))
+    with pytest.raises(SnapshotError, match=r"gpus\[1\].index: duplicate index 0"):
+        snapshot.from_dict(document)
+
+
+@pytest.mark.parametrize("text", ["", "version: v1\ngpus: [\n", "- a list", "42"])
+def test_broken_documents(text: str) -> None:
+    with pytest.raises(SnapshotError):
+        snapshot.loads(text)
+
+
+def test_missing_file_names_the_flag(tmp_path: object) -> None:
+    with pytest.raises(SnapshotError, match="--snapshot-file: cannot read"):
+        snapshot.load("/nonexistent/snapshot.yaml")
