@@ -1,0 +1,355 @@
+"""The NVML half of discovery: driver, GPUs, MIG devices and fabric, through ``pynvml``.
+
+Everything here talks to NVML through one object, ``nvml``: the ``pynvml`` module (package
+``nvidia-ml-py``) in production, or any stand-in with the same module surface in tests
+(same function names and signatures, ``NVMLError`` with its ``value`` code, the
+``NVML_*`` constants, the ctypes structs).  :func:`load_module` is the import seam: it does
+``import pynvml``, so a fake placed in ``sys.modules["pynvml"]`` is picked up unchanged.
+
+Errors: ``nvmlInit`` failing (library missing included) is :class:`NvmlUnavailableError`;
+any other NVML error during the pass is :class:`DiscoveryError` naming the GPU and the
+call.  The few codes NVML uses to say "not here" are facts, not errors (SPEC §3, §5.6):
+MIG mode NOT_SUPPORTED (not MIG-capable), a MIG slot NOT_FOUND / INVALID_ARGUMENT (empty),
+fabric info NOT_SUPPORTED (not attached), memory info failing (memory unknown).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from gfd.discovery import mig_profile
+from gfd.errors import DiscoveryError, NvmlUnavailableError
+from gfd.observability import get_logger
+from gfd.snapshot import (
+    ComputeCapability,
+    Driver,
+    Fabric,
+    Gpu,
+    Mig,
+    MigDevice,
+    MigEngines,
+    MigSlices,
+)
+
+# nvml.h return codes (pynvml.NVML_ERROR_*); numeric so a stand-in module needs only .value.
+ERROR_UNINITIALIZED = 1
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NOT_FOUND = 6
+ERROR_LIBRARY_NOT_FOUND = 12
+ERROR_FUNCTION_NOT_FOUND = 13
+ERROR_GPU_IS_LOST = 15
+ERROR_RESET_REQUIRED = 16
+DEVICE_MIG_ENABLE = 1
+GPU_FABRIC_STATE_COMPLETED = 3
+SUCCESS = 0
+
+# Errors that mean the GPU (or NVML) is gone, not that a fact is missing: they fail the
+# pass even where another error would only leave a field null.
+_FATAL_CODES = frozenset({ERROR_UNINITIALIZED, ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
+
+UNAVAILABLE_HINT = (
+    "check that the NVIDIA driver is installed on the host, that the container runs with "
+    "the NVIDIA container runtime, and that NVIDIA_VISIBLE_DEVICES is set (e.g. to 'all')"
+)
+
+_BUS_ID = re.compile(r"^([0-9a-fA-F]+):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
+
+
+def _log() -> Any:
+    # Looked up per message: a logger bound at import would miss configure_logging().
+    return get_logger(component="discovery")
+
+
+def load_module() -> Any:
+    """The NVML bindings: ``import pynvml`` (a module already in ``sys.modules`` wins)."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise NvmlUnavailableError(
+            f"NVML is unavailable: the Python NVML bindings (package nvidia-ml-py, module "
+            f"pynvml) cannot be imported: {exc}"
+        ) from None
+    return pynvml
+
+
+def error_code(err: BaseException) -> int | None:
+    """The NVML return code carried by an ``NVMLError``."""
+    value = getattr(err, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def unavailable_message(err: BaseException) -> str:
+    """One line for ``nvmlInit`` failing: what failed and what to check."""
+    code = error_code(err)
+    if code == ERROR_LIBRARY_NOT_FOUND:
+        what = "libnvidia-ml.so.1 could not be loaded"
+    else:
+        what = f"nvmlInit failed: {err}"
+    return f"NVML is unavailable: {what}; {UNAVAILABLE_HINT}"
+
+
+def as_text(value: Any) -> str:
+    """NVML strings: ``str`` from current bindings, ``bytes`` from old ones."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return str(value)
+
+
+def normalize_bus_id(bus_id: str) -> str:
+    """NVML's ``00000000:07:00.0`` in the sysfs form ``0000:07:00.0`` (lower case).
+
+    The domain is printed as Linux does (``%04x``), so a domain above 0xffff keeps its
+    digits.  Anything that does not look like a bus id is only lower-cased.
+    """
+    text = bus_id.strip()
+    match = _BUS_ID.match(text)
+    if match is None:
+        return text.lower()
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device, 16):02x}.{function}"
+
+
+@contextmanager
+def session(nvml: Any) -> Iterator[None]:
+    """``nvmlInit`` … ``nvmlShutdown``; an init failure is :class:`NvmlUnavailableError`."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as err:
+        raise NvmlUnavailableError(unavailable_message(err)) from None
+    try:
+        yield
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as err:
+            # Never hide the pass's own outcome behind a shutdown problem.
+            _log().warning("nvml shutdown failed", error=str(err))
+
+
+def read(nvml: Any) -> tuple[Driver, tuple[Gpu, ...]]:
+    """One pass over NVML: the driver and every GPU (``pci_class`` is left for sysfs)."""
+    with session(nvml):
+        return _NvmlReader(nvml).read()
+
+
+class _NvmlReader:
+    """One discovery pass.  ``_call`` remembers the current call for error messages."""
+
+    def __init__(self, nvml: Any) -> None:
+        self._nvml = nvml
+        self._error_type: type[BaseException] = nvml.NVMLError
+        self._current = ""
+        self._profile_info_version: int | None = None  # None: the bindings' default
+
+    def _call(self, name: str, *args: Any) -> Any:
+        self._current = name
+        return getattr(self._nvml, name)(*args)
+
+    def read(self) -> tuple[Driver, tuple[Gpu, ...]]:
+        try:
+            driver = Driver(
+                version=as_text(self._call("nvmlSystemGetDriverVersion")),
+                cuda=int(self._call("nvmlSystemGetCudaDriverVersion")),
+            )
+            count = int(self._call("nvmlDeviceGetCount"))
+        except self._error_type as err:
+            raise DiscoveryError(f"NVML error in {self._current}: {err}") from None
+        gpus = []
+        for index in range(count):
+            try:
+                gpus.append(self._gpu(index))
+            except self._error_type as err:
+                raise DiscoveryError(
+                    f"NVML error on GPU {index} in {self._current}: {err}"
+                ) from None
+            except DiscoveryError as err:
+                raise DiscoveryError(f"GPU {index}: {err}") from None
+        return driver, tuple(gpus)
+
+    # ------------------------------------------------------------------ one GPU
+
+    def _gpu(self, index: int) -> Gpu:
+        handle = self._call("nvmlDeviceGetHandleByIndex", index)
+        uuid_text = as_text(self._call("nvmlDeviceGetUUID", handle))
+        name = as_text(self._call("nvmlDeviceGetName", handle))
+        pci = self._call("nvmlDeviceGetPciInfo", handle)
+        total_bytes = self._total_memory(handle)
+        major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)
+        return Gpu(
+            index=index,
+            uuid=uuid_text,
+            name=name,
+            pci_bus_id=normalize_bus_id(as_text(pci.busId)),
+            memory_mib=None if total_bytes is None else total_bytes // (1 << 20),
+            compute_capability=ComputeCapability(major=int(major), minor=int(minor)),
+            mig=self._mig(handle, total_bytes),
+            fabric=self._fabric(handle),
+        )
+
+    def _total_memory(self, handle: Any) -> int | None:
+        try:
+            info = self._call("nvmlDeviceGetMemoryInfo", handle)
+        except self._error_type as err:
+            if error_code(err) in _FATAL_CODES:
+                raise
+            _log().warning("gpu memory unknown", call=self._current, error=str(err))
+            return None
+        return int(info.total)
+
+    # ------------------------------------------------------------------ MIG
+
+    def _mig(self, handle: Any, total_bytes: int | None) -> Mig | None:
+        try:
+            current, _pending = self._call("nvmlDeviceGetMigMode", handle)
+        except self._error_type as err:
+            if error_code(err) == ERROR_NOT_SUPPORTED:
+                return None
+            raise
+        if int(current) != DEVICE_MIG_ENABLE:
+            # A MIG-capable GPU with MIG off has no MIG devices: no need to walk the slots.
+            return Mig(enabled=False)
+        slot_count = int(self._call("nvmlDeviceGetMaxMigDeviceCount", handle))
+        profiles = _ProfileIds(self, handle)
+        devices = []
+        for slot in range(slot_count):
+            try:
+                mig_handle = self._call("nvmlDeviceGetMigDeviceHandleByIndex", handle, slot)
+            except self._error_type as err:
+                if error_code(err) in (ERROR_NOT_FOUND, ERROR_INVALID_ARGUMENT):
+                    continue
+                raise
+            if total_bytes is None:
+                raise DiscoveryError(
+                    "MIG profile names need the GPU's total memory, "
+                    "and nvmlDeviceGetMemoryInfo failed"
+                )
+            devices.append(self._mig_device(mig_handle, profiles, total_bytes))
+        return Mig(enabled=True, devices=tuple(devices))
+
+    def _mig_device(self, mig_handle: Any, profiles: _ProfileIds, total_bytes: int) -> MigDevice:
+        attributes = self._call("nvmlDeviceGetAttributes", mig_handle)
+        gi_slices = int(attributes.gpuInstanceSliceCount)
+        ci_slices = int(attributes.computeInstanceSliceCount)
+        memory_mib = int(attributes.memorySizeMB)
+        gi_id = int(self._call("nvmlDeviceGetGpuInstanceId", mig_handle))
+        enum = profiles.enum_for_instance(gi_id, gi_slices)
+        try:
+            profile = mig_profile.profile_name(enum, ci_slices, memory_mib, total_bytes)
+        except ValueError as exc:
+            raise DiscoveryError(f"MIG device of GPU instance {gi_id}: {exc}") from None
+        return MigDevice(
+            profile=profile,
+            memory_mib=memory_mib,
+            multiprocessors=int(attributes.multiprocessorCount),
+            slices=MigSlices(gi=gi_slices, ci=ci_slices),
+            engines=MigEngines(
+                copy=int(attributes.sharedCopyEngineCount),
+                decoder=int(attributes.sharedDecoderCount),
+                encoder=int(attributes.sharedEncoderCount),
+                jpeg=int(attributes.sharedJpegCount),
+                ofa=int(attributes.sharedOfaCount),
+            ),
+        )
+
+    def gpu_instance_profile_id(self, handle: Any, gi_id: int) -> int:
+        instance = self._call("nvmlDeviceGetGpuInstanceById", handle, gi_id)
+        return int(self._call("nvmlGpuInstanceGetInfo", instance).profileId)
+
+    def profile_id_of_enum(self, handle: Any, enum: int) -> int | None:
+        """The profile id NVML gives profile ``enum`` on this GPU; None where unsupported."""
+        try:
+            if self._profile_info_version is None:
+                info = self._call("nvmlDeviceGetGpuInstanceProfileInfo", handle, enum)
+            else:
+                info = self._call(
+                    "nvmlDeviceGetGpuInstanceProfileInfo", handle, enum, self._profile_info_version
+                )
+        except self._error_type as err:
+            code = error_code(err)
+            if code == ERROR_FUNCTION_NOT_FOUND and self._profile_info_version is None:
+                # A driver without the versioned (...InfoV) entry point: use v1.
+                self._profile_info_version = 1
+                return self.profile_id_of_enum(handle, enum)
+            if code in (ERROR_NOT_SUPPORTED, ERROR_INVALID_ARGUMENT):
+                return None
+            raise
+        return int(info.id)
+
+    # ------------------------------------------------------------------ fabric
+
+    def _fabric(self, handle: Any) -> Fabric | None:
+        """SPEC §5.6: attached iff COMPLETED, status SUCCESS and a non-zero cluster UUID."""
+        for call, struct in (
+            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+            ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t"),
+        ):
+            struct_type = getattr(self._nvml, struct, None)
+            if struct_type is None or getattr(self._nvml, call, None) is None:
+                continue  # bindings too old for this entry point
+            info = struct_type()
+            try:
+                self._call(call, handle, ctypes.byref(info))
+            except self._error_type as err:
+                code = error_code(err)
+                if code == ERROR_FUNCTION_NOT_FOUND:
+                    continue  # driver too old for this entry point
+                if code == ERROR_NOT_SUPPORTED:
+                    return None
+                raise
+            return fabric_from_info(info)
+        return None
+
+
+def _raw_field(info: Any, name: str) -> bytes:
+    # Read the bytes behind the field: some bindings declare clusterUuid as c_char[16],
+    # which ctypes would cut at the first NUL and decode.
+    field = getattr(type(info), name)
+    return ctypes.string_at(ctypes.addressof(info) + field.offset, field.size)
+
+
+def fabric_from_info(info: Any) -> Fabric | None:
+    cluster = _raw_field(info, "clusterUuid")
+    if int(info.state) != GPU_FABRIC_STATE_COMPLETED or int(info.status) != SUCCESS:
+        return None
+    if not any(cluster):
+        return None
+    return Fabric(cluster_uuid=str(uuid.UUID(bytes=cluster[:16])), clique_id=int(info.cliqueId))
+
+
+class _ProfileIds:
+    """GPU-instance profile lookups for one parent GPU, each NVML answer asked once.
+
+    A MIG device names its GPU instance; the instance's info gives a profile *id*; the
+    profile *enum* (what the name's suffix depends on) is the one whose profile info on the
+    parent carries that id — go-nvlib walks every enum for every device, we ask only until
+    the id is found and remember the answers.
+    """
+
+    def __init__(self, reader: _NvmlReader, handle: Any) -> None:
+        self._reader = reader
+        self._handle = handle
+        self._instance_profile: dict[int, int] = {}  # GPU instance id -> profile id
+        self._enum_id: dict[int, int | None] = {}  # profile enum -> profile id (None: n/a)
+
+    def enum_for_instance(self, gi_id: int, gi_slices: int) -> int:
+        profile_id = self._instance_profile.get(gi_id)
+        if profile_id is None:
+            profile_id = self._reader.gpu_instance_profile_id(self._handle, gi_id)
+            self._instance_profile[gi_id] = profile_id
+        for enum, known in self._enum_id.items():
+            if known == profile_id:
+                return enum
+        for enum in mig_profile.candidate_enums(gi_slices):
+            if enum in self._enum_id:
+                continue
+            found = self._reader.profile_id_of_enum(self._handle, enum)
+            self._enum_id[enum] = found
+            if found == profile_id:
+                return enum
+        raise DiscoveryError(f"GPU instance {gi_id}: no GPU instance profile has id {profile_id}")

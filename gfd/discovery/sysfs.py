@@ -1,0 +1,213 @@
+"""The sysfs half of discovery: PCI class per GPU, the vGPU capability scan, the machine type.
+
+Every path is under ``sysfs_root`` (``/sys`` in production, ``GFD_SYSFS_ROOT`` in tests)
+except the machine-type file, whose full path is a setting of its own.
+
+The vGPU scan follows upstream GFD (k8s-device-plugin ``internal/vgpu``), with bounds
+checks where upstream would index past the end of the buffer or loop forever:
+
+- each ``<root>/bus/pci/devices/*`` whose ``vendor`` is ``0x10de`` has its ``config`` read;
+  all 256 bytes are needed — an unprivileged read returns only the 64-byte header, and
+  then the scan gives up (``None``) with a warning to run privileged, rather than guess;
+- with the capability-list bit (0x10) of the status byte (0x06) set, the list is walked
+  from offset 0x34 (id at +0, next at +1, length at +2), stopping on a loop, on id 0xff
+  or on a pointer past the end, to the vendor-specific capability (id 0x09);
+- that capability marks a vGPU when its bytes 3 and 4 are ``V`` ``F``; its records start
+  at offset 5 (byte 0 record id, byte 1 record length) and record 0 carries 10 bytes of
+  host driver version then 10 bytes of branch, NUL-trimmed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from gfd.observability import get_logger
+from gfd.snapshot import Vgpu, VgpuDevice
+
+PCI_DEVICES = os.path.join("bus", "pci", "devices")
+NVIDIA_VENDOR_ID = "0x10de"
+CONFIG_SPACE_SIZE = 256
+
+PCI_STATUS_BYTE = 0x06
+PCI_STATUS_CAPABILITY_LIST = 0x10
+PCI_CAPABILITY_LIST = 0x34
+PCI_CAPABILITY_VENDOR_SPECIFIC = 0x09
+PCI_CAPABILITY_END = 0xFF
+
+VGPU_SIGNATURE = b"VF"
+VGPU_RECORD_START = 5
+VGPU_HOST_DRIVER_RECORD = 0
+HOST_DRIVER_VERSION_LENGTH = 10
+HOST_DRIVER_BRANCH_LENGTH = 10
+
+
+def _log() -> Any:
+    # Looked up per message: a logger bound at import would miss configure_logging().
+    return get_logger(component="discovery")
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(event: str, **context: Any) -> None:
+    """The same host problem is reported once per process, not on every pass."""
+    key = event + repr(sorted(context.items()))
+    if key in _warned:
+        _log().debug(event, **context)
+        return
+    _warned.add(key)
+    _log().warning(event, **context)
+
+
+class ConfigSpaceTooShortError(Exception):
+    """``config`` gave fewer than 256 bytes: the pod is not privileged."""
+
+    def __init__(self, address: str, length: int) -> None:
+        super().__init__(
+            f"PCI device {address}: read only {length} of {CONFIG_SPACE_SIZE} bytes of its "
+            f"configuration space; run gfd privileged for vGPU detection"
+        )
+
+
+# ------------------------------------------------------------------------ PCI class
+
+
+def read_pci_class(sysfs_root: str, bus_id: str) -> int | None:
+    """``<root>/bus/pci/devices/<bus id>/class`` as an int (e.g. 0x030200); None if unknown."""
+    if not bus_id:
+        return None
+    path = os.path.join(sysfs_root, PCI_DEVICES, bus_id, "class")
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read().strip()
+        return int(text, 16)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        _warn_once("pci class unknown", path=path, error=str(exc))
+        return None
+
+
+# ------------------------------------------------------------------------ machine type
+
+
+def read_machine_type(path: str) -> str | None:
+    """The machine-type file, read and stripped; None for an empty path or an unreadable file.
+
+    An empty (or all-whitespace) file gives ``""``, not None: upstream GFD labels that node
+    ``gpu.machine=`` (empty), while an unreadable file gives ``unknown``; the snapshot keeps
+    the two apart so the labels can match upstream in both cases.
+    """
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except OSError as exc:
+        _warn_once("machine type unknown", path=path, error=exc.strerror or str(exc))
+        return None
+    return data.decode("utf-8", errors="replace").strip()
+
+
+# ------------------------------------------------------------------------ vGPU
+
+
+def vendor_capability(config: bytes, address: str = "") -> bytes | None:
+    """The vendor-specific capability in a PCI config space, or None when there is none.
+
+    Raises :class:`ConfigSpaceTooShortError` for fewer than 256 bytes.
+    """
+    if len(config) < CONFIG_SPACE_SIZE:
+        raise ConfigSpaceTooShortError(address, len(config))
+    if not config[PCI_STATUS_BYTE] & PCI_STATUS_CAPABILITY_LIST:
+        return None
+    visited: set[int] = set()
+    position = config[PCI_CAPABILITY_LIST]
+    while position != 0:
+        if position in visited or position + 2 >= len(config):
+            return None  # the chain loops, or points past the end
+        capability_id = config[position]
+        if capability_id == PCI_CAPABILITY_END:
+            return None
+        if capability_id == PCI_CAPABILITY_VENDOR_SPECIFIC:
+            length = config[position + 2]
+            return config[position : position + length]
+        visited.add(position)
+        position = config[position + 1]
+    return None
+
+
+def is_vgpu_capability(capability: bytes) -> bool:
+    return len(capability) >= 5 and capability[3:5] == VGPU_SIGNATURE
+
+
+def host_driver_info(capability: bytes) -> VgpuDevice | None:
+    """The host driver record of a vGPU capability; None when it cannot be found."""
+    position = VGPU_RECORD_START
+    if position >= len(capability):
+        return None
+    record = capability[position]
+    while record != VGPU_HOST_DRIVER_RECORD:
+        if position + 1 >= len(capability):
+            return None
+        length = capability[position + 1]
+        if length == 0:
+            return None  # a record that does not advance would loop forever
+        position += length
+        if position >= len(capability):
+            return None
+        record = capability[position]
+    start = position + 2
+    end = start + HOST_DRIVER_VERSION_LENGTH + HOST_DRIVER_BRANCH_LENGTH
+    if end > len(capability):
+        return None
+    version = capability[start : start + HOST_DRIVER_VERSION_LENGTH]
+    branch = capability[start + HOST_DRIVER_VERSION_LENGTH : end]
+    # Upstream turns each byte into one character (Latin-1) and trims NULs at both ends.
+    return VgpuDevice(
+        host_driver_version=version.strip(b"\0").decode("latin-1"),
+        host_driver_branch=branch.strip(b"\0").decode("latin-1"),
+    )
+
+
+def scan_vgpu(sysfs_root: str) -> Vgpu | None:
+    """Every NVIDIA PCI function carrying the vGPU capability, in bus-id order.
+
+    None when the scan cannot be trusted (PCI devices unreadable, a short config read, a
+    vGPU capability without a host-driver record): then no ``vgpu.*`` labels at all.
+    """
+    root = os.path.join(sysfs_root, PCI_DEVICES)
+    try:
+        addresses = sorted(os.listdir(root))
+    except OSError as exc:
+        _warn_once("vgpu scan failed: cannot list PCI devices", path=root, error=str(exc))
+        return None
+    devices: list[VgpuDevice] = []
+    for address in addresses:
+        device_dir = os.path.join(root, address)
+        try:
+            with open(os.path.join(device_dir, "vendor"), encoding="ascii") as handle:
+                vendor = handle.read().strip().lower()
+            if vendor != NVIDIA_VENDOR_ID:
+                continue
+            with open(os.path.join(device_dir, "config"), "rb") as handle:
+                config = handle.read()
+        except FileNotFoundError:
+            continue  # the device went away between the listing and the read
+        except (OSError, UnicodeDecodeError) as exc:
+            _warn_once("vgpu scan failed: cannot read PCI device", device=address, error=str(exc))
+            return None
+        try:
+            capability = vendor_capability(config, address)
+        except ConfigSpaceTooShortError as exc:
+            _warn_once("vgpu scan skipped: run privileged for vGPU detection", reason=str(exc))
+            return None
+        if capability is None or not is_vgpu_capability(capability):
+            continue
+        info = host_driver_info(capability)
+        if info is None:
+            _warn_once(
+                "vgpu scan failed: no host driver record in the vGPU capability", device=address
+            )
+            return None
+        devices.append(info)
+    return Vgpu(devices=tuple(devices))

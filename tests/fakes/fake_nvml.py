@@ -1,0 +1,566 @@
+"""A fake NVML that stands in for the ``pynvml`` module.
+
+``FakeNvml(...).module`` is a module object with the same surface as ``pynvml`` for the
+subset gfd uses: the same function names and signatures, opaque handles, the *real*
+``pynvml`` error classes and ``NVML_*`` constants (so ``except`` clauses are exercised
+against the real types) and the real ctypes structs as return values.  Put it in
+``sys.modules["pynvml"]`` or pass it as ``discover(settings, nvml=fake.module)``.
+
+What it models:
+
+- GPUs with UUID, name, PCI bus id (NVML's 8-digit-domain, upper-case form), total memory
+  in bytes (``None``: GetMemoryInfo says NOT_SUPPORTED), compute capability;
+- MIG: mode NOT_SUPPORTED / disabled / enabled, ``max_mig_devices`` slots with gaps
+  (empty slots answer NOT_FOUND, or INVALID_ARGUMENT if asked), per-device attributes, GPU
+  instances with profile *ids* and a per-GPU table of which profile *enums* are supported
+  and which id each has — so discovery has to do the same lookups as on a real GPU;
+- fabric info through ``nvmlDeviceGetGpuFabricInfoV`` / ``nvmlDeviceGetGpuFabricInfo``
+  (NOT_SUPPORTED when the GPU has none);
+- failure injection: library not found, ``nvmlInit`` failing with any code, a GPU lost
+  after N calls touching it, entry points missing from the driver (FUNCTION_NOT_FOUND) or
+  from the bindings (the attribute is absent), strings returned as ``bytes`` (old bindings);
+- call counting (``calls``), and the init/shutdown balance (``init_depth``).
+
+``FakeNvml.from_snapshot(snapshot)`` inverts discovery: it produces the raw NVML values
+(memory in bytes, GPU-instance profile enums and ids, fabric structs) from which discovery
+must give the snapshot back.  It raises :class:`UnrealizableSnapshot` for a snapshot no
+NVML could produce (e.g. a MIG profile name that does not follow from the memory sizes).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import types
+import uuid as uuid_module
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+import pynvml as real
+
+from gfd.snapshot import Gpu, Snapshot
+
+NOT_SUPPORTED = real.NVML_ERROR_NOT_SUPPORTED
+NOT_FOUND = real.NVML_ERROR_NOT_FOUND
+INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
+
+P = real  # profile enum constants, for brevity below
+
+# (G slices, suffix) -> NVML_GPU_INSTANCE_PROFILE_* enum, for the names a GPU can have.
+PROFILE_ENUMS: dict[tuple[int, str], int] = {
+    (1, ""): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+    (2, ""): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
+    (3, ""): P.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
+    (4, ""): P.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
+    (6, ""): P.NVML_GPU_INSTANCE_PROFILE_6_SLICE,
+    (7, ""): P.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+    (8, ""): P.NVML_GPU_INSTANCE_PROFILE_8_SLICE,
+    (1, "+me"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
+    (2, "+me"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1,
+    (1, "+me.all"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME,
+    (2, "+me.all"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME,
+    (1, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX,
+    (2, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX,
+    (3, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX,
+    (4, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX,
+    (1, "-me"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME,
+    (2, "-me"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME,
+}
+SLICES_OF_ENUM = {enum: slices for (slices, _suffix), enum in PROFILE_ENUMS.items()}
+SLICES_OF_ENUM[P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2] = 1
+
+# Profile enum -> the profile *id* NVML reports for it.  The first seven are what an A100
+# reports (nvidia-smi mig -lgip: 1g.5gb is 19, 1g.5gb+me 20, 1g.10gb 15, 2g.10gb 14, 3g 9,
+# 4g 5, 7g 0); the rest are distinct stand-ins.  Discovery must not assume enum == id.
+PROFILE_IDS: dict[int, int] = {
+    P.NVML_GPU_INSTANCE_PROFILE_7_SLICE: 0,
+    P.NVML_GPU_INSTANCE_PROFILE_4_SLICE: 5,
+    P.NVML_GPU_INSTANCE_PROFILE_3_SLICE: 9,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE: 14,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 15,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE: 19,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 20,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: 21,
+    P.NVML_GPU_INSTANCE_PROFILE_8_SLICE: 30,
+    P.NVML_GPU_INSTANCE_PROFILE_6_SLICE: 31,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: 32,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: 33,
+    P.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: 34,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: 35,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME: 36,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: 37,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: 38,
+    P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX: 39,
+}
+# What every fake MIG GPU supports besides the enums its devices use (an A100's plain set).
+BASE_PROFILE_ENUMS = frozenset(
+    {
+        P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+        P.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
+        P.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
+        P.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
+        P.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
+    }
+)
+
+_PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me\.all|\+me|\+gfx|-me)?$")
+_SYSFS_BUS_ID = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
+
+
+class UnrealizableSnapshot(ValueError):
+    """No NVML could produce this snapshot, so it cannot round-trip through the fake."""
+
+
+# --------------------------------------------------------------------------- the raw model
+
+
+@dataclass
+class FakeMigDevice:
+    gi_id: int  # the GPU instance it lives in (shared by CIs of one GI)
+    gi_profile_enum: int  # NVML_GPU_INSTANCE_PROFILE_*
+    memory_mib: int  # memorySizeMB attribute
+    multiprocessors: int
+    gi_slices: int
+    ci_slices: int
+    engines: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # copy dec enc jpeg ofa
+
+
+@dataclass
+class FakeFabric:
+    cluster_uuid: bytes  # 16 raw bytes
+    clique_id: int
+    state: int = real.NVML_GPU_FABRIC_STATE_COMPLETED
+    status: int = real.NVML_SUCCESS
+
+
+@dataclass
+class FakeGpu:
+    uuid: str
+    name: str
+    bus_id: str  # NVML form: 00000000:07:00.0
+    memory_total: int | None  # bytes; None: GetMemoryInfo answers NOT_SUPPORTED
+    compute_capability: tuple[int, int] = (8, 0)
+    mig_mode: int | None = None  # None: NOT_SUPPORTED; else current mode (0 or 1)
+    max_mig_devices: int = 7
+    mig_slots: dict[int, FakeMigDevice] = field(default_factory=dict)
+    empty_slot_error: int = NOT_FOUND
+    fabric: FakeFabric | None = None  # None: NOT_SUPPORTED
+    supported_profile_enums: frozenset[int] = BASE_PROFILE_ENUMS
+
+
+class _DeviceHandle:
+    """Opaque, like ``c_nvmlDevice_t``: discovery can only pass it back."""
+
+    __slots__ = ("_gpu", "_slot")
+
+    def __init__(self, gpu: int, slot: int | None = None) -> None:
+        self._gpu = gpu
+        self._slot = slot
+
+    def __repr__(self) -> str:
+        return "<c_nvmlDevice_t>"
+
+
+class _GpuInstanceHandle:
+    __slots__ = ("_gi_id", "_gpu")
+
+    def __init__(self, gpu: int, gi_id: int) -> None:
+        self._gpu = gpu
+        self._gi_id = gi_id
+
+    def __repr__(self) -> str:
+        return "<c_nvmlGpuInstance_t>"
+
+
+def _error(code: int) -> real.NVMLError:
+    return real.NVMLError(code)
+
+
+# Every function of the pynvml surface the fake implements (the counted ones).
+FUNCTIONS = (
+    "nvmlInit",
+    "nvmlShutdown",
+    "nvmlSystemGetDriverVersion",
+    "nvmlSystemGetCudaDriverVersion",
+    "nvmlDeviceGetCount",
+    "nvmlDeviceGetHandleByIndex",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetPciInfo",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMaxMigDeviceCount",
+    "nvmlDeviceGetMigDeviceHandleByIndex",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetGpuInstanceById",
+    "nvmlGpuInstanceGetInfo",
+    "nvmlDeviceGetGpuInstanceProfileInfo",
+    "nvmlDeviceGetGpuFabricInfoV",
+    "nvmlDeviceGetGpuFabricInfo",
+)
+
+# Real pynvml names copied as they are: error classes, constants, structs.
+_COPIED_PREFIXES = ("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo", "nvmlGpuFabricInfo")
+
+
+class FakeNvml:
+    def __init__(
+        self,
+        gpus: Iterable[FakeGpu] = (),
+        *,
+        driver_version: str = "550.54.15",
+        cuda_version: int = 12040,
+        library_missing: bool = False,
+        init_error: int | None = None,
+        bytes_strings: bool = False,
+        missing_symbols: Iterable[str] = (),
+        missing_functions: Iterable[str] = (),
+    ) -> None:
+        self.gpus = list(gpus)
+        self.driver_version = driver_version
+        self.cuda_version = cuda_version
+        self.library_missing = library_missing
+        self.init_error = init_error
+        self.bytes_strings = bytes_strings
+        self.missing_symbols = set(missing_symbols)  # FUNCTION_NOT_FOUND (old driver)
+        self.calls: Counter[str] = Counter()
+        self.init_depth = 0
+        self._lost: dict[int, int] = {}  # gpu -> calls left before it is lost
+        self.module = self._build_module(set(missing_functions))
+
+    # ------------------------------------------------------------- set-up helpers
+
+    def lose_gpu(self, index: int, *, after_calls: int = 0) -> None:
+        """GPU ``index`` answers GPU_IS_LOST once ``after_calls`` calls have touched it."""
+        self._lost[index] = after_calls
+
+    @property
+    def total_calls(self) -> int:
+        return sum(self.calls.values())
+
+    def _build_module(self, missing_functions: set[str]) -> types.ModuleType:
+        module = types.ModuleType("pynvml", "fake NVML bindings (tests/fakes/fake_nvml.py)")
+        for name in dir(real):
+            if name.startswith(_COPIED_PREFIXES):
+                setattr(module, name, getattr(real, name))
+        for name in FUNCTIONS:
+            if name not in missing_functions:
+                setattr(module, name, self._counted(name, getattr(self, "_" + name)))
+        return module
+
+    def _counted(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] += 1
+            if name in self.missing_symbols:
+                raise _error(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+            if name not in ("nvmlInit", "nvmlShutdown") and self.init_depth <= 0:
+                raise _error(real.NVML_ERROR_UNINITIALIZED)
+            return function(*args, **kwargs)
+
+        call.__name__ = name
+        return call
+
+    def _text(self, value: str) -> str | bytes:
+        return value.encode() if self.bytes_strings else value
+
+    def _gpu(self, handle: Any, *, mig_ok: bool = False) -> FakeGpu:
+        if not isinstance(handle, _DeviceHandle):
+            raise _error(INVALID_ARGUMENT)
+        if handle._slot is not None and not mig_ok:
+            raise _error(INVALID_ARGUMENT)
+        self._touch(handle._gpu)
+        return self.gpus[handle._gpu]
+
+    def _touch(self, index: int) -> None:
+        if index in self._lost:
+            if self._lost[index] <= 0:
+                raise _error(real.NVML_ERROR_GPU_IS_LOST)
+            self._lost[index] -= 1
+
+    def _mig(self, handle: Any) -> FakeMigDevice:
+        if not isinstance(handle, _DeviceHandle) or handle._slot is None:
+            raise _error(INVALID_ARGUMENT)
+        self._touch(handle._gpu)
+        return self.gpus[handle._gpu].mig_slots[handle._slot]
+
+    # ------------------------------------------------------------- the pynvml surface
+
+    def _nvmlInit(self) -> None:
+        if self.library_missing:
+            raise _error(real.NVML_ERROR_LIBRARY_NOT_FOUND)
+        if self.init_error is not None:
+            raise _error(self.init_error)
+        self.init_depth += 1
+
+    def _nvmlShutdown(self) -> None:
+        if self.init_depth <= 0:
+            raise _error(real.NVML_ERROR_UNINITIALIZED)
+        self.init_depth -= 1
+
+    def _nvmlSystemGetDriverVersion(self) -> str | bytes:
+        return self._text(self.driver_version)
+
+    def _nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda_version
+
+    def _nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def _nvmlDeviceGetHandleByIndex(self, index: int) -> _DeviceHandle:
+        if not 0 <= index < len(self.gpus):
+            raise _error(INVALID_ARGUMENT)
+        self._touch(index)
+        return _DeviceHandle(index)
+
+    def _nvmlDeviceGetUUID(self, handle: Any) -> str | bytes:
+        return self._text(self._gpu(handle).uuid)
+
+    def _nvmlDeviceGetName(self, handle: Any) -> str | bytes:
+        return self._text(self._gpu(handle).name)
+
+    def _nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
+        gpu = self._gpu(handle)
+        info = real.nvmlPciInfo_t()
+        info.busId = gpu.bus_id.encode()
+        info.busIdLegacy = gpu.bus_id.encode()[:15]
+        return info
+
+    def _nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
+        gpu = self._gpu(handle)
+        if gpu.memory_total is None:
+            raise _error(NOT_SUPPORTED)
+        return real.c_nvmlMemory_t(total=gpu.memory_total, free=gpu.memory_total, used=0)
+
+    def _nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
+        return self._gpu(handle).compute_capability
+
+    def _nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
+        gpu = self._gpu(device)
+        if gpu.mig_mode is None:
+            raise _error(NOT_SUPPORTED)
+        return [gpu.mig_mode, gpu.mig_mode]
+
+    def _nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
+        gpu = self._gpu(device)
+        return 0 if gpu.mig_mode is None else gpu.max_mig_devices
+
+    def _nvmlDeviceGetMigDeviceHandleByIndex(self, device: Any, index: int) -> _DeviceHandle:
+        gpu = self._gpu(device)
+        if gpu.mig_mode is None:
+            raise _error(NOT_SUPPORTED)
+        if not 0 <= index < gpu.max_mig_devices:
+            raise _error(INVALID_ARGUMENT)
+        if gpu.mig_mode != 1 or index not in gpu.mig_slots:
+            raise _error(gpu.empty_slot_error)
+        return _DeviceHandle(device._gpu, index)
+
+    def _nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, migDevice: Any) -> _DeviceHandle:
+        self._mig(migDevice)
+        return _DeviceHandle(migDevice._gpu)
+
+    def _nvmlDeviceGetAttributes(self, device: Any) -> Any:
+        mig = self._mig(device)
+        copy, decoder, encoder, jpeg, ofa = mig.engines
+        return real.c_nvmlDeviceAttributes(
+            multiprocessorCount=mig.multiprocessors,
+            sharedCopyEngineCount=copy,
+            sharedDecoderCount=decoder,
+            sharedEncoderCount=encoder,
+            sharedJpegCount=jpeg,
+            sharedOfaCount=ofa,
+            gpuInstanceSliceCount=mig.gi_slices,
+            computeInstanceSliceCount=mig.ci_slices,
+            memorySizeMB=mig.memory_mib,
+        )
+
+    def _nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
+        return self._mig(device).gi_id
+
+    def _nvmlDeviceGetGpuInstanceById(self, device: Any, gpuInstanceId: int) -> Any:
+        gpu = self._gpu(device)
+        if not any(m.gi_id == gpuInstanceId for m in gpu.mig_slots.values()):
+            raise _error(NOT_FOUND)
+        return _GpuInstanceHandle(device._gpu, gpuInstanceId)
+
+    def _nvmlGpuInstanceGetInfo(self, gpuInstance: Any) -> Any:
+        if not isinstance(gpuInstance, _GpuInstanceHandle):
+            raise _error(INVALID_ARGUMENT)
+        self._touch(gpuInstance._gpu)
+        gpu = self.gpus[gpuInstance._gpu]
+        mig = next(m for m in gpu.mig_slots.values() if m.gi_id == gpuInstance._gi_id)
+        info = real.c_nvmlGpuInstanceInfo_t()
+        info.id = gpuInstance._gi_id
+        info.profileId = PROFILE_IDS[mig.gi_profile_enum]
+        return info
+
+    def _nvmlDeviceGetGpuInstanceProfileInfo(
+        self, device: Any, profile: int, version: int = 2
+    ) -> Any:
+        gpu = self._gpu(device)
+        if version == 2:
+            if "nvmlDeviceGetGpuInstanceProfileInfoV" in self.missing_symbols:
+                raise _error(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+            info: Any = real.c_nvmlGpuInstanceProfileInfo_v2_t()
+        elif version == 1:
+            info = real.c_nvmlGpuInstanceProfileInfo_t()
+        else:
+            raise _error(real.NVML_ERROR_FUNCTION_NOT_FOUND)
+        if not 0 <= profile < real.NVML_GPU_INSTANCE_PROFILE_COUNT:
+            raise _error(INVALID_ARGUMENT)
+        if gpu.mig_mode is None or profile not in gpu.supported_profile_enums:
+            raise _error(NOT_SUPPORTED)
+        info.id = PROFILE_IDS[profile]
+        info.sliceCount = SLICES_OF_ENUM.get(profile, 1)
+        return info
+
+    def _fill_fabric(self, device: Any, gpuFabricInfo: Any) -> int:
+        gpu = self._gpu(device)
+        if gpu.fabric is None:
+            raise _error(NOT_SUPPORTED)
+        struct = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)  # byref(...) or the struct
+        ctypes.memmove(struct.clusterUuid, gpu.fabric.cluster_uuid, 16)
+        struct.cliqueId = gpu.fabric.clique_id
+        struct.state = gpu.fabric.state
+        struct.status = gpu.fabric.status
+        return real.NVML_SUCCESS
+
+    def _nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        return self._fill_fabric(device, gpuFabricInfo)
+
+    def _nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
+        return self._fill_fabric(device, gpuFabricInfo)
+
+    # ------------------------------------------------------------- from a snapshot
+
+    @classmethod
+    def from_snapshot(
+        cls, snapshot: Snapshot, *, empty_slot_error: int = NOT_FOUND, **options: Any
+    ) -> FakeNvml:
+        """The fake node whose discovery gives ``snapshot`` back (NVML part)."""
+        if snapshot.driver is None:
+            raise UnrealizableSnapshot("no driver: NVML is unavailable on this node")
+        gpus = sorted(snapshot.gpus, key=lambda g: g.index)
+        if [g.index for g in gpus] != list(range(len(gpus))):
+            raise UnrealizableSnapshot("NVML numbers GPUs 0..n-1")
+        return cls(
+            [fake_gpu_from(gpu, empty_slot_error=empty_slot_error) for gpu in gpus],
+            driver_version=snapshot.driver.version,
+            cuda_version=snapshot.driver.cuda,
+            **options,
+        )
+
+
+# --------------------------------------------------------------------------- inversion
+
+
+def expected_gb(mig_memory_mib: int, parent_total_bytes: int) -> int:
+    """The GB of a profile name, in exact arithmetic (independent of gfd's float version)."""
+    fraction = Fraction(mig_memory_mib * 2**20, parent_total_bytes)
+    eighths = math.ceil(fraction * 8)
+    total_gb = -(-parent_total_bytes // 2**30)
+    return math.floor(Fraction(eighths, 8) * total_gb + Fraction(1, 2))
+
+
+def nvml_bus_id(sysfs_bus_id: str) -> str:
+    """``0000:07:00.0`` as NVML prints it: ``00000000:07:00.0`` (upper-case hex)."""
+    if not sysfs_bus_id:
+        return ""
+    match = _SYSFS_BUS_ID.match(sysfs_bus_id)
+    if match is None:
+        raise UnrealizableSnapshot(f"pci_bus_id {sysfs_bus_id!r} is not in sysfs form")
+    domain, bus, device, function = match.groups()
+    return f"{int(domain, 16):08X}:{bus.upper()}:{device.upper()}.{function}"
+
+
+def spread_slots(count: int, max_slots: int) -> list[int]:
+    """``count`` slot indices in order over ``max_slots``, leaving gaps between them."""
+    return [k * max_slots // count for k in range(count)] if count else []
+
+
+def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
+    total = None if gpu.memory_mib is None else gpu.memory_mib * 2**20
+    fake = FakeGpu(
+        uuid=gpu.uuid,
+        name=gpu.name,
+        bus_id=nvml_bus_id(gpu.pci_bus_id),
+        memory_total=total,
+        compute_capability=(gpu.compute_capability.major, gpu.compute_capability.minor),
+        empty_slot_error=empty_slot_error,
+    )
+    if gpu.fabric is not None:
+        try:
+            cluster = uuid_module.UUID(gpu.fabric.cluster_uuid)
+        except ValueError:
+            raise UnrealizableSnapshot(f"cluster_uuid {gpu.fabric.cluster_uuid!r}") from None
+        if str(cluster) != gpu.fabric.cluster_uuid or cluster.int == 0:
+            raise UnrealizableSnapshot(f"cluster_uuid {gpu.fabric.cluster_uuid!r} not canonical")
+        if gpu.fabric.clique_id >= 2**32:
+            raise UnrealizableSnapshot("clique_id is a 32-bit value in NVML")
+        fake.fabric = FakeFabric(cluster.bytes, gpu.fabric.clique_id)
+    if gpu.mig is None:
+        return fake
+    fake.mig_mode = 1 if gpu.mig.enabled else 0
+    if not gpu.mig.enabled:
+        if gpu.mig.devices:
+            raise UnrealizableSnapshot(f"GPU {gpu.index}: MIG devices on a MIG-disabled GPU")
+        return fake
+    if gpu.mig.devices and total is None:
+        raise UnrealizableSnapshot(f"GPU {gpu.index}: MIG devices need the GPU's memory")
+    migs: list[FakeMigDevice] = []
+    gi_id, ci_used = 0, 0
+    for device in gpu.mig.devices:
+        match = _PROFILE.match(device.profile)
+        if match is None:
+            raise UnrealizableSnapshot(f"MIG profile {device.profile!r} is not canonical")
+        c_text, g_text, gb_text, suffix = match.groups()
+        g, gb, suffix = int(g_text), int(gb_text), suffix or ""
+        c = g if c_text is None else int(c_text)
+        if c_text is not None and c == g:
+            raise UnrealizableSnapshot(f"MIG profile {device.profile!r}: C equals G")
+        if (g, c) != (device.slices.gi, device.slices.ci):
+            raise UnrealizableSnapshot(f"MIG profile {device.profile!r} vs slices {device.slices}")
+        assert total is not None
+        if gb != expected_gb(device.memory_mib, total):
+            raise UnrealizableSnapshot(
+                f"MIG profile {device.profile!r}: {device.memory_mib} MiB of {gpu.memory_mib} "
+                f"MiB gives {expected_gb(device.memory_mib, total)}gb"
+            )
+        enum = PROFILE_ENUMS.get((g, suffix))
+        if enum is None:
+            raise UnrealizableSnapshot(f"MIG profile {device.profile!r}: no such GPU instance")
+        # Compute instances smaller than their GPU instance share it while they fit.
+        previous = migs[-1] if migs else None
+        shares = (
+            previous is not None
+            and c < g
+            and previous.ci_slices < previous.gi_slices
+            and (previous.gi_profile_enum, previous.memory_mib) == (enum, device.memory_mib)
+            and ci_used + c <= g
+        )
+        if shares:
+            ci_used += c
+        else:
+            gi_id, ci_used = gi_id + 1, c
+        e = device.engines
+        migs.append(
+            FakeMigDevice(
+                gi_id=gi_id,
+                gi_profile_enum=enum,
+                memory_mib=device.memory_mib,
+                multiprocessors=device.multiprocessors,
+                gi_slices=g,
+                ci_slices=c,
+                engines=(e.copy, e.decoder, e.encoder, e.jpeg, e.ofa),
+            )
+        )
+    fake.max_mig_devices = max(7, len(migs))
+    fake.mig_slots = dict(zip(spread_slots(len(migs), fake.max_mig_devices), migs, strict=True))
+    fake.supported_profile_enums = BASE_PROFILE_ENUMS | {m.gi_profile_enum for m in migs}
+    return fake

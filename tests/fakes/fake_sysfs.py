@@ -1,0 +1,157 @@
+"""A fake sysfs tree (in a temporary directory) for the sysfs half of discovery.
+
+``FakeSysfs(root)`` lays out ``<root>/bus/pci/devices/<address>/{vendor,class,config}``;
+the helpers build PCI configuration spaces byte by byte — capability chains, the vGPU
+vendor capability with its records — so the parser can be fed good and broken ones.
+``build_from_snapshot`` writes the tree (and machine-type file) a snapshot implies.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from gfd.snapshot import Snapshot
+
+from .fake_nvml import UnrealizableSnapshot
+
+CONFIG_SIZE = 256
+STATUS = 0x06
+CAPABILITY_LIST_BIT = 0x10
+CAPABILITY_POINTER = 0x34
+VENDOR_SPECIFIC = 0x09
+
+_SYSFS_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def plain_config(size: int = CONFIG_SIZE) -> bytes:
+    """A config space with NVIDIA's vendor id and no capability list."""
+    config = bytearray(size)
+    config[0:2] = b"\xde\x10"
+    return bytes(config)
+
+
+def capability(cap_id: int, body: bytes = b"") -> bytes:
+    """A capability: id, next (filled in when laid out), then ``body``."""
+    return bytes([cap_id, 0]) + body
+
+
+def vendor_capability(payload: bytes) -> bytes:
+    """The vendor-specific capability: id 0x09, next, length, then ``payload``."""
+    return bytes([VENDOR_SPECIFIC, 0, 3 + len(payload)]) + payload
+
+
+def vgpu_records(version: bytes, branch: bytes, before: Sequence[bytes] = ()) -> bytes:
+    """The records of a vGPU capability: ``before`` records, then the host-driver record.
+
+    Each ``before`` entry is a record body; it gets an id (1, 2, ...) and a length byte.
+    """
+    out = b""
+    for number, body in enumerate(before, start=1):
+        out += bytes([number, 2 + len(body)]) + body
+    return out + bytes([0, 22]) + version.ljust(10, b"\0") + branch.ljust(10, b"\0")
+
+
+def vgpu_capability(
+    version: str = "460.16", branch: str = "r460_00", *, before: Sequence[bytes] = ()
+) -> bytes:
+    return vendor_capability(b"VF" + vgpu_records(version.encode(), branch.encode(), before))
+
+
+def config_with_capabilities(
+    capabilities: Sequence[bytes], *, start: int = 0x40, size: int = CONFIG_SIZE
+) -> bytes:
+    """A config space with ``capabilities`` chained in order from ``start`` (4-aligned)."""
+    config = bytearray(plain_config(max(size, CONFIG_SIZE)))
+    config[STATUS] |= CAPABILITY_LIST_BIT
+    position = start
+    positions = []
+    for cap in capabilities:
+        positions.append(position)
+        config[position : position + len(cap)] = cap
+        position = (position + len(cap) + 3) & ~3
+    if position > CONFIG_SIZE:
+        raise ValueError("capabilities do not fit in the config space")
+    config[CAPABILITY_POINTER] = positions[0] if positions else 0
+    for here, after in zip(positions, [*positions[1:], 0], strict=True):
+        config[here + 1] = after
+    return bytes(config[:size])
+
+
+class FakeSysfs:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.devices = root / "bus" / "pci" / "devices"
+        self.devices.mkdir(parents=True, exist_ok=True)
+
+    def add_device(
+        self,
+        address: str,
+        *,
+        vendor: str | None = "0x10de",
+        pci_class: int | None = 0x030200,
+        config: bytes | None = None,
+    ) -> Path:
+        """A PCI function; ``None`` for a file leaves it out (unreadable)."""
+        directory = self.devices / address
+        directory.mkdir(parents=True, exist_ok=True)
+        if vendor is not None:
+            (directory / "vendor").write_text(vendor + "\n")
+        if pci_class is not None:
+            (directory / "class").write_text(f"0x{pci_class:06x}\n")
+        (directory / "config").write_bytes(plain_config() if config is None else config)
+        return directory
+
+
+def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, str]:
+    """The sysfs tree and machine-type file of ``snapshot``; returns Settings overrides.
+
+    GPUs become NVIDIA functions with their class (none written when null); each vGPU
+    device an extra function carrying the capability, at addresses that sort in snapshot
+    order; a null vGPU scan a function whose config read is short (not privileged); one
+    non-NVIDIA function is there to be skipped.
+    """
+    sysfs = FakeSysfs(root / "sys")
+    classes: dict[str, int | None] = {}
+    for gpu in snapshot.gpus:
+        if not gpu.pci_bus_id:
+            if gpu.pci_class is not None:
+                raise UnrealizableSnapshot(f"GPU {gpu.index}: a PCI class without a bus id")
+            continue
+        if not _SYSFS_BUS_ID.match(gpu.pci_bus_id):
+            raise UnrealizableSnapshot(f"pci_bus_id {gpu.pci_bus_id!r} is not in sysfs form")
+        if classes.get(gpu.pci_bus_id, gpu.pci_class) != gpu.pci_class:
+            raise UnrealizableSnapshot(f"two PCI classes for {gpu.pci_bus_id}")
+        classes[gpu.pci_bus_id] = gpu.pci_class
+        sysfs.add_device(gpu.pci_bus_id, pci_class=gpu.pci_class)
+    if "0000:00:00.0" not in classes:
+        sysfs.add_device("0000:00:00.0", vendor="0x8086", pci_class=0x060000)
+    if snapshot.vgpu is None:
+        sysfs.add_device("ffff:ff:1f.7", config=plain_config(64))
+    else:
+        for number, device in enumerate(snapshot.vgpu.devices):
+            try:
+                version = device.host_driver_version.encode("latin-1")
+                branch = device.host_driver_branch.encode("latin-1")
+            except UnicodeEncodeError:
+                raise UnrealizableSnapshot("vGPU host driver strings are bytes") from None
+            if len(version) > 10 or len(branch) > 10 or b"\0" in version + branch:
+                raise UnrealizableSnapshot("vGPU host driver strings are 10 bytes, no NULs")
+            config = config_with_capabilities(
+                [
+                    capability(0x01, b"\0" * 6),
+                    vendor_capability(b"VF" + vgpu_records(version, branch)),
+                ]
+            )
+            sysfs.add_device(f"ffff:{number // 32:02x}:{number % 32:02x}.0", config=config)
+    settings = {"sysfs_root": str(sysfs.root)}
+    if snapshot.machine is None:
+        settings["machine_type_file"] = str(root / "no-such-product-name")
+    else:
+        if snapshot.machine != snapshot.machine.strip():
+            raise UnrealizableSnapshot("the machine type is read stripped")
+        machine_file = root / "product_name"
+        machine_file.write_bytes(snapshot.machine.encode() + (b"\n" if snapshot.machine else b""))
+        settings["machine_type_file"] = str(machine_file)
+    return settings
