@@ -1,0 +1,665 @@
+"""A small, real Kubernetes API server for tests.
+
+It listens on 127.0.0.1 in its own thread and speaks enough of the API for the real
+``kubernetes`` client (reached through :meth:`FakeApiServer.write_kubeconfig`) to manage
+Nodes, Pods, DaemonSets and NFD NodeFeatures:
+
+- GET (object or collection), POST (create; 409 AlreadyExists), PUT (replace; 409 Conflict on
+  a stale ``metadata.resourceVersion``), DELETE, and PATCH with
+  ``application/merge-patch+json`` (RFC 7386).  Any other patch type is answered 415, so a
+  client that sends the wrong content type fails loudly instead of passing by accident.
+- Every object carries ``uid``, ``resourceVersion`` (one global counter, as etcd's) and
+  ``creationTimestamp``; errors are ``Status`` objects as the real API server returns them.
+- Every request is recorded (method, path, status, content type) and can be counted.
+- Faults on demand: an HTTP status (5xx, 429 with Retry-After), a delay, a dropped connection
+  (the socket is closed without a response), or the whole server going "down" (the listening
+  socket is closed: connection refused) and coming back on the same port.
+
+Each connection serves one request (HTTP/1.0 style), so going down never leaves a
+half-open keep-alive connection behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    prefix: str  # "/api/v1" or "/apis/<group>/<version>"
+    plural: str
+    kind: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return "v1" if self.prefix == "/api/v1" else self.prefix[len("/apis/") :]
+
+
+RESOURCES = (
+    ResourceType("/api/v1", "nodes", "Node", namespaced=False),
+    ResourceType("/api/v1", "pods", "Pod", namespaced=True),
+    ResourceType("/apis/apps/v1", "daemonsets", "DaemonSet", namespaced=True),
+    ResourceType("/apis/nfd.k8s-sigs.io/v1alpha1", "nodefeatures", "NodeFeature", namespaced=True),
+)
+_BY_PLURAL = {resource.plural: resource for resource in RESOURCES}
+_BY_KIND = {resource.kind: resource for resource in RESOURCES}
+
+MERGE_PATCH = "application/merge-patch+json"
+_REASONS = {
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    422: "Invalid",
+    429: "TooManyRequests",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    status: int  # 0: the connection was dropped without a response
+    content_type: str | None
+    body: Any
+
+
+@dataclass
+class Fault:
+    """Applied to the next ``count`` matching requests (forever when ``count`` is None)."""
+
+    status: int | None = None  # answer with this status (a Status object)
+    delay: float = 0.0  # sleep this long first
+    drop: bool = False  # close the connection without a response
+    retry_after: int | None = None  # Retry-After header (seconds) with the status
+    method: str | None = None  # only requests with this verb
+    path_contains: str | None = None  # only requests whose path contains this
+    count: int | None = 1
+
+    def matches(self, method: str, path: str) -> bool:
+        if self.method is not None and self.method != method:
+            return False
+        return self.path_contains is None or self.path_contains in path
+
+
+class ApiStatusError(Exception):
+    def __init__(self, code: int, reason: str, message: str, details: JSON | None = None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.details = details or {}
+
+
+def status_object(code: int, reason: str, message: str, details: JSON | None = None) -> JSON:
+    body: JSON = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success" if code < 400 else "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+    if details:
+        body["details"] = details
+    return body
+
+
+def json_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, ``null`` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = json_merge_patch(result.get(key), value)
+    return result
+
+
+@dataclass
+class _State:
+    objects: dict[tuple[str, str, str], JSON] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    versions: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+class FakeApiServer:
+    """Use as a context manager, or call :meth:`start` and :meth:`stop`."""
+
+    def __init__(self) -> None:
+        self._state = _State()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # ------------------------------------------------------------- lifecycle
+
+    def start(self) -> FakeApiServer:
+        state = self._state
+
+        class Handler(_Handler):
+            pass
+
+        Handler.state = state
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        self._server = server
+        self.port = server.server_address[1]
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> FakeApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def is_up(self) -> bool:
+        return self._server is not None
+
+    def go_down(self) -> None:
+        """Close the listening socket: clients get connection refused until :meth:`come_up`."""
+        self.stop()
+
+    def come_up(self) -> None:
+        """Listen again on the same port, with every object as it was."""
+        if self._server is None:
+            self.start()
+
+    @contextmanager
+    def down(self) -> Iterator[None]:
+        self.go_down()
+        try:
+            yield
+        finally:
+            self.come_up()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
+        """A kubeconfig that points the real client at this server (plain HTTP, a token)."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+            "contexts": [
+                {
+                    "name": "fake",
+                    "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
+                }
+            ],
+            "current-context": "fake",
+        }
+        target = Path(path)
+        target.write_text(json.dumps(config, indent=2), encoding="utf-8")
+        return target
+
+    # ------------------------------------------------------------- objects
+
+    def put_object(self, obj: JSON) -> JSON:
+        """Store ``obj`` (its ``kind`` picks the resource) as if created; returns the copy."""
+        resource = _BY_KIND[obj["kind"]]
+        with self._state.lock:
+            stored = _Handler.prepare_new(self._state, resource, copy.deepcopy(obj))
+            key = _key(
+                resource, stored["metadata"].get("namespace", ""), stored["metadata"]["name"]
+            )
+            self._state.objects[key] = stored
+            return copy.deepcopy(stored)
+
+    def add_node(
+        self,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> JSON:
+        metadata: JSON = {"name": name, "labels": dict(labels or {})}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        return self.put_object(
+            {
+                "kind": "Node",
+                "apiVersion": "v1",
+                "metadata": metadata,
+                "spec": {},
+                "status": {"nodeInfo": {"kubeletVersion": "v1.31.0"}},
+            }
+        )
+
+    def add_daemonset(self, namespace: str, name: str) -> JSON:
+        return self.put_object(
+            {
+                "kind": "DaemonSet",
+                "apiVersion": "apps/v1",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"selector": {"matchLabels": {"app": name}}},
+            }
+        )
+
+    def add_pod(self, namespace: str, name: str, owner: JSON | None = None) -> JSON:
+        """A pod; ``owner`` (an object from :meth:`add_daemonset`) becomes its controller."""
+        metadata: JSON = {"name": name, "namespace": namespace}
+        if owner is not None:
+            metadata["ownerReferences"] = [
+                {
+                    "apiVersion": owner["apiVersion"],
+                    "kind": owner["kind"],
+                    "name": owner["metadata"]["name"],
+                    "uid": owner["metadata"]["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ]
+        return self.put_object(
+            {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": {"containers": []}}
+        )
+
+    def get(self, kind: str, name: str, namespace: str = "") -> JSON | None:
+        resource = _BY_KIND[kind]
+        with self._state.lock:
+            obj = self._state.objects.get(_key(resource, namespace, name))
+            return copy.deepcopy(obj) if obj is not None else None
+
+    def node(self, name: str) -> JSON:
+        node = self.get("Node", name)
+        assert node is not None, f"no node {name}"
+        return node
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        return dict(self.node(name)["metadata"].get("labels") or {})
+
+    def node_annotations(self, name: str) -> dict[str, str]:
+        return dict(self.node(name)["metadata"].get("annotations") or {})
+
+    def edit(self, kind: str, name: str, namespace: str, change: Callable[[JSON], None]) -> JSON:
+        """Change a stored object in place (as another client would), bumping its version."""
+        resource = _BY_KIND[kind]
+        with self._state.lock:
+            obj = self._state.objects[_key(resource, namespace, name)]
+            change(obj)
+            obj["metadata"]["resourceVersion"] = str(next(self._state.versions))
+            return copy.deepcopy(obj)
+
+    def delete(self, kind: str, name: str, namespace: str = "") -> None:
+        resource = _BY_KIND[kind]
+        with self._state.lock:
+            self._state.objects.pop(_key(resource, namespace, name), None)
+
+    def objects(self, kind: str) -> list[JSON]:
+        resource = _BY_KIND[kind]
+        with self._state.lock:
+            return [
+                copy.deepcopy(obj)
+                for (plural, _, _), obj in sorted(self._state.objects.items())
+                if plural == resource.plural
+            ]
+
+    # ------------------------------------------------------------- requests and faults
+
+    @property
+    def requests(self) -> list[Request]:
+        with self._state.lock:
+            return list(self._state.requests)
+
+    def count(self, method: str | None = None, path_contains: str | None = None) -> int:
+        return sum(
+            1
+            for request in self.requests
+            if (method is None or request.method == method)
+            and (path_contains is None or path_contains in request.path)
+        )
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Requests by (verb, path)."""
+        result: dict[tuple[str, str], int] = {}
+        for request in self.requests:
+            key = (request.method, request.path)
+            result[key] = result.get(key, 0) + 1
+        return result
+
+    def clear_requests(self) -> None:
+        with self._state.lock:
+            self._state.requests.clear()
+
+    def inject(self, fault: Fault) -> Fault:
+        with self._state.lock:
+            self._state.faults.append(fault)
+        return fault
+
+    def fail(
+        self,
+        status: int = 500,
+        count: int | None = 1,
+        *,
+        method: str | None = None,
+        path_contains: str | None = None,
+        retry_after: int | None = None,
+    ) -> Fault:
+        return self.inject(
+            Fault(
+                status=status,
+                count=count,
+                method=method,
+                path_contains=path_contains,
+                retry_after=retry_after,
+            )
+        )
+
+    def drop(self, count: int | None = 1, *, method: str | None = None) -> Fault:
+        return self.inject(Fault(drop=True, count=count, method=method))
+
+    def delay(self, seconds: float, count: int | None = 1, *, method: str | None = None) -> Fault:
+        return self.inject(Fault(delay=seconds, count=count, method=method))
+
+    def clear_faults(self) -> None:
+        with self._state.lock:
+            self._state.faults.clear()
+
+
+def _drop_empty_metadata(obj: JSON) -> None:
+    # as the real API server serialises ObjectMeta: empty maps and lists are omitted
+    metadata = obj.get("metadata") or {}
+    for name in ("labels", "annotations", "ownerReferences"):
+        if name in metadata and not metadata[name]:
+            del metadata[name]
+
+
+def _key(resource: ResourceType, namespace: str, name: str) -> tuple[str, str, str]:
+    return (resource.plural, namespace if resource.namespaced else "", name)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: _State
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    # ------------------------------------------------------------- plumbing
+
+    def _handle(self, method: str) -> None:
+        path = urlsplit(self.path).path
+        content_type = self.headers.get("Content-Type")
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+
+        fault = self._take_fault(method, path)
+        if fault is not None:
+            if fault.delay:
+                time.sleep(fault.delay)
+            if fault.drop:
+                self._record(method, path, 0, content_type, body)
+                self.close_connection = True
+                with suppress(OSError):
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if fault.status is not None:
+                reason = _REASONS.get(fault.status, "InternalError")
+                headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
+                # recorded before answering, so a client that has its answer sees it counted
+                self._record(method, path, fault.status, content_type, body)
+                self._send(
+                    fault.status,
+                    status_object(fault.status, reason, f"injected fault {fault.status}"),
+                    headers,
+                )
+                return
+
+        try:
+            code, answer = self._dispatch(method, path, content_type, body)
+        except ApiStatusError as error:
+            code = error.code
+            answer = status_object(error.code, error.reason, error.message, error.details)
+        self._record(method, path, code, content_type, body)
+        self._send(code, answer)
+
+    def _take_fault(self, method: str, path: str) -> Fault | None:
+        with self.state.lock:
+            for fault in self.state.faults:
+                if fault.matches(method, path):
+                    if fault.count is not None:
+                        fault.count -= 1
+                        if fault.count <= 0:
+                            self.state.faults.remove(fault)
+                    return fault
+        return None
+
+    def _record(
+        self, method: str, path: str, status: int, content_type: str | None, body: Any
+    ) -> None:
+        with self.state.lock:
+            self.state.requests.append(Request(method, path, status, content_type, body))
+
+    def _send(self, code: int, body: JSON, headers: Mapping[str, str] | None = None) -> None:
+        payload = json.dumps(body).encode("utf-8")
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(payload)
+
+    # ------------------------------------------------------------- the API
+
+    @staticmethod
+    def _route(path: str) -> tuple[ResourceType, str, str | None]:
+        """(resource, namespace, name or None for the collection)."""
+        for resource in RESOURCES:
+            if not path.startswith(resource.prefix + "/"):
+                continue
+            parts = path[len(resource.prefix) + 1 :].split("/")
+            if resource.namespaced:
+                if (
+                    len(parts) in (3, 4)
+                    and parts[0] == "namespaces"
+                    and parts[2] == resource.plural
+                ):
+                    return resource, parts[1], parts[3] if len(parts) == 4 else None
+            elif len(parts) in (1, 2) and parts[0] == resource.plural:
+                return resource, "", parts[1] if len(parts) == 2 else None
+        raise ApiStatusError(404, "NotFound", "the server could not find the requested resource")
+
+    def _dispatch(
+        self, method: str, path: str, content_type: str | None, body: Any
+    ) -> tuple[int, JSON]:
+        resource, namespace, name = self._route(path)
+        objects = self.state.objects
+        with self.state.lock:
+            if name is None:
+                if method == "GET":
+                    items = [
+                        copy.deepcopy(obj)
+                        for (plural, ns, _), obj in sorted(objects.items())
+                        if plural == resource.plural
+                        and (not resource.namespaced or ns == namespace)
+                    ]
+                    return 200, {
+                        "kind": resource.kind + "List",
+                        "apiVersion": resource.api_version,
+                        "metadata": {"resourceVersion": str(next(self.state.versions))},
+                        "items": items,
+                    }
+                if method == "POST":
+                    return 201, self._create(resource, namespace, body)
+                raise ApiStatusError(405, "MethodNotAllowed", f"{method} is not allowed here")
+
+            key = _key(resource, namespace, name)
+            current = objects.get(key)
+            if current is None:
+                raise ApiStatusError(
+                    404,
+                    "NotFound",
+                    f'{resource.plural} "{name}" not found',
+                    {"name": name, "kind": resource.plural},
+                )
+            if method == "GET":
+                return 200, copy.deepcopy(current)
+            if method == "DELETE":
+                del objects[key]
+                return 200, status_object(200, "", "", {"name": name, "kind": resource.plural})
+            if method == "PUT":
+                if not isinstance(body, dict):
+                    raise ApiStatusError(400, "BadRequest", "the body must be a JSON object")
+                return 200, self._replace(resource, key, current, body)
+            if method == "PATCH":
+                if (content_type or "").split(";")[0].strip() != MERGE_PATCH:
+                    raise ApiStatusError(
+                        415,
+                        "UnsupportedMediaType",
+                        f"the fake API server only supports {MERGE_PATCH}, got {content_type!r}",
+                    )
+                if not isinstance(body, dict):
+                    raise ApiStatusError(400, "BadRequest", "a merge patch must be a JSON object")
+                patched = json_merge_patch(current, body)
+                wanted_version = (body.get("metadata") or {}).get("resourceVersion")
+                if wanted_version is None:
+                    patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                return 200, self._replace(resource, key, current, patched)
+        raise ApiStatusError(405, "MethodNotAllowed", f"{method} is not allowed here")
+
+    def _create(self, resource: ResourceType, namespace: str, body: Any) -> JSON:
+        if not isinstance(body, dict) or not (body.get("metadata") or {}).get("name"):
+            raise ApiStatusError(422, "Invalid", "metadata.name: Required value")
+        name = body["metadata"]["name"]
+        key = _key(resource, namespace, name)
+        if key in self.state.objects:
+            raise ApiStatusError(
+                409,
+                "AlreadyExists",
+                f'{resource.plural} "{name}" already exists',
+                {"name": name, "kind": resource.plural},
+            )
+        if resource.namespaced:
+            given = body["metadata"].get("namespace")
+            if given not in (None, namespace):
+                raise ApiStatusError(
+                    400, "BadRequest", "the namespace of the object does not match the request"
+                )
+            body["metadata"]["namespace"] = namespace
+        if body["metadata"].get("resourceVersion"):
+            raise ApiStatusError(
+                422, "Invalid", "metadata.resourceVersion: must not be set on create"
+            )
+        stored = self.prepare_new(self.state, resource, copy.deepcopy(body))
+        self.state.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    def _replace(
+        self, resource: ResourceType, key: tuple[str, str, str], current: JSON, body: JSON
+    ) -> JSON:
+        metadata = body.get("metadata") or {}
+        name = key[2]
+        if metadata.get("name") not in (None, name):
+            raise ApiStatusError(
+                400, "BadRequest", "the name of the object does not match the request"
+            )
+        given_version = metadata.get("resourceVersion")
+        if (
+            given_version not in (None, "")
+            and given_version != current["metadata"]["resourceVersion"]
+        ):
+            raise ApiStatusError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has '
+                "been modified; please apply your changes to the latest version and try again",
+                {"name": name, "kind": resource.plural},
+            )
+        stored = copy.deepcopy(body)
+        stored["kind"] = resource.kind
+        stored["apiVersion"] = resource.api_version
+        new_metadata = stored.setdefault("metadata", {})
+        new_metadata["name"] = name
+        if resource.namespaced:
+            new_metadata["namespace"] = key[1]
+        for immutable in ("uid", "creationTimestamp"):
+            new_metadata[immutable] = current["metadata"][immutable]
+        # as the real server: a write that changes nothing keeps the resourceVersion
+        new_metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
+        _drop_empty_metadata(stored)
+        if stored != current:
+            new_metadata["resourceVersion"] = str(next(self.state.versions))
+        self.state.objects[key] = stored
+        return copy.deepcopy(stored)
+
+    @staticmethod
+    def prepare_new(state: _State, resource: ResourceType, obj: JSON) -> JSON:
+        obj["kind"] = resource.kind
+        obj["apiVersion"] = resource.api_version
+        metadata = obj.setdefault("metadata", {})
+        if resource.namespaced:
+            metadata.setdefault("namespace", "default")
+        else:
+            metadata.pop("namespace", None)
+        metadata["uid"] = str(uuid.uuid4())
+        metadata["resourceVersion"] = str(next(state.versions))
+        metadata["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        _drop_empty_metadata(obj)
+        return obj
+
+    def finish(self) -> None:
+        # a dropped connection has no socket left to flush
+        with suppress(OSError):
+            super().finish()
