@@ -1,0 +1,194 @@
+"""The daemon loop as a real process: publish-on-change, SIGHUP reload, SIGTERM cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.process import run_gfd, spawn_gfd
+
+DGX = "examples/snapshots/dgx-a100.yaml"
+
+
+class Daemon:
+    """A running gfd whose JSON log lines are read on a thread, so the test can wait for
+    events (passes) instead of sleeping for a guessed time."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.process = spawn_gfd("--log-format", "json", *args, env=env)
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            try:
+                self.events.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.events.put({"event": "raw", "line": line})
+
+    def wait_for(self, event: str, count: int = 1, limit: float = 30) -> list[dict[str, Any]]:
+        found = []
+        while len(found) < count:
+            try:
+                item = self.events.get(timeout=limit)
+            except queue.Empty:
+                raise AssertionError(
+                    f"no {event!r} event; log so far:\n{''.join(self.lines)}"
+                ) from None
+            if item.get("event") == event:
+                found.append(item)
+        return found
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        return self.process.wait(timeout=30)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def daemons() -> Any:
+    started: list[Daemon] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Daemon:
+        daemon = Daemon(*args, env=env)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+def test_daemon_writes_once_reloads_on_sighup_and_removes_on_sigterm(
+    tmp_path: Path, daemons: Any
+) -> None:
+    out = tmp_path / "features.d" / "gfd"
+    out.parent.mkdir()
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nflags:\n  migStrategy: none\n")
+    daemon = daemons(
+        "--sleep-interval", "1s", "--output-file", str(out),
+        "--snapshot-file", DGX, "--config-file", str(config),
+    )  # fmt: skip
+    first = daemon.wait_for("pass finished")[0]
+    assert first["changed"] is True
+    text = out.read_text()
+    assert "nvidia.com/gpu.count=8\n" in text and "nvidia.com/gfd.timestamp=" in text
+    assert "nvidia.com/mig.strategy" not in text
+    before = os.stat(out)
+
+    steady = daemon.wait_for("pass finished", count=2)
+    assert [event["changed"] for event in steady] == [False, False]
+    after = os.stat(out)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".gfd-")]
+
+    config.write_text("version: v1\nflags:\n  migStrategy: single\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    daemon.wait_for("settings reloaded")
+    reloaded = daemon.wait_for("pass finished")[0]
+    assert reloaded["changed"] is True
+    assert "nvidia.com/mig.strategy=single\n" in out.read_text()
+
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert not out.exists()
+
+
+def test_bad_config_on_sighup_keeps_the_running_settings(tmp_path: Path, daemons: Any) -> None:
+    out = tmp_path / "gfd"
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\nflags:\n  migStrategy: mixed\n")
+    daemon = daemons(
+        "--sleep-interval", "1s", "--output-file", str(out), "--no-timestamp",
+        "--snapshot-file", DGX, "--config-file", str(config),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    published = out.read_text()
+    config.write_text("version: v1\nflags:\n  migStrategy: [broken\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    failure = daemon.wait_for("reload failed; keeping the settings in force")[0]
+    assert "not valid YAML" in failure["error"]
+    daemon.wait_for("pass finished")
+    assert daemon.process.poll() is None
+    assert out.read_text() == published
+    assert daemon.stop(signal.SIGINT) == 0
+    assert not out.exists()
+
+
+def test_snapshot_change_is_published_at_the_next_pass(tmp_path: Path, daemons: Any) -> None:
+    snapshot = tmp_path / "node.yaml"
+    snapshot.write_text(Path(DGX).read_text())
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--sleep-interval", "1s", "--output-file", str(out), "--snapshot-file", str(snapshot),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    snapshot.write_text(Path("examples/snapshots/two-models.yaml").read_text())
+    while True:
+        if daemon.wait_for("pass finished")[0]["changed"]:
+            break
+    assert "nvidia.com/cuda.driver.major=570\n" in out.read_text()
+    # a broken snapshot fails the pass but keeps the published labels
+    good = out.read_text()
+    snapshot.write_text("version: v1\ngpus: {}\n")
+    failed = daemon.wait_for("pass failed")[0]
+    assert "gpus" in failed["error"]
+    assert out.read_text() == good
+    assert daemon.stop(signal.SIGQUIT) == 0
+
+
+def test_deleted_features_file_is_restored(tmp_path: Path, daemons: Any) -> None:
+    out = tmp_path / "gfd"
+    daemon = daemons("--sleep-interval", "1s", "--output-file", str(out), "--snapshot-file", DGX)
+    daemon.wait_for("pass finished")
+    content = out.read_text()
+    out.unlink()
+    while not out.exists():
+        daemon.wait_for("pass finished")
+    assert out.read_text() == content
+    daemon.stop()
+
+
+def test_infinite_interval_publishes_once_and_keeps_the_file(tmp_path: Path, daemons: Any) -> None:
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--sleep-interval", "infinite", "--output-file", str(out), "--snapshot-file", DGX
+    )
+    daemon.wait_for("pass finished")
+    assert out.exists()
+    assert daemon.stop() == 0
+    assert out.exists()  # SPEC §6.1: not removed with an infinite interval
+
+
+def test_missing_output_directory_fails_the_pass_not_the_process(
+    tmp_path: Path, daemons: Any
+) -> None:
+    out = tmp_path / "missing" / "gfd"
+    daemon = daemons("--sleep-interval", "1s", "--output-file", str(out), "--snapshot-file", DGX)
+    failed = daemon.wait_for("pass failed")[0]
+    assert "does not exist" in failed["error"]
+    out.parent.mkdir()
+    while not out.exists():
+        daemon.wait_for("pass finished")
+    assert daemon.stop() == 0
+
+
+def test_oneshot_never_removes_its_file(tmp_path: Path) -> None:
+    out = tmp_path / "gfd"
+    result = run_gfd("--oneshot", "-o", str(out), "--snapshot-file", DGX)
+    assert result.returncode == 0
+    assert out.exists()
