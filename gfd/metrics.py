@@ -1,0 +1,236 @@
+"""Prometheus metrics and the health endpoints (SPEC §8), served with ``--metrics-address``.
+
+- ``/metrics``: the registry below (its own ``CollectorRegistry``: no process or platform
+  collectors, nothing global);
+- ``/healthz``: 200 while the loop makes progress — the last pass began within
+  ``3 * interval + 30 s`` (before the first pass, counted from start-up); with an infinite
+  interval, 200 once the first pass began (there is no loop to stall), and during the first
+  30 s before that;
+- ``/readyz``: 200 once a publish succeeded, else 503.
+
+The server is a threaded ``http.server`` on daemon threads, so it never keeps the process
+alive and a slow scraper never blocks the loop.  Clocks are injectable for tests.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from gfd import __version__
+from gfd.errors import GfdError
+from gfd.observability import get_logger
+
+#: how much slack the health check gives on top of three intervals
+HEALTH_GRACE_SECONDS = 30.0
+#: pass durations are milliseconds to seconds; NVML on a big node can take a few seconds
+PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise GfdError(f"--metrics-address {address!r}: expected host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+class PrometheusMetrics:
+    def __init__(
+        self,
+        address: str,
+        sleep_interval: float | None,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        serve: bool = True,
+        poll_interval: float = 0.5,
+    ) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self._interval = sleep_interval
+        self._monotonic = monotonic
+        self._wall_clock = wall_clock
+        self._lock = threading.Lock()
+        self._started_at = monotonic()
+        self._last_pass_started_at: float | None = None
+        self._published = False
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        build_info = Gauge(
+            "gfd_build_info", "gfd build information", ["version"], registry=self.registry
+        )
+        build_info.labels(version=__version__).set(1)
+        self._pass_duration = Histogram(
+            "gfd_pass_duration_seconds",
+            "Duration of one discover-label-publish pass",
+            buckets=PASS_DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._passes = Counter("gfd_passes", "Passes by result", ["result"], registry=self.registry)
+        self._last_success = Gauge(
+            "gfd_last_success_timestamp_seconds",
+            "Unix time at which the last successful pass finished",
+            registry=self.registry,
+        )
+        self._labels = Gauge(
+            "gfd_labels",
+            "Number of labels produced by the last successful pass",
+            registry=self.registry,
+        )
+        self._publishes = Counter(
+            "gfd_publish",
+            "Publish and verification attempts by output and result",
+            ["output", "result"],
+            registry=self.registry,
+        )
+        self._nvml_up = Gauge(
+            "gfd_nvml_up",
+            "1 when NVML could be initialised on the last pass",
+            registry=self.registry,
+        )
+        for result in ("success", "error"):
+            self._passes.labels(result=result)
+
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        if serve:
+            self._serve(address, poll_interval)
+
+    # ------------------------------------------------------------- the Metrics protocol
+
+    def pass_started(self) -> None:
+        with self._lock:
+            self._last_pass_started_at = self._monotonic()
+
+    def pass_finished(self, result: str, duration_seconds: float, label_count: int | None) -> None:
+        self._passes.labels(result=result).inc()
+        self._pass_duration.observe(duration_seconds)
+        if result == "success":
+            self._last_success.set(self._wall_clock())
+            if label_count is not None:
+                self._labels.set(label_count)
+
+    def publish_result(self, output: str, result: str) -> None:
+        self._publishes.labels(output=output, result=result).inc()
+        if result == "success":
+            with self._lock:
+                self._published = True
+
+    def nvml_up(self, up: bool) -> None:
+        self._nvml_up.set(1 if up else 0)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    # ------------------------------------------------------------- health
+
+    def healthy(self) -> bool:
+        with self._lock:
+            last = self._last_pass_started_at
+        now = self._monotonic()
+        if self._interval is None:
+            # publish once, then wait for signals: nothing can stall after the first pass
+            return last is not None or now - self._started_at <= HEALTH_GRACE_SECONDS
+        limit = 3 * self._interval + HEALTH_GRACE_SECONDS
+        return now - (last if last is not None else self._started_at) <= limit
+
+    def ready(self) -> bool:
+        with self._lock:
+            return self._published
+
+    def exposition(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return bytes(generate_latest(self.registry))
+
+    # ------------------------------------------------------------- the server
+
+    @property
+    def port(self) -> int:
+        """The port actually bound (useful with port 0)."""
+        if self._server is None:
+            raise RuntimeError("the metrics server is not running")
+        return int(self._server.server_address[1])
+
+    def _serve(self, address: str, poll_interval: float) -> None:
+        host, port = parse_address(address)
+        metrics = self
+
+        class Handler(_Handler):
+            pass
+
+        Handler.metrics = metrics
+        server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer
+        if ":" in host:
+            server_class = _IPv6Server
+        try:
+            server = server_class((host, port), Handler)
+        except OSError as exc:
+            raise GfdError(
+                f"--metrics-address {address!r}: cannot listen: {exc.strerror or exc}"
+            ) from None
+        server.daemon_threads = True
+        self._server = server
+        # poll_interval only bounds how long close() waits for the serving thread
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": poll_interval},
+            name="gfd-metrics",
+            daemon=True,
+        )
+        self._thread.start()
+        get_logger().info(
+            "serving metrics and health endpoints",
+            address=address,
+            port=self.port,
+            paths=["/metrics", "/healthz", "/readyz"],
+        )
+
+
+class _IPv6Server(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+
+class _Handler(BaseHTTPRequestHandler):
+    metrics: PrometheusMetrics
+    server_version = f"gfd/{__version__}"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._send(200, self.metrics.exposition(), CONTENT_TYPE_LATEST)
+        elif path == "/healthz":
+            ok = self.metrics.healthy()
+            self._send(200 if ok else 503, b"ok\n" if ok else b"stalled\n")
+        elif path == "/readyz":
+            ok = self.metrics.ready()
+            self._send(200 if ok else 503, b"ok\n" if ok else b"not published yet\n")
+        else:
+            self._send(404, b"not found\n")
+
+    def _send(
+        self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8"
+    ) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

@@ -1,0 +1,187 @@
+"""Prometheus metrics and the health endpoints (SPEC §8), scraped over HTTP."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from gfd import __version__
+from gfd.errors import GfdError
+from gfd.metrics import HEALTH_GRACE_SECONDS, PrometheusMetrics, parse_address
+from gfd.observability import NullMetrics, start_metrics
+from gfd.settings import Settings
+
+FAST = 0.02  # serving-loop poll interval: lets close() return at once
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 500.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def get(metrics: PrometheusMetrics, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{metrics.port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def samples(metrics: PrometheusMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    status, text = get(metrics, "/metrics")
+    assert status == 200
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def metrics(clock: Clock) -> Iterator[PrometheusMetrics]:
+    served = PrometheusMetrics(
+        "127.0.0.1:0", 60.0, monotonic=clock, wall_clock=lambda: 1.7e9, poll_interval=FAST
+    )
+    yield served
+    served.close()
+
+
+def test_port_zero_binds_a_free_port(metrics: PrometheusMetrics) -> None:
+    assert metrics.port > 0
+    assert get(metrics, "/nope")[0] == 404
+
+
+def test_metrics_carry_the_spec_names(metrics: PrometheusMetrics) -> None:
+    metrics.pass_started()
+    metrics.nvml_up(True)
+    metrics.publish_result("node-labels", "success")
+    metrics.pass_finished("success", 0.02, 26)
+    metrics.pass_started()
+    metrics.publish_result("node-labels", "error")
+    metrics.pass_finished("error", 0.5, None)
+
+    found = samples(metrics)
+    assert found[("gfd_build_info", (("version", __version__),))] == 1
+    assert found[("gfd_passes_total", (("result", "success"),))] == 1
+    assert found[("gfd_passes_total", (("result", "error"),))] == 1
+    assert found[("gfd_pass_duration_seconds_count", ())] == 2
+    assert found[("gfd_pass_duration_seconds_sum", ())] == pytest.approx(0.52)
+    assert found[("gfd_pass_duration_seconds_bucket", (("le", "0.025"),))] == 1
+    assert found[("gfd_last_success_timestamp_seconds", ())] == 1.7e9
+    assert found[("gfd_labels", ())] == 26
+    assert found[("gfd_nvml_up", ())] == 1
+    assert found[("gfd_publish_total", (("output", "node-labels"), ("result", "success")))] == 1
+    assert found[("gfd_publish_total", (("output", "node-labels"), ("result", "error")))] == 1
+
+
+def test_a_failed_pass_keeps_the_last_success_and_label_count(
+    metrics: PrometheusMetrics,
+) -> None:
+    metrics.pass_finished("success", 0.01, 12)
+    metrics.pass_finished("error", 0.01, None)
+    found = samples(metrics)
+    assert found[("gfd_labels", ())] == 12
+    assert found[("gfd_last_success_timestamp_seconds", ())] == 1.7e9
+    metrics.nvml_up(False)
+    assert samples(metrics)[("gfd_nvml_up", ())] == 0
+
+
+def test_readyz_waits_for_the_first_successful_publish(metrics: PrometheusMetrics) -> None:
+    assert get(metrics, "/readyz")[0] == 503
+    metrics.pass_started()
+    metrics.publish_result("nodefeature", "error")
+    metrics.pass_finished("error", 0.1, None)
+    assert get(metrics, "/readyz")[0] == 503
+    metrics.publish_result("nodefeature", "success")
+    assert get(metrics, "/readyz") == (200, "ok\n")
+
+
+def test_healthz_fails_when_the_loop_stalls(metrics: PrometheusMetrics, clock: Clock) -> None:
+    limit = 3 * 60.0 + HEALTH_GRACE_SECONDS
+    assert get(metrics, "/healthz")[0] == 200  # starting up
+    clock.now += limit + 1
+    assert get(metrics, "/healthz")[0] == 503  # no pass ever began
+    metrics.pass_started()
+    assert get(metrics, "/healthz")[0] == 200
+    clock.now += limit
+    assert get(metrics, "/healthz")[0] == 200  # exactly at the limit: still fine
+    clock.now += 1
+    assert get(metrics, "/healthz") == (503, "stalled\n")
+    metrics.pass_started()  # the loop moves again
+    assert get(metrics, "/healthz")[0] == 200
+
+
+def test_healthz_with_an_infinite_interval(clock: Clock) -> None:
+    metrics = PrometheusMetrics("127.0.0.1:0", None, monotonic=clock, poll_interval=FAST)
+    try:
+        assert get(metrics, "/healthz")[0] == 200
+        clock.now += HEALTH_GRACE_SECONDS + 1
+        assert get(metrics, "/healthz")[0] == 503  # the first pass never began
+        metrics.pass_started()
+        clock.now += 10 * 365 * 86400
+        assert get(metrics, "/healthz")[0] == 200
+    finally:
+        metrics.close()
+
+
+def test_the_server_stops_on_close(clock: Clock) -> None:
+    metrics = PrometheusMetrics("127.0.0.1:0", 1.0, monotonic=clock, poll_interval=FAST)
+    port = metrics.port
+    metrics.close()
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+
+
+def test_a_taken_port_is_a_clear_error() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(GfdError, match=f"--metrics-address '127.0.0.1:{port}': cannot listen"):
+            PrometheusMetrics(f"127.0.0.1:{port}", 1.0)
+
+
+@pytest.mark.parametrize(
+    ("address", "parsed"),
+    [(":8080", ("", 8080)), ("0.0.0.0:9", ("0.0.0.0", 9)), ("[::1]:8080", ("::1", 8080))],
+)
+def test_addresses(address: str, parsed: tuple[str, int]) -> None:
+    assert parse_address(address) == parsed
+
+
+def test_ipv6_loopback_is_served() -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        metrics = PrometheusMetrics("[::1]:0", 1.0, poll_interval=FAST)
+    except GfdError:
+        pytest.skip("IPv6 loopback unavailable")
+    try:
+        with urllib.request.urlopen(f"http://[::1]:{metrics.port}/healthz", timeout=10) as r:
+            assert r.status == 200
+    finally:
+        metrics.close()
+
+
+def test_start_metrics_follows_the_settings() -> None:
+    assert isinstance(start_metrics(Settings()), NullMetrics)
+    served = start_metrics(Settings(metrics_address="127.0.0.1:0"))
+    try:
+        assert isinstance(served, PrometheusMetrics)
+        assert get(served, "/healthz")[0] == 200
+    finally:
+        served.close()
