@@ -74,7 +74,7 @@ def config_with_capabilities(
     if position > CONFIG_SIZE:
         raise ValueError("capabilities do not fit in the config space")
     config[CAPABILITY_POINTER] = positions[0] if positions else 0
-    for here, after in zip(positions, [*positions[1:], 0], strict=True):
+    for here, after in zip(positions, [*positions[1:], 0], strict=False):
         config[here + 1] = after
     return bytes(config[:size])
 

@@ -1,0 +1,400 @@
+"""NVML discovery against the fake pynvml module: facts, "not here" codes, failures."""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import sys
+import uuid
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gfd.discovery import discover, discover_host_only
+from gfd.discovery import nvml as nvml_source
+from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
+from gfd.settings import Settings
+from gfd.snapshot import Driver, Fabric, Mig
+
+from .fakes.fake_nvml import (
+    INVALID_ARGUMENT,
+    FakeFabric,
+    FakeGpu,
+    FakeMigDevice,
+    FakeNvml,
+)
+from .fakes.fake_sysfs import FakeSysfs
+
+A100_BYTES = 40960 * 2**20
+CLUSTER = uuid.UUID("7b968a6d-c8aa-45e1-9e07-e1e51be99c31")
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return dataclasses.replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
+
+
+def plain_gpu(**changes: object) -> FakeGpu:
+    fields: dict[str, object] = {
+        "uuid": "GPU-0",
+        "name": "NVIDIA A100-SXM4-40GB",
+        "bus_id": "00000000:07:00.0",
+        "memory_total": A100_BYTES,
+    }
+    fields.update(changes)
+    return FakeGpu(**fields)  # type: ignore[arg-type]
+
+
+def one_g(gi_id: int, enum: int = pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE) -> FakeMigDevice:
+    return FakeMigDevice(
+        gi_id=gi_id,
+        gi_profile_enum=enum,
+        memory_mib=4864,
+        multiprocessors=14,
+        gi_slices=1,
+        ci_slices=1,
+        engines=(1, 0, 0, 0, 0),
+    )
+
+
+# ------------------------------------------------------------------ basic facts
+
+
+def test_one_plain_gpu(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(compute_capability=(8, 0))])
+    found = discover(settings, nvml=fake.module)
+    assert found.driver == Driver("550.54.15", 12040)
+    (gpu,) = found.gpus
+    assert (gpu.index, gpu.uuid, gpu.name) == (0, "GPU-0", "NVIDIA A100-SXM4-40GB")
+    assert gpu.pci_bus_id == "0000:07:00.0"
+    assert gpu.memory_mib == 40960
+    assert (gpu.compute_capability.major, gpu.compute_capability.minor) == (8, 0)
+    assert gpu.mig is None  # GetMigMode: NOT_SUPPORTED
+    assert gpu.fabric is None  # fabric info: NOT_SUPPORTED
+    assert gpu.pci_class is None  # no sysfs entry
+    assert fake.init_depth == 0
+
+
+def test_old_bindings_returning_bytes(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(uuid="GPU-b", name="Tesla T4")], bytes_strings=True)
+    found = discover(settings, nvml=fake.module)
+    assert found.driver is not None and found.driver.version == "550.54.15"
+    assert (found.gpus[0].uuid, found.gpus[0].name) == ("GPU-b", "Tesla T4")
+
+
+@pytest.mark.parametrize(
+    ("nvml_form", "sysfs_form"),
+    [
+        ("00000000:07:00.0", "0000:07:00.0"),
+        ("00000000:B7:00.0", "0000:b7:00.0"),
+        ("00000001:0A:1F.3", "0001:0a:1f.3"),
+        ("00010000:01:00.0", "10000:01:00.0"),  # VMD domains keep their digits, as in sysfs
+        ("0000:07:00.0", "0000:07:00.0"),
+        ("not-a-bus-id", "not-a-bus-id"),
+        ("", ""),
+    ],
+)
+def test_bus_id_normalisation(nvml_form: str, sysfs_form: str) -> None:
+    assert nvml_source.normalize_bus_id(nvml_form) == sysfs_form
+
+
+def test_pci_class_comes_from_sysfs(settings: Settings) -> None:
+    FakeSysfs(Path(settings.sysfs_root)).add_device("0000:b7:00.0", pci_class=0x030000)
+    fake = FakeNvml([plain_gpu(bus_id="00000000:B7:00.0")])
+    assert discover(settings, nvml=fake.module).gpus[0].pci_class == 0x030000
+
+
+def test_memory_unknown_is_null(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(memory_total=None)])
+    assert discover(settings, nvml=fake.module).gpus[0].memory_mib is None
+
+
+def test_memory_rounds_down_to_mib(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(memory_total=81559 * 2**20 + 123)])
+    assert discover(settings, nvml=fake.module).gpus[0].memory_mib == 81559
+
+
+def test_no_gpus(settings: Settings) -> None:
+    fake = FakeNvml([])
+    found = discover(settings, nvml=fake.module)
+    assert found.driver is not None and found.gpus == ()
+
+
+def test_gpus_in_index_order(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(uuid=f"GPU-{i}", bus_id=f"00000000:{i:02X}:00.0") for i in range(4)])
+    found = discover(settings, nvml=fake.module)
+    assert [(g.index, g.uuid) for g in found.gpus] == [(i, f"GPU-{i}") for i in range(4)]
+
+
+# ------------------------------------------------------------------ MIG
+
+
+def test_mig_capable_but_disabled(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(mig_mode=0)])
+    assert discover(settings, nvml=fake.module).gpus[0].mig == Mig(enabled=False)
+    assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 0
+
+
+def test_mig_enabled_without_devices(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(mig_mode=1)])
+    assert discover(settings, nvml=fake.module).gpus[0].mig == Mig(enabled=True)
+    assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 7
+
+
+@pytest.mark.parametrize("gap_error", [pynvml.NVML_ERROR_NOT_FOUND, INVALID_ARGUMENT])
+def test_mig_slots_with_gaps(settings: Settings, gap_error: int) -> None:
+    slots = {1: one_g(1), 4: one_g(2), 6: one_g(3, pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1)}
+    fake = FakeNvml([plain_gpu(mig_mode=1, mig_slots=slots, empty_slot_error=gap_error)])
+    fake.gpus[0].supported_profile_enums |= {pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1}
+    mig = discover(settings, nvml=fake.module).gpus[0].mig
+    assert mig is not None
+    assert [d.profile for d in mig.devices] == ["1g.5gb", "1g.5gb", "1g.5gb+me"]
+    device = mig.devices[0]
+    assert (device.memory_mib, device.multiprocessors) == (4864, 14)
+    assert (device.slices.gi, device.slices.ci) == (1, 1)
+    assert (device.engines.copy, device.engines.decoder) == (1, 0)
+
+
+def test_other_slot_errors_fail_the_pass(settings: Settings) -> None:
+    gpu = plain_gpu(mig_mode=1, empty_slot_error=pynvml.NVML_ERROR_NO_PERMISSION)
+    with pytest.raises(DiscoveryError, match="GPU 0 in nvmlDeviceGetMigDeviceHandleByIndex"):
+        discover(settings, nvml=FakeNvml([gpu]).module)
+
+
+def test_compute_instances_share_a_gpu_instance(settings: Settings) -> None:
+    half = dataclasses.replace(
+        one_g(1, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE),
+        memory_mib=9856,
+        gi_slices=2,
+        ci_slices=1,
+    )
+    fake = FakeNvml([plain_gpu(mig_mode=1, mig_slots={0: half, 1: half})])
+    mig = discover(settings, nvml=fake.module).gpus[0].mig
+    assert mig is not None and [d.profile for d in mig.devices] == ["1c.2g.10gb"] * 2
+    assert fake.calls["nvmlDeviceGetGpuInstanceById"] == 1  # asked once per GPU instance
+
+
+def test_mig_devices_need_the_parent_memory(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu(memory_total=None, mig_mode=1, mig_slots={0: one_g(1)})])
+    with pytest.raises(DiscoveryError, match="GPU 0: MIG profile names need"):
+        discover(settings, nvml=fake.module)
+    assert fake.init_depth == 0
+
+
+def test_profile_id_not_found(settings: Settings) -> None:
+    gpu = plain_gpu(mig_mode=1, mig_slots={0: one_g(1)}, supported_profile_enums=frozenset())
+    with pytest.raises(DiscoveryError, match="no GPU instance profile has id 19"):
+        discover(settings, nvml=FakeNvml([gpu]).module)
+
+
+def test_profile_info_falls_back_to_v1(settings: Settings) -> None:
+    """A driver without nvmlDeviceGetGpuInstanceProfileInfoV: the v1 struct is used."""
+    gpu = plain_gpu(mig_mode=1, mig_slots={0: one_g(1), 1: one_g(2)})
+    fake = FakeNvml([gpu], missing_symbols={"nvmlDeviceGetGpuInstanceProfileInfoV"})
+    mig = discover(settings, nvml=fake.module).gpus[0].mig
+    assert mig is not None and [d.profile for d in mig.devices] == ["1g.5gb", "1g.5gb"]
+
+
+# ------------------------------------------------------------------ fabric
+
+
+def fabric_gpu(**fabric: object) -> FakeGpu:
+    values: dict[str, object] = {"cluster_uuid": CLUSTER.bytes, "clique_id": 7}
+    values.update(fabric)
+    return plain_gpu(fabric=FakeFabric(**values))  # type: ignore[arg-type]
+
+
+def test_fabric_attached(settings: Settings) -> None:
+    fake = FakeNvml([fabric_gpu()])
+    gpu = discover(settings, nvml=fake.module).gpus[0]
+    assert gpu.fabric == Fabric(str(CLUSTER), 7)
+    assert fake.calls["nvmlDeviceGetGpuFabricInfoV"] == 1
+    assert fake.calls["nvmlDeviceGetGpuFabricInfo"] == 0
+
+
+@pytest.mark.parametrize(
+    "fabric",
+    [
+        {"state": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS},
+        {"state": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED},
+        {"status": pynvml.NVML_ERROR_TIMEOUT},
+        {"cluster_uuid": bytes(16)},
+    ],
+)
+def test_fabric_not_attached(settings: Settings, fabric: dict[str, object]) -> None:
+    assert discover(settings, nvml=FakeNvml([fabric_gpu(**fabric)]).module).gpus[0].fabric is None
+
+
+def test_fabric_uuid_is_canonical_lower_case(settings: Settings) -> None:
+    raw = bytes.fromhex("ABCDEF0123456789ABCDEF0123456789")
+    gpu = discover(settings, nvml=FakeNvml([fabric_gpu(cluster_uuid=raw)]).module).gpus[0]
+    assert gpu.fabric is not None
+    assert gpu.fabric.cluster_uuid == "abcdef01-2345-6789-abcd-ef0123456789"
+
+
+def test_fabric_plain_call_when_bindings_lack_v(settings: Settings) -> None:
+    fake = FakeNvml([fabric_gpu()], missing_functions={"nvmlDeviceGetGpuFabricInfoV"})
+    assert discover(settings, nvml=fake.module).gpus[0].fabric == Fabric(str(CLUSTER), 7)
+    assert fake.calls["nvmlDeviceGetGpuFabricInfo"] == 1
+
+
+def test_fabric_plain_call_when_driver_lacks_v(settings: Settings) -> None:
+    fake = FakeNvml([fabric_gpu()], missing_symbols={"nvmlDeviceGetGpuFabricInfoV"})
+    assert discover(settings, nvml=fake.module).gpus[0].fabric == Fabric(str(CLUSTER), 7)
+
+
+def test_fabric_absent_from_driver_and_bindings(settings: Settings) -> None:
+    fake = FakeNvml(
+        [fabric_gpu()],
+        missing_symbols={"nvmlDeviceGetGpuFabricInfoV"},
+        missing_functions={"nvmlDeviceGetGpuFabricInfo"},
+    )
+    assert discover(settings, nvml=fake.module).gpus[0].fabric is None
+
+
+def test_fabric_info_from_a_c_char_uuid_field() -> None:
+    """Bindings that declare clusterUuid as c_char[16] must not lose bytes after a NUL."""
+
+    class CharInfo(ctypes.Structure):
+        _fields_ = [
+            ("clusterUuid", ctypes.c_char * 16),
+            ("status", ctypes.c_uint),
+            ("cliqueId", ctypes.c_uint32),
+            ("state", ctypes.c_uint),
+        ]
+
+    raw = bytes([0] * 8 + [1] * 8)
+    info = CharInfo(b"", 0, 3, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED)
+    ctypes.memmove(ctypes.addressof(info) + CharInfo.clusterUuid.offset, raw, 16)
+    assert info.clusterUuid == b""  # what reading the field would give
+    fabric = nvml_source.fabric_from_info(info)
+    assert fabric == Fabric(str(uuid.UUID(bytes=raw)), 3)
+
+
+# ------------------------------------------------------------------ NVML unavailable
+
+
+def test_library_missing(settings: Settings) -> None:
+    with pytest.raises(NvmlUnavailableError) as caught:
+        discover(settings, nvml=FakeNvml(library_missing=True).module)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "libnvidia-ml.so.1 could not be loaded" in message
+    for hint in ("driver is installed", "NVIDIA container runtime", "NVIDIA_VISIBLE_DEVICES"):
+        assert hint in message
+
+
+@pytest.mark.parametrize(
+    ("code", "text"),
+    [
+        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+        (pynvml.NVML_ERROR_NO_PERMISSION, "Insufficient Permissions"),
+        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version mismatch"),
+    ],
+)
+def test_init_failing(settings: Settings, code: int, text: str) -> None:
+    fake = FakeNvml(init_error=code)
+    with pytest.raises(NvmlUnavailableError, match=f"nvmlInit failed: .*{text}") as caught:
+        discover(settings, nvml=fake.module)
+    assert "NVIDIA_VISIBLE_DEVICES" in str(caught.value)
+    assert fake.calls["nvmlShutdown"] == 0  # nothing to shut down
+
+
+def test_bindings_missing(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
+    with pytest.raises(NvmlUnavailableError, match="nvidia-ml-py"):
+        discover(settings)
+
+
+def test_import_seam_picks_up_a_module_in_sys_modules(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeNvml([plain_gpu()])
+    monkeypatch.setitem(sys.modules, "pynvml", fake.module)
+    assert discover(settings).gpus[0].uuid == "GPU-0"
+    assert fake.calls["nvmlInit"] == fake.calls["nvmlShutdown"] == 1
+
+
+def test_real_bindings_without_a_driver(settings: Settings) -> None:
+    """This test machine has no NVIDIA driver: the real pynvml cannot load the library."""
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        pass
+    else:
+        pytest.skip("an NVIDIA driver is installed here")
+    with pytest.raises(NvmlUnavailableError, match=r"libnvidia-ml\.so\.1 could not be loaded"):
+        discover(settings)
+
+
+def test_unknown_strategy(settings: Settings) -> None:
+    bad = dataclasses.replace(settings, device_discovery_strategy="tegra")
+    with pytest.raises(UsageError, match="--device-discovery-strategy"):
+        discover(bad, nvml=FakeNvml().module)
+
+
+@pytest.mark.parametrize("strategy", ["auto", "nvml"])
+def test_both_strategies_read_nvml(settings: Settings, strategy: str) -> None:
+    fake = FakeNvml([plain_gpu()])
+    chosen = dataclasses.replace(settings, device_discovery_strategy=strategy)
+    assert len(discover(chosen, nvml=fake.module).gpus) == 1
+
+
+# ------------------------------------------------------------------ failures mid-pass
+
+
+@pytest.mark.parametrize("after_calls", [0, 1, 3, 6, 12, 20])
+def test_gpu_lost_mid_pass(settings: Settings, after_calls: int) -> None:
+    slots = {i: one_g(i + 1) for i in range(7)}
+    gpus = [
+        plain_gpu(uuid=f"GPU-{i}", bus_id=f"00000000:{i:02X}:00.0", mig_mode=1, mig_slots=slots)
+        for i in range(3)
+    ]
+    fake = FakeNvml(gpus)
+    fake.lose_gpu(1, after_calls=after_calls)
+    with pytest.raises(DiscoveryError, match=r"NVML error on GPU 1 in nvml\w+: GPU is lost"):
+        discover(settings, nvml=fake.module)
+    assert fake.init_depth == 0  # nvmlShutdown ran
+
+
+def test_error_reading_the_driver(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu()], missing_symbols={"nvmlSystemGetCudaDriverVersion"})
+    with pytest.raises(DiscoveryError, match="nvmlSystemGetCudaDriverVersion: Function Not Found"):
+        discover(settings, nvml=fake.module)
+    assert fake.init_depth == 0
+
+
+def test_shutdown_failure_does_not_hide_the_result(settings: Settings) -> None:
+    fake = FakeNvml([plain_gpu()])
+
+    def failing_shutdown() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+    fake.module.nvmlShutdown = failing_shutdown
+    assert len(discover(settings, nvml=fake.module).gpus) == 1
+
+
+def test_retry_after_the_driver_appears(settings: Settings) -> None:
+    """Each discovery initialises NVML afresh, so a later pass sees a driver that came up."""
+    fake = FakeNvml([plain_gpu()], library_missing=True)
+    with pytest.raises(NvmlUnavailableError):
+        discover(settings, nvml=fake.module)
+    fake.library_missing = False
+    assert len(discover(settings, nvml=fake.module).gpus) == 1
+    assert len(discover(settings, nvml=fake.module).gpus) == 1
+    assert fake.calls["nvmlInit"] == 3 and fake.calls["nvmlShutdown"] == 2
+    assert fake.init_depth == 0
+
+
+# ------------------------------------------------------------------ host only
+
+
+def test_host_only(settings: Settings, tmp_path: Path) -> None:
+    machine = tmp_path / "product_name"
+    machine.write_text("DGXA100 920-23687-2530-000\n")
+    FakeSysfs(Path(settings.sysfs_root)).add_device("0000:00:00.0", vendor="0x8086")
+    found = discover_host_only(dataclasses.replace(settings, machine_type_file=str(machine)))
+    assert found.driver is None and found.gpus == ()
+    assert found.machine == "DGXA100 920-23687-2530-000"
+    assert found.vgpu is not None and found.vgpu.devices == ()

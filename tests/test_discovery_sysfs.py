@@ -1,0 +1,278 @@
+"""sysfs discovery on a fake tree: PCI class, the vGPU capability scan, the machine type."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gfd.discovery import sysfs
+from gfd.snapshot import Vgpu, VgpuDevice
+
+from .fakes.fake_sysfs import (
+    FakeSysfs,
+    capability,
+    config_with_capabilities,
+    plain_config,
+    vendor_capability,
+    vgpu_capability,
+    vgpu_records,
+)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> FakeSysfs:
+    return FakeSysfs(tmp_path / "sys")
+
+
+def root(tree: FakeSysfs) -> str:
+    return str(tree.root)
+
+
+# ------------------------------------------------------------------ PCI class
+
+
+@pytest.mark.parametrize(("written", "read"), [(0x030200, 0x030200), (0x030000, 0x030000)])
+def test_pci_class(tree: FakeSysfs, written: int, read: int) -> None:
+    tree.add_device("0000:07:00.0", pci_class=written)
+    assert sysfs.read_pci_class(root(tree), "0000:07:00.0") == read
+
+
+def test_pci_class_unknown(tree: FakeSysfs) -> None:
+    tree.add_device("0000:07:00.0", pci_class=None)
+    (tree.devices / "0000:08:00.0").mkdir()
+    (tree.devices / "0000:08:00.0" / "class").write_text("garbage\n")
+    assert sysfs.read_pci_class(root(tree), "0000:07:00.0") is None  # no class file
+    assert sysfs.read_pci_class(root(tree), "0000:08:00.0") is None  # not hex
+    assert sysfs.read_pci_class(root(tree), "0000:09:00.0") is None  # no device
+    assert sysfs.read_pci_class(root(tree), "") is None
+
+
+# ------------------------------------------------------------------ config space parsing
+
+
+def test_vgpu_capability_found() -> None:
+    config = config_with_capabilities([capability(0x01, b"\0" * 6), vgpu_capability()])
+    cap = sysfs.vendor_capability(config)
+    assert cap is not None and sysfs.is_vgpu_capability(cap)
+    assert sysfs.host_driver_info(cap) == VgpuDevice("460.16", "r460_00")
+
+
+def test_no_capability_list_bit() -> None:
+    config = bytearray(config_with_capabilities([vgpu_capability()]))
+    config[sysfs.PCI_STATUS_BYTE] &= ~sysfs.PCI_STATUS_CAPABILITY_LIST
+    assert sysfs.vendor_capability(bytes(config)) is None
+
+
+def test_empty_capability_list() -> None:
+    assert sysfs.vendor_capability(config_with_capabilities([])) is None
+
+
+def test_chain_that_loops() -> None:
+    config = bytearray(config_with_capabilities([capability(0x01, b"\0" * 2)] * 3))
+    config[0x48 + 1] = 0x44  # the third capability points back to the second
+    assert sysfs.vendor_capability(bytes(config)) is None
+
+
+def test_chain_that_points_to_itself() -> None:
+    config = bytearray(config_with_capabilities([capability(0x05, b"\0" * 2)]))
+    config[0x40 + 1] = 0x40
+    assert sysfs.vendor_capability(bytes(config)) is None
+
+
+def test_chain_ending_with_0xff_before_the_vendor_capability() -> None:
+    config = config_with_capabilities([capability(0x01), capability(0xFF), vgpu_capability()])
+    assert sysfs.vendor_capability(config) is None
+
+
+def test_chain_pointing_past_the_end() -> None:
+    config = bytearray(config_with_capabilities([capability(0x01)]))
+    config[0x40 + 1] = 0xFF  # 0xff + 2 is beyond a 256-byte config space
+    assert sysfs.vendor_capability(bytes(config)) is None
+
+
+def test_vendor_capability_without_vf_signature() -> None:
+    config = config_with_capabilities([vendor_capability(b"XY" + vgpu_records(b"1", b"2"))])
+    cap = sysfs.vendor_capability(config)
+    assert cap is not None and not sysfs.is_vgpu_capability(cap)
+
+
+def test_vendor_capability_too_short_for_a_signature() -> None:
+    assert not sysfs.is_vgpu_capability(b"\x09\x00\x04V")
+
+
+def test_vendor_capability_cut_at_its_length() -> None:
+    config = bytearray(config_with_capabilities([vgpu_capability()]))
+    config[0x40 + 2] = 10  # length byte says 10: the host-driver record is cut off
+    cap = sysfs.vendor_capability(bytes(config))
+    assert cap is not None and len(cap) == 10 and sysfs.is_vgpu_capability(cap)
+    assert sysfs.host_driver_info(cap) is None
+
+
+def test_vendor_capability_at_the_end_of_config_space() -> None:
+    config = bytearray(plain_config())
+    config[sysfs.PCI_STATUS_BYTE] |= sysfs.PCI_STATUS_CAPABILITY_LIST
+    cap = vgpu_capability()
+    start = 256 - len(cap) + 4  # the last 4 bytes fall off the end
+    config[sysfs.PCI_CAPABILITY_LIST] = start
+    config[start:] = cap[: 256 - start]
+    found = sysfs.vendor_capability(bytes(config))
+    assert found is not None and len(found) == 256 - start
+    assert sysfs.host_driver_info(found) is None
+
+
+def test_truncated_config_space() -> None:
+    with pytest.raises(sysfs.ConfigSpaceTooShortError, match="run gfd privileged"):
+        sysfs.vendor_capability(plain_config(64), "0000:07:00.0")
+
+
+def test_extended_config_space_is_fine() -> None:
+    # A root read of a PCIe device's config gives the 4096-byte extended space.
+    config = config_with_capabilities([vgpu_capability("550.90.05", "r550_00")], size=4096)
+    assert len(config) == 4096
+    cap = sysfs.vendor_capability(config)
+    assert cap is not None
+    assert sysfs.host_driver_info(cap) == VgpuDevice("550.90.05", "r550_00")
+
+
+# ------------------------------------------------------------------ vGPU records
+
+
+def test_records_before_the_host_driver_record() -> None:
+    cap = vgpu_capability("535.54", "r535_00", before=[b"\x01\x02\x03", b"abcdefgh"])
+    assert sysfs.host_driver_info(cap) == VgpuDevice("535.54", "r535_00")
+
+
+def test_record_of_length_zero_stops() -> None:
+    cap = vendor_capability(b"VF" + bytes([7, 0]) + bytes(30))
+    assert sysfs.host_driver_info(cap) is None
+
+
+def test_records_running_off_the_end() -> None:
+    cap = vendor_capability(b"VF" + bytes([7, 200]) + bytes(30))
+    assert sysfs.host_driver_info(cap) is None
+    assert sysfs.host_driver_info(b"\x09\x00\x05VF") is None  # no record at all
+
+
+def test_host_driver_strings_are_nul_trimmed_at_both_ends() -> None:
+    version = b"\x00550.1".ljust(10, b"\x00")
+    branch = b"\x00\x00r550".ljust(10, b"\x00")
+    records = bytes([0, 22]) + version + branch
+    cap = vendor_capability(b"VF" + records)
+    assert sysfs.host_driver_info(cap) == VgpuDevice("550.1", "r550")
+
+
+def test_full_width_strings() -> None:
+    cap = vgpu_capability("0123456789", "abcdefghij")
+    assert sysfs.host_driver_info(cap) == VgpuDevice("0123456789", "abcdefghij")
+
+
+# ------------------------------------------------------------------ the scan
+
+
+def vgpu_config(version: str, branch: str) -> bytes:
+    return config_with_capabilities(
+        [capability(0x10, b"\0" * 10), vgpu_capability(version, branch)]
+    )
+
+
+def test_scan_with_no_nvidia_devices(tree: FakeSysfs) -> None:
+    tree.add_device("0000:00:00.0", vendor="0x8086", config=plain_config(64))
+    tree.add_device("0000:00:01.0", vendor="0x1af4")
+    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=())
+
+
+def test_scan_with_a_plain_gpu(tree: FakeSysfs) -> None:
+    tree.add_device("0000:07:00.0")
+    tree.add_device("0000:07:00.1", config=config_with_capabilities([capability(0x01)]))
+    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=())
+
+
+def test_scan_finds_vgpus_in_bus_order(tree: FakeSysfs) -> None:
+    tree.add_device("0000:b0:00.0", config=vgpu_config("460.16", "r460_00"))
+    tree.add_device("0000:0a:00.0", config=vgpu_config("460.32", "r460_10"))
+    tree.add_device("0000:07:00.0")
+    tree.add_device("0000:00:00.0", vendor="0x8086")
+    assert sysfs.scan_vgpu(root(tree)) == Vgpu(
+        devices=(VgpuDevice("460.32", "r460_10"), VgpuDevice("460.16", "r460_00"))
+    )
+
+
+def test_scan_vendor_id_is_case_insensitive(tree: FakeSysfs) -> None:
+    tree.add_device("0000:0a:00.0", vendor="0x10DE", config=vgpu_config("1", "2"))
+    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=(VgpuDevice("1", "2"),))
+
+
+def test_scan_unprivileged_gives_none(tree: FakeSysfs) -> None:
+    tree.add_device("0000:07:00.0", config=plain_config(64))
+    assert sysfs.scan_vgpu(root(tree)) is None
+
+
+def test_scan_short_config_of_a_non_nvidia_device_is_ignored(tree: FakeSysfs) -> None:
+    tree.add_device("0000:00:00.0", vendor="0x8086", config=plain_config(64))
+    tree.add_device("0000:07:00.0")
+    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=())
+
+
+def test_scan_vgpu_without_host_driver_record(tree: FakeSysfs) -> None:
+    broken = config_with_capabilities([vendor_capability(b"VF" + bytes([5, 0]))])
+    tree.add_device("0000:07:00.0", config=broken)
+    assert sysfs.scan_vgpu(root(tree)) is None
+
+
+def test_scan_without_pci_devices_directory(tmp_path: Path) -> None:
+    assert sysfs.scan_vgpu(str(tmp_path / "nothing")) is None
+
+
+def test_scan_skips_a_device_that_went_away(tree: FakeSysfs) -> None:
+    (tree.devices / "0000:09:00.0").mkdir()  # no vendor file: removed mid-scan
+    tree.add_device("0000:0a:00.0", config=vgpu_config("1", "2"))
+    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=(VgpuDevice("1", "2"),))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_scan_unreadable_config(tree: FakeSysfs) -> None:
+    device = tree.add_device("0000:07:00.0")
+    (device / "config").chmod(0)
+    assert sysfs.scan_vgpu(root(tree)) is None
+
+
+def test_scan_config_that_is_a_directory(tree: FakeSysfs) -> None:
+    device = tree.devices / "0000:07:00.0"
+    device.mkdir()
+    (device / "vendor").write_text("0x10de\n")
+    (device / "config").mkdir()  # reading it fails with EISDIR, as a permission error would
+    assert sysfs.scan_vgpu(root(tree)) is None
+
+
+# ------------------------------------------------------------------ machine type
+
+
+def test_machine_type(tmp_path: Path) -> None:
+    path = tmp_path / "product_name"
+    path.write_text("  DGXA100 920-23687-2530-000 \n")
+    assert sysfs.read_machine_type(str(path)) == "DGXA100 920-23687-2530-000"
+
+
+def test_machine_type_unreadable(tmp_path: Path) -> None:
+    assert sysfs.read_machine_type(str(tmp_path / "missing")) is None
+    assert sysfs.read_machine_type(str(tmp_path)) is None  # a directory
+
+
+def test_machine_type_empty_path() -> None:
+    assert sysfs.read_machine_type("") is None
+
+
+@pytest.mark.parametrize("content", [b"", b"\n", b"  \t\n"])
+def test_machine_type_empty_file_is_empty_string(tmp_path: Path, content: bytes) -> None:
+    """Upstream labels such a node ``gpu.machine=`` (empty), not ``unknown``."""
+    path = tmp_path / "product_name"
+    path.write_bytes(content)
+    assert sysfs.read_machine_type(str(path)) == ""
+
+
+def test_machine_type_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "product_name"
+    path.write_bytes(b"Server \xff\xfe X\n")
+    assert sysfs.read_machine_type(str(path)) == "Server \ufffd\ufffd X"
