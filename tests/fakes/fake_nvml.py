@@ -564,3 +564,31 @@ def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
     fake.mig_slots = dict(zip(spread_slots(len(migs), fake.max_mig_devices), migs, strict=True))
     fake.supported_profile_enums = BASE_PROFILE_ENUMS | {m.gi_profile_enum for m in migs}
     return fake
+
+
+def dgx_a100_mig_node(gpu_count: int = 8, migs_per_gpu: int = 7) -> FakeNvml:
+    """A DGX A100-like node: A100-SXM4-40GB GPUs, each split into 1g.5gb MIG devices."""
+    gpus = [
+        FakeGpu(
+            uuid=f"GPU-79a2ba02-a537-ccbf-2965-8e9d90c0bd{index:02x}",
+            name="NVIDIA A100-SXM4-40GB",
+            bus_id=f"00000000:{0x07 + 8 * index:02X}:00.0",
+            memory_total=40960 * 2**20,
+            mig_mode=1,
+            max_mig_devices=7,
+            mig_slots={
+                slot: FakeMigDevice(
+                    gi_id=slot + 1,
+                    gi_profile_enum=P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+                    memory_mib=4864,
+                    multiprocessors=14,
+                    gi_slices=1,
+                    ci_slices=1,
+                    engines=(1, 0, 0, 0, 0),
+                )
+                for slot in range(migs_per_gpu)
+            },
+        )
+        for index in range(gpu_count)
+    ]
+    return FakeNvml(gpus, driver_version="550.54.15", cuda_version=12040)
