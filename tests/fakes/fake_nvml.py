@@ -241,6 +241,10 @@ class FakeNvml:
         """GPU ``index`` answers GPU_IS_LOST once ``after_calls`` calls have touched it."""
         self._lost[index] = after_calls
 
+    def recover_gpus(self) -> None:
+        """Every lost GPU answers again (as after a reset)."""
+        self._lost.clear()
+
     @property
     def total_calls(self) -> int:
         return sum(self.calls.values())
