@@ -99,9 +99,7 @@ def build_directory(directory: Path) -> str:
     command = kustomize_command()
     if command is None:
         raise RenderError("no kustomize: install kubectl or kustomize, or set $KUSTOMIZE")
-    done = subprocess.run(
-        [*command, str(directory)], capture_output=True, text=True, check=False
-    )
+    done = subprocess.run([*command, str(directory)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RenderError(f"{shlex.join(command)} {directory}: {done.stderr.strip()}")
     return done.stdout
@@ -149,16 +147,13 @@ def describe(obj: Manifest) -> str:
 def kubernetes_versions() -> list[str]:
     import kubernetes_validate.utils as kv  # type: ignore[import-untyped]
 
-    newest = kv.major_minor(kv.latest_version())
-    return [MIN_KUBERNETES_VERSION] if newest == MIN_KUBERNETES_VERSION else [
-        MIN_KUBERNETES_VERSION,
-        newest,
-    ]
+    newest: str = kv.major_minor(kv.latest_version())
+    return sorted({MIN_KUBERNETES_VERSION, newest}, key=lambda v: tuple(map(int, v.split("."))))
 
 
 def validation_errors(obj: Manifest, version: str) -> list[str]:
     """Schema errors of one object for one Kubernetes version (strict: no unknown fields)."""
-    import kubernetes_validate  # type: ignore[import-untyped]
+    import kubernetes_validate
     import kubernetes_validate.utils as kv
 
     try:
@@ -211,11 +206,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(target)
             return 0
         errors = list(_validate_all(args.versions or kubernetes_versions()))
-    except RenderError as error:
-        print(f"error: {error}", file=sys.stderr)
+    except RenderError as failure:
+        print(f"error: {failure}", file=sys.stderr)
         return 1
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+    for message in errors:
+        print(f"error: {message}", file=sys.stderr)
     return 1 if errors else 0
 
 

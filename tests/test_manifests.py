@@ -1,0 +1,914 @@
+"""The kustomize manifests (manifests/): every overlay renders with real kustomize, every
+object is valid against the Kubernetes schemas (strict: a typo'd field fails), and every
+gfd workload is configured the way its use needs -- output selected through gfd's own
+settings resolution, least-privilege security context, read-only mounts except features.d,
+probes on the paths gfd serves. The admission policy of the node-labels use is evaluated
+on sample requests with a CEL interpreter.
+
+Rendering needs `kubectl` (or `kustomize`, or $KUSTOMIZE); schema validation needs the
+`kubernetes-validate` package and the policy tests `cel-python`. Outside CI a missing tool
+skips its tests with the reason; in CI (CI=true) it fails them.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import importlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from gfd import __version__
+from gfd.errors import UsageError
+from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
+
+ROOT = Path(__file__).resolve().parent.parent
+IN_CI = os.environ.get("CI", "").lower() == "true"
+FEATURES_DIR = str(Path(NFD_FEATURES_FILE).parent)
+MACHINE_TYPE_DEFAULT = Settings().machine_type_file
+NAMESPACE = "gpu-feature-discovery"
+
+
+def _load_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "gfd_manifests_tool", ROOT / "scripts" / "manifests.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
+    spec.loader.exec_module(module)
+    return module
+
+
+tool = _load_tool()
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"{reason} -- CI must install it (see .ci/run)")
+    pytest.skip(reason)
+
+
+def _require_module(name: str, package: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        _unavailable(f"the {package} package is not installed")
+        raise
+
+
+@pytest.fixture(scope="module")
+def rendered() -> Callable[[str], list[dict[str, Any]]]:
+    """Render an overlay (or 'overlay+component'), once per module."""
+    if tool.kustomize_command() is None:
+        _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
+    cache: dict[str, list[dict[str, Any]]] = {}
+
+    def get(name: str) -> list[dict[str, Any]]:
+        if name not in cache:
+            overlay, *components = name.split("+")
+            cache[name] = tool.render(tool.Variant(overlay, tuple(components)))
+        return copy.deepcopy(cache[name])
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def versions() -> list[str]:
+    _require_module("kubernetes_validate", "kubernetes-validate")
+    return list(tool.kubernetes_versions())
+
+
+# ---------------------------------------------------------------------- helpers
+
+EXPECTED_OVERLAYS = {
+    "nfd-features-file",
+    "nfd-worker-sidecar",
+    "nodefeature",
+    "node-labels",
+    "oneshot-job",
+    "node-labels-cleanup-job",
+}
+# overlay -> (kind of the gfd workload, the output gfd must select)
+WORKLOADS = {
+    "nfd-features-file": ("DaemonSet", "file"),
+    "nfd-worker-sidecar": ("DaemonSet", "file"),
+    "nodefeature": ("DaemonSet", "nodefeature"),
+    "node-labels": ("DaemonSet", "node-labels"),
+    "oneshot-job": ("Job", "file"),
+    "node-labels-cleanup-job": ("Job", "node-labels"),
+}
+DAEMONSETS = [o for o, (kind, _) in WORKLOADS.items() if kind == "DaemonSet"]
+JOBS = [o for o, (kind, _) in WORKLOADS.items() if kind == "Job"]
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
+def only(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    result: dict[str, Any] = found[0]
+    return result
+
+
+def workload(overlay: str, objects: list[dict[str, Any]]) -> dict[str, Any]:
+    kind, _ = WORKLOADS[overlay.split("+")[0]]
+    return only(objects, kind)
+
+
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return spec
+
+
+def gfd_container(obj: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = [
+        c for c in pod_spec(obj)["containers"] if c["name"] == "gfd"
+    ]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def effective_security(obj: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+    """Pod-level security settings overridden by the container's, as the kubelet does."""
+    merged = dict(pod_spec(obj).get("securityContext") or {})
+    merged.update(container.get("securityContext") or {})
+    return merged
+
+
+def container_environment(obj: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """The container's environment as the kubelet would set it on a sample node."""
+    field_values = {
+        "spec.nodeName": pod_spec(obj).get("nodeName") or tool.SAMPLE_NODE,
+        "metadata.namespace": obj["metadata"].get("namespace", "default"),
+        "metadata.name": f"{obj['metadata']['name']}-x7k2p",
+    }
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        else:
+            env[item["name"]] = field_values[item["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def gfd_settings(obj: dict[str, Any], container: dict[str, Any]) -> Settings:
+    """What gfd itself makes of the container's args and environment."""
+    flags = {o.flag: o for o in OPTIONS if o.flag}
+    cli_values: dict[str, Any] = {}
+    actions = {"dump_snapshot": False, "cleanup": False}
+    for arg in [*container.get("command", [])[1:], *container.get("args", [])]:
+        flag, sep, value = arg.partition("=")
+        if flag in ("--cleanup", "--dump-snapshot"):
+            actions[flag[2:].replace("-", "_")] = True
+            continue
+        option = flags.get(flag)
+        assert option is not None, f"argument {arg!r} is not a gfd flag"
+        assert option.is_bool or sep, f"give {flag}'s value as {flag}=VALUE"
+        cli_values[option.name] = value if sep else True
+    return resolve(cli_values, container_environment(obj, container), **actions)
+
+
+def mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["mountPath"].rstrip("/") or "/": m for m in container.get("volumeMounts", [])}
+
+
+def volumes(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {v["name"]: v for v in pod_spec(obj).get("volumes", [])}
+
+
+def port_number(container: dict[str, Any], port: int | str) -> int:
+    if isinstance(port, int):
+        return port
+    named = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == port]
+    assert named, f"probe port {port!r} is not a named port of the container"
+    return int(named[0])
+
+
+# ---------------------------------------------------------------------- rendering, schemas
+
+
+def test_there_is_one_overlay_per_use() -> None:
+    assert set(tool.overlays()) == EXPECTED_OVERLAYS
+
+
+@pytest.mark.parametrize("overlay", sorted(EXPECTED_OVERLAYS))
+def test_overlay_renders_and_every_object_is_schema_valid(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+) -> None:
+    objects = rendered(overlay)
+    assert objects
+    assert tool.validate_objects(objects, versions) == []
+
+
+@pytest.mark.parametrize(
+    "variant", [v.name for v in tool.variants() if v.components], ids=lambda v: v
+)
+def test_overlay_with_component_renders_and_is_schema_valid(
+    variant: str, rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+) -> None:
+    assert tool.validate_objects(rendered(variant), versions) == []
+
+
+def test_validation_targets_the_oldest_supported_and_the_newest_kubernetes(
+    versions: list[str],
+) -> None:
+    assert versions[0] == "1.30"  # ValidatingAdmissionPolicy v1, node name in SA tokens
+    assert len(versions) == 2 and versions[1] > versions[0]
+
+
+TYPOS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+    (
+        "container securityContext key",
+        lambda ds: gfd_container(ds)["securityContext"].update(readOnlyRootFilesytem=True),
+    ),
+    ("pod spec key", lambda ds: pod_spec(ds).update(toleration=pod_spec(ds)["tolerations"])),
+    ("probe key", lambda ds: gfd_container(ds)["livenessProbe"].update(httpGett={"path": "/"})),
+    ("top-level spec key", lambda ds: ds["spec"].update(selecter=ds["spec"]["selector"])),
+    ("wrong type", lambda ds: gfd_container(ds)["ports"][0].update(containerPort="8080")),
+]
+
+
+@pytest.mark.parametrize("mutate", [m for _, m in TYPOS], ids=[n for n, _ in TYPOS])
+def test_a_typo_in_a_field_is_rejected(
+    mutate: Callable[[dict[str, Any]], None],
+    rendered: Callable[[str], list[dict[str, Any]]],
+    versions: list[str],
+) -> None:
+    daemonset = only(rendered("nfd-features-file"), "DaemonSet")
+    assert tool.validate_objects([daemonset], versions) == []
+    mutate(daemonset)
+    errors = tool.validate_objects([daemonset], versions)
+    assert len(errors) == len(versions), errors
+
+
+def test_a_typo_in_the_admission_policy_is_rejected(
+    rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+) -> None:
+    policy = only(rendered("node-labels"), "ValidatingAdmissionPolicy")
+    policy["spec"]["validations"][0]["messageExpresion"] = "'x'"
+    assert tool.validate_objects([policy], versions)
+
+
+def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
+    tmp_path: Path, versions: list[str]
+) -> None:
+    # kustomize itself accepts unknown fields; the schema check is what catches them.
+    if tool.kustomize_command() is None:
+        _unavailable("no kustomize renderer")
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(tool.OVERLAYS / "nfd-features-file", overlay)
+    (overlay / "kustomization.yaml").write_text(
+        f"resources: [{base}]\n"
+        "patches:\n"
+        "  - target: {kind: DaemonSet, name: gfd}\n"
+        "    patch: |-\n"
+        "      - op: add\n"
+        "        path: /spec/template/spec/containers/0/resources/limit\n"
+        "        value: {memory: 1Gi}\n"
+    )
+    objects = tool.load_objects(tool.build_directory(overlay))
+    errors = tool.validate_objects(objects, versions)
+    assert errors and all("'limit' was unexpected" in e for e in errors), errors
+
+
+def test_cluster_scoped_objects_have_no_namespace_and_the_rest_share_one(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    for overlay in sorted(EXPECTED_OVERLAYS - {"nfd-worker-sidecar"}):
+        objects = rendered(overlay)
+        for obj in objects:
+            if obj["kind"] in CLUSTER_SCOPED:
+                assert "namespace" not in obj["metadata"], (overlay, tool.describe(obj))
+            else:
+                assert obj["metadata"].get("namespace") == NAMESPACE, (overlay, tool.describe(obj))
+        assert only(objects, "Namespace")["metadata"]["name"] == NAMESPACE
+
+
+# ---------------------------------------------------------------------- the gfd workloads
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_environment_and_args_select_the_intended_output(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    container = gfd_container(obj)
+    settings = gfd_settings(obj, container)
+    _, expected_output = WORKLOADS[overlay]
+    assert settings.output_kind == expected_output
+    if expected_output == "file":
+        assert settings.effective_output_file == NFD_FEATURES_FILE
+    else:
+        assert settings.node_name == tool.SAMPLE_NODE
+        assert pod_spec(obj)["automountServiceAccountToken"] is True
+    if expected_output == "nodefeature":
+        assert settings.namespace == NAMESPACE
+        assert settings.pod_name and settings.pod_name.startswith("gfd-")
+    if expected_output == "file":
+        # No API access for the file writers.
+        assert pod_spec(obj).get("automountServiceAccountToken") is not True
+    assert settings.mig_strategy == "none"
+    assert settings.oneshot == (overlay == "oneshot-job")
+    assert settings.cleanup == (overlay == "node-labels-cleanup-job")
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_every_environment_variable_is_one_gfd_or_the_nvidia_runtime_reads(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    known = {env for option in OPTIONS for env in option.envs}
+    runtime = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
+    for variant in [overlay, f"{overlay}+mig-mixed"]:
+        container = gfd_container(workload(variant, rendered(variant)))
+        names = [e["name"] for e in container.get("env", [])]
+        assert len(names) == len(set(names)), f"duplicate variables in {variant}: {names}"
+        assert set(names) <= known | runtime, set(names) - known - runtime
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_security_context_is_least_privilege(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    container = gfd_container(obj)
+    security = effective_security(obj, container)
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security.get("privileged", False) is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    writes_host = FEATURES_DIR in mounts(container) and not mounts(container)[FEATURES_DIR].get(
+        "readOnly", False
+    )
+    if writes_host:
+        # The host's features.d belongs to root: its writer is uid 0 without a single
+        # capability (see manifests/overlays/nfd-features-file/features-file.yaml).
+        assert security["runAsUser"] == 0
+        assert security["runAsNonRoot"] is False
+    else:
+        assert security["runAsNonRoot"] is True
+        assert security["runAsUser"] != 0
+    assert pod_spec(obj).get("hostNetwork", False) is False
+    assert pod_spec(obj).get("hostPID", False) is False
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_mounts_are_read_only_except_features_d(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    container = gfd_container(obj)
+    settings = gfd_settings(obj, container)
+    by_path = mounts(container)
+    pod_volumes = volumes(obj)
+    for path, mount in by_path.items():
+        volume = pod_volumes[mount["name"]]
+        if path == FEATURES_DIR:
+            assert volume["hostPath"]["path"].rstrip("/") == FEATURES_DIR
+            continue
+        assert mount.get("readOnly") is True, f"{path} is mounted writable"
+    # Host sysfs (PCI devices; the machine-type file lives in it) is mounted read-only.
+    sys_mount = by_path["/sys"]
+    assert pod_volumes[sys_mount["name"]]["hostPath"]["path"] == "/sys"
+    assert sys_mount.get("recursiveReadOnly") == "IfPossible"
+    assert settings.machine_type_file == MACHINE_TYPE_DEFAULT
+    assert any(settings.machine_type_file.startswith(p + "/") for p in by_path)
+    # features.d is mounted exactly when gfd writes the features file.
+    assert (FEATURES_DIR in by_path) == (settings.output_kind == "file")
+
+
+@pytest.mark.parametrize("overlay", DAEMONSETS)
+def test_probes_use_the_served_health_paths_on_the_metrics_port(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    container = gfd_container(obj)
+    settings = gfd_settings(obj, container)
+    host, _, metrics_port = settings.metrics_address.rpartition(":")
+    assert host == "", "serve on all addresses, so the kubelet can reach the probes"
+    liveness = container["livenessProbe"]["httpGet"]
+    readiness = container["readinessProbe"]["httpGet"]
+    assert liveness["path"] == "/healthz"
+    assert readiness["path"] == "/readyz"
+    assert port_number(container, liveness["port"]) == int(metrics_port)
+    assert port_number(container, readiness["port"]) == int(metrics_port)
+    # No other container of the pod listens on that port (the nfd-worker sidecar case).
+    for other in pod_spec(obj)["containers"]:
+        if other is not container:
+            assert int(metrics_port) not in {p["containerPort"] for p in other.get("ports", [])}
+
+
+@pytest.mark.parametrize("overlay", JOBS)
+def test_jobs_run_once_on_the_named_node_without_probes(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    job = workload(overlay, rendered(overlay))
+    container = gfd_container(job)
+    assert pod_spec(job)["nodeName"] == tool.SAMPLE_NODE
+    assert job["metadata"]["name"].endswith("-" + tool.SAMPLE_NODE)
+    assert pod_spec(job)["restartPolicy"] == "Never"
+    assert job["spec"]["activeDeadlineSeconds"] > 0
+    assert "livenessProbe" not in container and "readinessProbe" not in container
+    assert tool.NODE_PLACEHOLDER not in str(job)
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_resources_placement_and_image(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    container = gfd_container(obj)
+    resources = container["resources"]
+    assert set(resources["requests"]) == {"cpu", "memory"}
+    assert "memory" in resources["limits"]
+    assert container["image"] == f"gfd:{__version__}"
+    if overlay == "nfd-worker-sidecar":
+        return  # placement is nfd-worker's
+    spec = pod_spec(obj)
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+        "tolerations"
+    ]
+    if overlay == "node-labels-cleanup-job":
+        # Must run wherever gfd left labels, GPU labels or not.
+        assert "affinity" not in spec
+        return
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    selected = {(e["key"], tuple(e["values"])) for term in terms for e in term["matchExpressions"]}
+    assert ("feature.node.kubernetes.io/pci-10de.present", ("true",)) in selected
+    assert ("nvidia.com/gpu.present", ("true",)) in selected
+    assert all(len(term["matchExpressions"]) == 1 for term in terms)  # any one term suffices
+
+
+def test_sidecar_is_a_second_container_of_nfd_worker_sharing_its_features_volume(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    objects = rendered("nfd-worker-sidecar")
+    daemonset = only(objects, "DaemonSet", "nfd-worker")
+    names = [c["name"] for c in pod_spec(daemonset)["containers"]]
+    assert names == ["nfd-worker", "gfd"]
+    nfd_worker = pod_spec(daemonset)["containers"][0]
+    shared = mounts(gfd_container(daemonset))[FEATURES_DIR]["name"]
+    assert shared in {m["name"] for m in nfd_worker["volumeMounts"]}
+    assert nfd_worker.get("securityContext", {}).get("privileged") is None
+    # Runs on every node NFD covers, GPU or not: it must not crash-loop NFD's pod there.
+    settings = gfd_settings(daemonset, gfd_container(daemonset))
+    assert settings.fail_on_init_error is False
+
+
+# ---------------------------------------------------------------------- components
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+@pytest.mark.parametrize("strategy", ["single", "mixed"])
+def test_mig_components_set_the_strategy_and_the_monitor_device(
+    overlay: str, strategy: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(f"{overlay}+mig-{strategy}"))
+    container = gfd_container(obj)
+    assert gfd_settings(obj, container).mig_strategy == strategy
+    assert container_environment(obj, container)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    security = effective_security(obj, container)
+    # The runtime only grants the monitor device to a container holding SYS_ADMIN; the
+    # process itself stays as it was.
+    assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
+    assert security["allowPrivilegeEscalation"] is False
+    assert security.get("privileged", False) is False
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_vgpu_component_makes_only_the_gfd_container_privileged(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(f"{overlay}+vgpu-privileged"))
+    container = gfd_container(obj)
+    security = effective_security(obj, container)
+    assert security["privileged"] is True
+    assert security["runAsUser"] == 0
+    for other in pod_spec(obj)["containers"]:
+        if other is not container:
+            assert not (other.get("securityContext") or {}).get("privileged")
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_runtime_class_component(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(f"{overlay}+runtime-class-nvidia"))
+    assert pod_spec(obj)["runtimeClassName"] == "nvidia"
+
+
+# ---------------------------------------------------------------------- RBAC
+
+
+def rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def service_account_of(overlay: str, objects: list[dict[str, Any]]) -> tuple[str, str]:
+    obj = workload(overlay, objects)
+    name = pod_spec(obj)["serviceAccountName"]
+    account = only(objects, "ServiceAccount", name)
+    return account["metadata"]["namespace"], name
+
+
+def test_nodefeature_rbac_is_namespaced_and_minimal(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    objects = rendered("nodefeature")
+    assert not [o for o in objects if o["kind"].startswith("Cluster")]
+    assert rules(only(objects, "Role")) == {
+        ("nfd.k8s-sigs.io", "nodefeatures", "get"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "create"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "update"),
+        ("", "pods", "get"),
+        ("apps", "daemonsets", "get"),
+    }
+    binding = only(objects, "RoleBinding")
+    namespace, name = service_account_of("nodefeature", objects)
+    assert binding["roleRef"]["name"] == only(objects, "Role")["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+
+
+def test_node_labels_rbac_is_nodes_get_and_patch(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    objects = rendered("node-labels")
+    assert rules(only(objects, "ClusterRole")) == {("", "nodes", "get"), ("", "nodes", "patch")}
+    binding = only(objects, "ClusterRoleBinding")
+    namespace, name = service_account_of("node-labels", objects)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
+
+
+def test_file_overlays_grant_no_api_access(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    for overlay in ("nfd-features-file", "oneshot-job"):
+        kinds = {o["kind"] for o in rendered(overlay)}
+        assert not kinds & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+def test_cleanup_job_uses_the_node_labels_identity(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    policy = only(rendered("node-labels"), "ValidatingAdmissionPolicy")
+    cleanup_objects = rendered("node-labels-cleanup-job")
+    namespace, name = service_account_of("node-labels-cleanup-job", cleanup_objects)
+    condition = policy["spec"]["matchConditions"][0]["expression"]
+    assert f"'system:serviceaccount:{namespace}:{name}'" in condition
+
+
+# ---------------------------------------------------------------------- admission policy
+
+
+class Policy:
+    """A ValidatingAdmissionPolicy evaluated with cel-python (standard CEL; the policy
+    uses no Kubernetes-only CEL library)."""
+
+    def __init__(self, policy: dict[str, Any]) -> None:
+        self.celpy = _require_module("celpy", "cel-python")
+        self.env = self.celpy.Environment()
+        spec = policy["spec"]
+        self.conditions = [self._program(c["expression"]) for c in spec["matchConditions"]]
+        self.variables = [(v["name"], self._program(v["expression"])) for v in spec["variables"]]
+        self.validations = [(self._program(v["expression"]), v) for v in spec["validations"]]
+
+    def _program(self, expression: str) -> Any:
+        return self.env.program(self.env.compile(expression))
+
+    def _activation(self, request: dict[str, Any]) -> dict[str, Any]:
+        json_to_cel = self.celpy.adapter.json_to_cel
+        return {
+            "request": json_to_cel(request),
+            "object": json_to_cel(request["object"]),
+            "oldObject": json_to_cel(request["oldObject"]),
+        }
+
+    def denials(self, request: dict[str, Any]) -> list[str]:
+        """Messages of the failed validations; [] when the request is let through."""
+        activation = self._activation(request)
+        if not all(bool(c.evaluate(activation)) for c in self.conditions):
+            return []
+        celtypes = self.celpy.celtypes
+        computed = celtypes.MapType({})
+        for name, program in self.variables:
+            computed[celtypes.StringType(name)] = program.evaluate(
+                {**activation, "variables": computed}
+            )
+        activation["variables"] = computed
+        failed = []
+        for program, validation in self.validations:
+            if not bool(program.evaluate(activation)):
+                if "messageExpression" in validation:
+                    failed.append(
+                        str(self._program(validation["messageExpression"]).evaluate(activation))
+                    )
+                else:
+                    failed.append(validation["message"])
+        return failed
+
+
+def node(
+    name: str, labels: dict[str, str], annotations: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": spec}
+
+
+BASE_LABELS = {"kubernetes.io/hostname": "gpu-node-1", "nvidia.com/gpu.present": "true"}
+BASE_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
+OLD = node("gpu-node-1", BASE_LABELS, BASE_ANNOTATIONS, podCIDR="10.0.0.0/24")
+GOOD = node(
+    "gpu-node-1",
+    {**BASE_LABELS, "nvidia.com/gpu.count": "8"},
+    {**BASE_ANNOTATIONS, "nvidia.com/gfd.managed-labels": "nvidia.com/gpu.count"},
+    podCIDR="10.0.0.0/24",
+)
+
+
+def with_changes(obj: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    changed = copy.deepcopy(obj)
+    change(changed)
+    return changed
+
+
+def request_from(
+    username: str, requester_node: str | None, old: dict[str, Any], new: dict[str, Any]
+) -> dict[str, Any]:
+    extra = (
+        {}
+        if requester_node is None
+        else {
+            "authentication.kubernetes.io/node-name": [requester_node],
+            "authentication.kubernetes.io/pod-name": ["gfd-x7k2p"],
+        }
+    )
+    return {
+        "operation": "UPDATE",
+        "userInfo": {"username": username, "groups": ["system:serviceaccounts"], "extra": extra},
+        "object": new,
+        "oldObject": old,
+    }
+
+
+POLICY_CASES: list[tuple[str, str | None, dict[str, Any], dict[str, Any], bool]] = [
+    # (case, requester node, old node, new node, allowed)
+    ("own node: add nvidia.com/ labels and the annotation", "gpu-node-1", OLD, GOOD, True),
+    (
+        "own node: remove an owned label",
+        "gpu-node-1",
+        GOOD,
+        with_changes(GOOD, lambda n: n["metadata"]["labels"].pop("nvidia.com/gpu.count")),
+        True,
+    ),
+    (
+        "own node: first labels on a node without labels or annotations",
+        "gpu-node-1",
+        node("gpu-node-1", {}, None),
+        node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None),
+        True,
+    ),
+    (
+        "own node: cleanup removes the annotation",
+        "gpu-node-1",
+        GOOD,
+        with_changes(
+            GOOD, lambda n: n["metadata"]["annotations"].pop("nvidia.com/gfd.managed-labels")
+        ),
+        True,
+    ),
+    ("another node", "gpu-node-2", OLD, GOOD, False),
+    ("token without a node", None, OLD, GOOD, False),
+    (
+        "change a label outside nvidia.com/",
+        "gpu-node-1",
+        OLD,
+        with_changes(
+            GOOD, lambda n: n["metadata"]["labels"].update({"kubernetes.io/hostname": "x"})
+        ),
+        False,
+    ),
+    (
+        "add a label outside nvidia.com/",
+        "gpu-node-1",
+        OLD,
+        with_changes(
+            GOOD, lambda n: n["metadata"]["labels"].update({"node-role.kubernetes.io/x": ""})
+        ),
+        False,
+    ),
+    (
+        "remove a label outside nvidia.com/",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, lambda n: n["metadata"]["labels"].pop("kubernetes.io/hostname")),
+        False,
+    ),
+    (
+        "lookalike prefix",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, lambda n: n["metadata"]["labels"].update({"nvidia.com.evil/x": "1"})),
+        False,
+    ),
+    (
+        "change another annotation",
+        "gpu-node-1",
+        OLD,
+        with_changes(
+            GOOD,
+            lambda n: n["metadata"]["annotations"].update({"node.alpha.kubernetes.io/ttl": "30"}),
+        ),
+        False,
+    ),
+    (
+        "add another nvidia.com/ annotation",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, lambda n: n["metadata"]["annotations"].update({"nvidia.com/x": "1"})),
+        False,
+    ),
+    (
+        "add a taint",
+        "gpu-node-1",
+        OLD,
+        with_changes(
+            GOOD, lambda n: n["spec"].update({"taints": [{"key": "k", "effect": "NoSchedule"}]})
+        ),
+        False,
+    ),
+    (
+        "cordon",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, lambda n: n["spec"].update({"unschedulable": True})),
+        False,
+    ),
+    (
+        "add a finalizer",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, lambda n: n["metadata"].update({"finalizers": ["x/y"]})),
+        False,
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def node_policy(rendered: Callable[[str], list[dict[str, Any]]]) -> tuple[Policy, str]:
+    objects = rendered("node-labels")
+    namespace, name = service_account_of("node-labels", objects)
+    username = f"system:serviceaccount:{namespace}:{name}"
+    return Policy(only(objects, "ValidatingAdmissionPolicy")), username
+
+
+@pytest.mark.parametrize(
+    ("requester", "old", "new", "allowed"),
+    [case[1:] for case in POLICY_CASES],
+    ids=[case[0] for case in POLICY_CASES],
+)
+def test_admission_policy(
+    requester: str | None,
+    old: dict[str, Any],
+    new: dict[str, Any],
+    allowed: bool,
+    node_policy: tuple[Policy, str],
+) -> None:
+    policy, username = node_policy
+    denials = policy.denials(request_from(username, requester, old, new))
+    assert (denials == []) == allowed, denials
+
+
+def test_admission_policy_explains_a_denial_and_ignores_other_users(
+    node_policy: tuple[Policy, str],
+) -> None:
+    policy, username = node_policy
+    denied = policy.denials(request_from(username, "gpu-node-2", OLD, GOOD))
+    assert denied == ["gfd on node gpu-node-2 may not change node gpu-node-1"]
+    cordon = with_changes(OLD, lambda n: n["spec"].update({"unschedulable": True}))
+    assert policy.denials(request_from("kubernetes-admin", None, OLD, cordon)) == []
+    other_account = username.rsplit(":", 1)[0] + ":other"
+    assert policy.denials(request_from(other_account, "gpu-node-2", OLD, cordon)) == []
+
+
+def test_admission_policy_is_bound_and_denies(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    objects = rendered("node-labels")
+    policy = only(objects, "ValidatingAdmissionPolicy")
+    binding = only(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["matchConstraints"]["resourceRules"] == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
+    ]
+
+
+# ---------------------------------------------------------------------- probes, for real
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(port: int, path: str) -> int | None:
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        connection.request("GET", path)
+        status = connection.getresponse().status
+        connection.close()
+        return status
+    except OSError:
+        return None
+
+
+def _poll(port: int, path: str, attempts: int = 200) -> Iterator[int | None]:
+    for _ in range(attempts):
+        yield _get(port, path)
+        time.sleep(0.05)
+
+
+def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
+    tmp_path: Path, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    """gfd started with the features-file DaemonSet's environment (paths moved into
+    tmp_path, a snapshot instead of NVML) answers its probe paths with 200 once it has
+    published, and removes its file on SIGTERM as the DaemonSet relies on."""
+    daemonset = only(rendered("nfd-features-file"), "DaemonSet")
+    container = gfd_container(daemonset)
+    env = container_environment(daemonset, container)
+    port = _free_port()
+    features_file = tmp_path / "gfd"
+    snapshots = sorted((ROOT / "examples" / "snapshots").glob("*.yaml"))
+    if not snapshots:
+        pytest.skip("no example snapshot to run on")
+    env.update(
+        GFD_OUTPUT_FILE=str(features_file),
+        GFD_METRICS_ADDRESS=f"127.0.0.1:{port}",
+        GFD_SNAPSHOT_FILE=str(snapshots[0]),
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "gfd"],
+        env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        probes = {
+            p["httpGet"]["path"] for p in (container["livenessProbe"], container["readinessProbe"])
+        }
+        for path in sorted(probes):
+            status = next(
+                (s for s in _poll(port, path) if s == 200 or process.poll() is not None), None
+            )
+            assert status == 200, f"{path} never answered 200 (gfd exited: {process.poll()})"
+        assert features_file.read_text().startswith("nvidia.com/")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=30)
+    assert process.returncode == 0, stderr[-2000:]
+    assert not features_file.exists()
+
+
+def test_settings_rejects_what_the_manifests_must_never_combine() -> None:
+    # The manifests select an output with exactly one variable; gfd refuses two.
+    with pytest.raises(UsageError):
+        resolve(
+            {},
+            {"GFD_USE_NODE_LABELS": "true", "GFD_USE_NODE_FEATURE_API": "true", "NODE_NAME": "n"},
+        )
