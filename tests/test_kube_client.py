@@ -64,6 +64,14 @@ def test_a_missing_kubeconfig_is_a_usage_error(tmp_path: Path) -> None:
         KubeClient(str(tmp_path / "missing"), budget=1.0)
 
 
+def test_a_malformed_kubeconfig_is_a_one_line_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text("clusters: [\n")
+    with pytest.raises(UsageError, match="--kubeconfig") as raised:
+        KubeClient(str(path), budget=1.0)
+    assert "\n" not in str(raised.value)
+
+
 def test_outside_a_cluster_without_kubeconfig_is_a_usage_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -103,6 +103,7 @@ class KubeClient:
     ) -> None:
         import kubernetes.client
         import kubernetes.config
+        import yaml
         from kubernetes.config.config_exception import ConfigException
 
         # the client's functions are untyped; keep mypy --strict honest at this one seam
@@ -115,11 +116,12 @@ class KubeClient:
                 config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
             else:
                 config.load_incluster_config(client_configuration=configuration)
-        except (ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
+        except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
             where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
             hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
+            detail = " ".join(str(exc).split())  # YAML errors span several lines
             raise UsageError(
-                f"{where}: cannot load Kubernetes client configuration: {exc}{hint}"
+                f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
             ) from None
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
         configuration.retries = False
