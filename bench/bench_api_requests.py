@@ -193,6 +193,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=0.1, help="daemon interval (s)")
     parser.add_argument("--passes", type=int, default=100, help="steady-state passes to count")
     args = parser.parse_args()
+    from gfd.observability import configure_logging
+
+    configure_logging("json", "error")  # the in-process verify run stays quiet
 
     print(
         f"snapshot: {SNAPSHOT.relative_to(ROOT)}; daemon interval {args.interval}s, "
