@@ -135,16 +135,22 @@ class PrometheusMetrics:
             self._thread.join()
             self._thread = None
 
+    def set_sleep_interval(self, sleep_interval: float | None) -> None:
+        """A reload changed the interval: judge health by the new one from now on."""
+        with self._lock:
+            self._interval = sleep_interval
+
     # ------------------------------------------------------------- health
 
     def healthy(self) -> bool:
         with self._lock:
             last = self._last_pass_started_at
+            interval = self._interval
         now = self._monotonic()
-        if self._interval is None:
+        if interval is None:
             # publish once, then wait for signals: nothing can stall after the first pass
             return last is not None or now - self._started_at <= HEALTH_GRACE_SECONDS
-        limit = 3 * self._interval + HEALTH_GRACE_SECONDS
+        limit = 3 * interval + HEALTH_GRACE_SECONDS
         return now - (last if last is not None else self._started_at) <= limit
 
     def ready(self) -> bool:

@@ -125,6 +125,16 @@ def test_healthz_fails_when_the_loop_stalls(metrics: PrometheusMetrics, clock: C
     assert get(metrics, "/healthz")[0] == 200
 
 
+def test_healthz_follows_a_reloaded_interval(metrics: PrometheusMetrics, clock: Clock) -> None:
+    metrics.pass_started()
+    metrics.set_sleep_interval(600.0)
+    clock.now += 3 * 60.0 + HEALTH_GRACE_SECONDS + 1  # stalled for the old 60 s interval
+    assert get(metrics, "/healthz")[0] == 200
+    metrics.set_sleep_interval(None)
+    clock.now += 10 * 3600
+    assert get(metrics, "/healthz")[0] == 200
+
+
 def test_healthz_with_an_infinite_interval(clock: Clock) -> None:
     metrics = PrometheusMetrics("127.0.0.1:0", None, monotonic=clock, poll_interval=FAST)
     try:
