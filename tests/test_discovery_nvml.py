@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import inspect
 import sys
 import uuid
 from pathlib import Path
@@ -18,6 +19,7 @@ from gfd.settings import Settings
 from gfd.snapshot import Driver, Fabric, Mig
 
 from .fakes.fake_nvml import (
+    FUNCTIONS,
     INVALID_ARGUMENT,
     FakeFabric,
     FakeGpu,
@@ -56,6 +58,28 @@ def one_g(gi_id: int, enum: int = pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE) -> F
         ci_slices=1,
         engines=(1, 0, 0, 0, 0),
     )
+
+
+# ------------------------------------------------------------------ the fake itself
+
+
+def parameters(function: object) -> list[tuple[str, object, object]]:
+    signature = inspect.signature(function)  # type: ignore[arg-type]
+    return [(p.name, p.kind, p.default) for p in signature.parameters.values()]
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_fake_has_pynvmls_signatures(name: str) -> None:
+    """Same parameter names, kinds and defaults as the real bindings (types aside)."""
+    assert parameters(getattr(FakeNvml().module, name)) == parameters(getattr(pynvml, name))
+
+
+def test_fake_uses_the_real_error_classes() -> None:
+    module = FakeNvml().module
+    assert module.NVMLError is pynvml.NVMLError
+    assert module.NVMLError_NotSupported is pynvml.NVMLError_NotSupported
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        module.nvmlDeviceGetCount()  # before nvmlInit, as the real library
 
 
 # ------------------------------------------------------------------ basic facts

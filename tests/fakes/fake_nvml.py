@@ -30,6 +30,7 @@ NVML could produce (e.g. a MIG profile name that does not follow from the memory
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import re
 import types
@@ -260,6 +261,7 @@ class FakeNvml:
         return module
 
     def _counted(self, name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
         def call(*args: Any, **kwargs: Any) -> Any:
             self.calls[name] += 1
             if name in self.missing_symbols:
@@ -268,7 +270,7 @@ class FakeNvml:
                 raise _error(real.NVML_ERROR_UNINITIALIZED)
             return function(*args, **kwargs)
 
-        call.__name__ = name
+        call.__name__ = call.__qualname__ = name
         return call
 
     def _text(self, value: str) -> str | bytes:
