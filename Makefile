@@ -33,6 +33,7 @@ format: venv
 bench: venv
 	$(BIN)/python bench/bench_labels.py
 	$(BIN)/python bench/bench_oneshot.py
+	$(BIN)/python bench/bench_discovery.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -93,6 +93,7 @@ class Agent:
         self.output: Output = make_output(settings)
         self._previous_settings: Settings | None = None
         self._started = False  # becomes True after the process's first pass
+        self.last_error: str | None = None
         self._new_run()
 
     # ------------------------------------------------------------------ signals
@@ -175,6 +176,7 @@ class Agent:
     def _fail_pass(self, started: float, exc: Exception | None) -> None:
         duration = time.monotonic() - started
         self.metrics.pass_finished("error", duration, None)
+        self.last_error = None if exc is None else str(exc)
         if exc is not None:
             self.log.error(
                 "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration

@@ -134,9 +134,12 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
         return _fail(f"cannot start: {exc}", EXIT_RUNTIME)
     agent.install_signal_handlers()
     try:
-        return agent.run()
+        status = agent.run()
     except AgentExit as exc:
         return _fail(exc.message, exc.status)
+    if status != 0 and settings.oneshot and agent.last_error:
+        return _fail(agent.last_error, status)
+    return status
 
 
 def _dump_snapshot(settings: Settings) -> int:

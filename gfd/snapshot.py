@@ -394,6 +394,19 @@ def _represent_hex(dumper: yaml.SafeDumper, value: _HexInt) -> yaml.Node:
 
 _Dumper.add_representer(_HexInt, _represent_hex)
 
+# Characters PyYAML writes raw in plain or single-quoted scalars but reads back as line
+# breaks; a string holding one must be double-quoted (escaped) to survive a round trip.
+_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
+    if any(c in value for c in _LINE_BREAKS):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+    return dumper.represent_str(value)
+
+
+_Dumper.add_representer(str, _represent_str)
+
 
 def _mig_device_dict(device: MigDevice) -> dict[str, Any]:
     e = device.engines
