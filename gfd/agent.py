@@ -91,7 +91,8 @@ class Agent:
         self._wake = threading.Event()
         self.metrics: Metrics = start_metrics(settings)
         self.output: Output = make_output(settings)
-        self._previous_settings: Settings | None = None
+        # what was in force before the last reload, until the reloaded settings proved good
+        self._previous: tuple[Settings, Output] | None = None
         self._started = False  # becomes True after the process's first pass
         self.last_error: str | None = None
         self._new_run()
@@ -146,7 +147,7 @@ class Agent:
                 raise AgentExit(EXIT_USAGE, str(exc)) from None
             first_of_run = self._first_pass
             self._fail_pass(started, exc)
-            if first_of_run and self._previous_settings and isinstance(exc, ConfigError):
+            if first_of_run and self._previous and isinstance(exc, ConfigError):
                 self._revert()
             return False
         except (DiscoveryError, LabelError, PublishError, OSError) as exc:
@@ -219,25 +220,42 @@ class Agent:
         except UsageError as exc:
             self.log.error("reload failed; keeping the settings in force", error=str(exc))
             return
+        output = self.output
+        if _output_identity(new) != _output_identity(self.settings):
+            try:
+                output = make_output(new)
+            except UsageError as exc:
+                self.log.error("reload failed; keeping the settings in force", error=str(exc))
+                return
         for warning in new.warnings:
             self.log.warning("config warning", detail=warning)
         self.log.info("settings reloaded")
-        self._previous_settings = self.settings
-        if _output_identity(new) != _output_identity(self.settings):
-            self.output.on_exit()
-            self.output = make_output(new)
-        self.settings = new
-        self._new_run()
+        self._previous = (self.settings, self.output)
+        if output is not self.output:
+            self._exit_output()
+        self._switch(new, output)
 
     def _revert(self) -> None:
         """The reloaded settings cannot apply to this node: go back to the previous ones."""
-        assert self._previous_settings is not None
+        assert self._previous is not None
         self.log.error("reloaded settings rejected; the previous settings stay in force")
-        if _output_identity(self._previous_settings) != _output_identity(self.settings):
-            self.output = make_output(self._previous_settings)
-        self.settings = self._previous_settings
-        self._previous_settings = None
+        settings, output = self._previous
+        self._previous = None
+        if output is not self.output:
+            self._exit_output()
+        self._switch(settings, output)
+
+    def _switch(self, settings: Settings, output: Output) -> None:
+        self.settings = settings
+        self.output = output
+        self.metrics.set_sleep_interval(settings.sleep_interval)
         self._new_run()
+
+    def _exit_output(self) -> None:
+        try:
+            self.output.on_exit()
+        except PublishError as exc:
+            self.log.error("cleanup on exit failed", error=str(exc))
 
     def run(self) -> int:
         try:
@@ -248,10 +266,7 @@ class Agent:
                 self._wait()
                 if self._signals.stop:
                     self.log.info("signal received; exiting", signal=self._signals.name)
-                    try:
-                        self.output.on_exit()
-                    except PublishError as exc:
-                        self.log.error("cleanup on exit failed", error=str(exc))
+                    self._exit_output()
                     return EXIT_OK
                 if self._signals.reload:
                     self._reload()
@@ -279,4 +294,5 @@ def _output_identity(settings: Settings) -> tuple[Any, ...]:
         settings.node_name,
         settings.namespace,
         settings.kubeconfig,
+        settings.sleep_interval,  # the API outputs bound their retries by it
     )

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from gfd import __version__
-from gfd.errors import UsageError
+from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
 PROG = "gfd"
@@ -130,7 +130,7 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
         agent = Agent(settings, load)
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
-    except OSError as exc:
+    except (GfdError, OSError) as exc:
         return _fail(f"cannot start: {exc}", EXIT_RUNTIME)
     agent.install_signal_handlers()
     try:
@@ -165,9 +165,11 @@ def _cleanup(settings: Settings) -> int:
     from gfd.observability import get_logger
     from gfd.outputs import make_output
 
-    output = make_output(settings)
     try:
+        output = make_output(settings)
         output.cleanup()
+    except UsageError as exc:
+        return _fail(str(exc), 2)
     except PublishError as exc:
         return _fail(str(exc), 1)
     get_logger(output=output.kind, node=settings.node_name).info("cleanup done")

@@ -62,6 +62,8 @@ class Metrics(Protocol):
 
     def nvml_up(self, up: bool) -> None: ...
 
+    def set_sleep_interval(self, sleep_interval: float | None) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -76,6 +78,9 @@ class NullMetrics:
         pass
 
     def nvml_up(self, up: bool) -> None:
+        pass
+
+    def set_sleep_interval(self, sleep_interval: float | None) -> None:
         pass
 
     def close(self) -> None:
