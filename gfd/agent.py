@@ -164,7 +164,9 @@ class Agent:
             return False
         duration = time.monotonic() - started
         self.metrics.pass_finished("success", duration, label_count)
-        self.log.info(
+        # a oneshot run's output is its labels; its pass record is detail (--log-level debug)
+        record = self.log.debug if self.settings.oneshot else self.log.info
+        record(
             "pass finished",
             duration_seconds=round(duration, 6),
             labels=label_count,

@@ -6,47 +6,85 @@ returns the Prometheus implementation (imported lazily so oneshot never pays for
 
 from __future__ import annotations
 
-import logging
 import sys
 from typing import TYPE_CHECKING, Any, Protocol
-
-import structlog
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
 
-_LEVELS = {
-    "debug": logging.DEBUG,
-    "info": logging.INFO,
-    "warning": logging.WARNING,
-    "error": logging.ERROR,
-}
+# Numeric levels as in the logging module; kept here so filtering costs no import.
+_LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+_config: dict[str, Any] = {"format": None, "level": _LEVELS["info"], "ready": False}
 
 
 def configure_logging(log_format: str | None, log_level: str) -> None:
-    """One JSON object per line on stderr (console renderer when stderr is a TTY)."""
-    use_console = log_format == "console" or (log_format is None and sys.stderr.isatty())
-    renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        if use_console
-        else structlog.processors.JSONRenderer(sort_keys=False)
-    )
-    structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS.get(log_level, logging.INFO)),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
-        cache_logger_on_first_use=False,
-    )
+    """One JSON object per line on stderr (console renderer when stderr is a TTY).
+
+    structlog itself is set up on the first record that passes the level filter: importing
+    it costs ~40 ms (it pulls in asyncio), which a quiet ``gfd --oneshot`` never pays."""
+    _config.update(format=log_format, level=_LEVELS.get(log_level, 20), ready=False)
 
 
-def get_logger(**context: Any) -> Any:
-    return structlog.get_logger("gfd").bind(**context)
+def _structlog() -> Any:
+    import structlog
+
+    if not _config["ready"]:
+        log_format = _config["format"]
+        use_console = log_format == "console" or (log_format is None and sys.stderr.isatty())
+        renderer: Any = (
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+            if use_console
+            else structlog.processors.JSONRenderer(sort_keys=False)
+        )
+        structlog.configure(
+            processors=[
+                structlog.contextvars.merge_contextvars,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(_config["level"]),
+            logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+            cache_logger_on_first_use=False,
+        )
+        _config["ready"] = True
+    return structlog
+
+
+class Logger:
+    """A structlog bound logger, created only when a record passes the level filter."""
+
+    def __init__(self, context: dict[str, Any]) -> None:
+        self._context = context
+
+    def bind(self, **context: Any) -> Logger:
+        return Logger({**self._context, **context})
+
+    def _emit(self, level: str, event: str, **fields: Any) -> None:
+        if _LEVELS["error" if level == "exception" else level] < _config["level"]:
+            return
+        logger = _structlog().get_logger("gfd").bind(**self._context)
+        getattr(logger, level)(event, **fields)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        self._emit("debug", event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        self._emit("info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self._emit("warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self._emit("error", event, **fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        self._emit("exception", event, **fields)
+
+
+def get_logger(**context: Any) -> Logger:
+    return Logger(context)
 
 
 class Metrics(Protocol):
