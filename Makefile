@@ -4,8 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE ?= examples/snapshots/dgx-a100.yaml
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= gfd:$(VERSION)
 
-.PHONY: run test venv lint format bench clean
+.PHONY: run test venv lint format bench clean image manifests
 
 $(BIN)/gfd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,13 +24,22 @@ test: venv
 	$(BIN)/python -m pytest -q
 
 lint: venv
-	$(BIN)/ruff check gfd tests bench
-	$(BIN)/ruff format --check gfd tests bench
-	$(BIN)/mypy --strict gfd
+	$(BIN)/ruff check gfd tests bench scripts
+	$(BIN)/ruff format --check gfd tests bench scripts
+	$(BIN)/mypy --strict gfd scripts/manifests.py
+	$(BIN)/hadolint Dockerfile
+	$(BIN)/python scripts/manifests.py validate
+
+# needs a Docker engine (none on the CI machines)
+image:
+	docker build -t $(IMAGE) .
+
+manifests: venv
+	$(BIN)/python scripts/manifests.py render --out dist/manifests
 
 format: venv
-	$(BIN)/ruff format gfd tests bench
-	$(BIN)/ruff check --fix gfd tests bench
+	$(BIN)/ruff format gfd tests bench scripts
+	$(BIN)/ruff check --fix gfd tests bench scripts
 
 bench: venv
 	$(BIN)/python bench/bench_labels.py
