@@ -14,8 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
 
@@ -358,8 +357,7 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
-def _describe(value: Any) -> str:
-    return "null" if value is None else repr(value)
+_describe = describe
 
 
 def _mapping(value: Any, where: str) -> Mapping[str, Any]:
@@ -371,11 +369,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
 
 
 def _sequence(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise ConfigError(f"{where}: expected a list, got {_describe(value)}")
-    return value
+    return as_list(value, where, ConfigError)
 
 
 def _resource_name_error(name: str) -> str | None:
@@ -540,13 +534,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
 
 
 def parse_config_text(text: str, source: str) -> LoadedConfig:
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"config file {source}: not valid YAML{where}: {problem}") from None
+    document = parse_yaml(text, f"config file {source}", ConfigError)
     if document is None:
         document = {}
     if not isinstance(document, Mapping):
@@ -579,14 +567,7 @@ def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
 
 
 def load_config_file(path: str) -> LoadedConfig:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise ConfigError(f"--config-file: cannot read {path!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--config-file: {path!r} is not UTF-8 text") from None
-    return parse_config_text(text, path)
+    return parse_config_text(read_text(path, "--config-file", ConfigError), path)
 
 
 # ----------------------------------------------------------------- settings

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.errors import SnapshotError
 
 SNAPSHOT_VERSION = "v1"
@@ -121,10 +122,7 @@ class Snapshot:
 T = TypeVar("T")
 
 
-def _describe(value: Any) -> str:
-    if value is None:
-        return "null"
-    return repr(value)
+_describe = describe
 
 
 def _join(path: str, key: str) -> str:
@@ -207,11 +205,7 @@ def _nullable(convert: Callable[[Any, str], T]) -> Callable[[Any, str], T | None
 
 
 def _list(value: Any, path: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise SnapshotError(f"{path}: expected a list, got {_describe(value)}")
-    return value
+    return as_list(value, path, SnapshotError)
 
 
 def _compute_capability(value: Any, path: str) -> ComputeCapability:
@@ -350,13 +344,7 @@ def from_dict(document: Any) -> Snapshot:
 
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
     """Parse snapshot YAML or JSON text."""
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SnapshotError(f"{source}: not valid YAML{where}: {problem}") from None
+    document = parse_yaml(text, source, SnapshotError)
     if document is None:
         raise SnapshotError(f"{source}: the snapshot is empty")
     try:
@@ -367,14 +355,7 @@ def loads(text: str, source: str = "<snapshot>") -> Snapshot:
 
 def load(path: str) -> Snapshot:
     """Read a snapshot file; every failure is a :class:`SnapshotError` naming the file."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise SnapshotError(f"--snapshot-file: cannot read {path!r}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SnapshotError(f"--snapshot-file: {path!r} is not UTF-8 text") from None
-    return loads(text, source=path)
+    return loads(read_text(path, "--snapshot-file", SnapshotError), source=path)
 
 
 # --------------------------------------------------------------------------- dumping
