@@ -1,0 +1,403 @@
+"""Hypothesis strategies for gfd's pure core: valid v1 snapshots and label configs.
+
+``snapshots()`` draws nodes that the snapshot loader accepts (SPEC §3): realistic GPU
+models mixed with odd names, MIG layouts from a realistic profile table (including the
+``+me`` style suffixes), fabric cliques that agree or disagree, vGPU scans that failed,
+found nothing or found devices.  A GPU model (its name) fixes memory, compute capability
+and MIG capability, and a MIG profile fixes its attributes, so a "device type" (SPEC §5.3)
+always has one set of per-type labels; what varies per GPU is what varies on real nodes:
+PCI class, MIG mode and layout, fabric.
+
+``configs()`` draws :class:`gfd.settings.Config` values directly (pattern lists and a
+sharing section); ``config_documents()`` draws config-file text together with the Config
+the loader must make of it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from hypothesis import strategies as st
+
+from gfd.settings import (
+    Config,
+    ReplicatedResource,
+    ResourcePattern,
+    Sharing,
+    wildcard_regex,
+)
+from gfd.snapshot import (
+    ComputeCapability,
+    Driver,
+    Fabric,
+    Gpu,
+    Mig,
+    MigDevice,
+    MigEngines,
+    MigSlices,
+    Snapshot,
+    Vgpu,
+    VgpuDevice,
+)
+
+__all__ = [
+    "GPU_NAMES",
+    "MIG_PROFILES",
+    "config_documents",
+    "configs",
+    "mig_strategies",
+    "resource_names",
+    "snapshots",
+]
+
+# ----------------------------------------------------------------------------- tables
+
+GPU_NAMES = (
+    "NVIDIA A100-SXM4-40GB",
+    "NVIDIA A100-SXM4-80GB",
+    "NVIDIA A100 80GB PCIe",
+    "NVIDIA A30",
+    "NVIDIA H100 80GB HBM3",
+    "NVIDIA H100 NVL",
+    "NVIDIA H200",
+    "NVIDIA GB200",
+    "NVIDIA B200",
+    "NVIDIA L40S",
+    "NVIDIA RTX A6000",
+    "NVIDIA GeForce RTX 4090",
+    "NVIDIA TITAN X (Pascal)",
+    "Tesla V100-SXM2-16GB",
+    "Tesla T4",
+    "Quadro RTX 6000",
+    "GRID A100X-4C",
+    # odd ones: parentheses, runs of spaces, edges that are not alphanumeric, non-ASCII,
+    # characters that sanitising deletes, nothing left after sanitising, very long
+    "  NVIDIA   spaced  (out)  ",
+    "(((parens)))",
+    "-dash-first_",
+    ".dot.first.",
+    "NVIDIA Ä/Ö GPU",
+    "tab\tand\nnewline",
+    "*star*",
+    "",
+    "NVIDIA " + "VeryLongProductName-" * 5,
+    "x" * 70,
+)
+
+#: profile -> (memory_mib, multiprocessors, (gi, ci), (copy, decoder, encoder, jpeg, ofa))
+MIG_PROFILES: dict[str, tuple[int, int, tuple[int, int], tuple[int, int, int, int, int]]] = {
+    "1g.5gb": (4864, 14, (1, 1), (1, 0, 0, 0, 0)),
+    "1g.5gb+me": (4864, 14, (1, 1), (1, 1, 0, 1, 1)),
+    "1g.10gb": (9856, 14, (1, 1), (1, 1, 0, 0, 0)),
+    "2g.10gb": (9856, 28, (2, 2), (2, 1, 0, 0, 0)),
+    "3g.20gb": (19968, 42, (3, 3), (3, 2, 0, 0, 0)),
+    "4g.20gb": (19968, 56, (4, 4), (4, 2, 0, 0, 0)),
+    "7g.40gb": (40192, 98, (7, 7), (7, 5, 0, 1, 1)),
+    "1c.3g.20gb": (19968, 14, (3, 1), (3, 2, 0, 0, 0)),
+    "2c.3g.20gb": (19968, 28, (3, 2), (3, 2, 0, 0, 0)),
+    "1g.6gb": (5836, 14, (1, 1), (1, 1, 0, 0, 0)),
+    "1g.10gb+me": (9984, 16, (1, 1), (1, 1, 0, 1, 1)),
+    "1g.12gb-me": (11008, 16, (1, 1), (1, 0, 0, 0, 0)),
+    "1g.20gb": (19968, 26, (1, 1), (1, 1, 0, 1, 0)),
+    "1g.24gb+gfx": (23552, 26, (1, 1), (1, 1, 0, 1, 0)),
+    "1g.23gb+me.all": (23552, 16, (1, 1), (1, 7, 0, 7, 1)),
+    "3g.40gb": (40448, 60, (3, 3), (3, 3, 0, 3, 0)),
+    "7g.80gb": (81408, 132, (7, 7), (7, 7, 0, 7, 1)),
+}
+
+PCI_CLASSES = (0x030200, 0x030000, None, 0x038000, 0x030201, 0)
+
+CLUSTER_UUIDS = (
+    "7b968a6d-c8aa-45e1-9e07-e1e51be99c31",
+    "0c0ffee0-1111-4222-8333-944455556666",
+)
+
+VGPU_DEVICES = (
+    ("460.16", "r460_00"),
+    ("535.129.03", "r535_00"),
+    ("550.54.15", "r550_40"),
+)
+
+MACHINES = (
+    "DGXA100 920-23687-2530-000",
+    "ProLiant XL675d Gen10 Plus",
+    "PowerEdge (R750xa)",
+    "  padded   machine  ",
+    "line\x85break\u2028sep",
+    "",
+    "...",
+    "NVIDIA DGX H100 " + "Z" * 60,
+)
+
+# -------------------------------------------------------------------------- snapshots
+
+_odd_text = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",)),  # no lone surrogates
+    max_size=40,
+)
+
+_digits = st.integers(min_value=0, max_value=9999).map(str)
+
+
+@st.composite
+def driver_versions(draw: st.DrawFn) -> str:
+    """``X.Y`` or ``X.Y.Z`` with decimal parts (occasionally with leading zeros)."""
+    parts = draw(st.lists(_digits | st.sampled_from(["00", "07", "015"]), min_size=2, max_size=3))
+    return ".".join(parts)
+
+
+cuda_versions = st.sampled_from([11000, 11080, 12000, 12020, 12040, 12080, 13000]) | st.integers(
+    min_value=0, max_value=99999
+)
+
+#: real (major, minor) pairs, the family boundaries (7.4/7.5, 8.8/8.9), major 0 (unknown)
+_REAL_CCS = ((0, 0), (3, 7), (5, 2), (6, 0), (6, 1), (7, 0), (7, 2), (7, 4), (7, 5), (8, 0))
+_REAL_CCS += ((8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 3), (12, 0), (13, 0))
+
+compute_capabilities = st.one_of(
+    st.sampled_from(_REAL_CCS).map(lambda cc: ComputeCapability(*cc)),
+    st.builds(
+        ComputeCapability,
+        major=st.integers(min_value=0, max_value=20),
+        minor=st.integers(min_value=0, max_value=9),
+    ),
+)
+
+memories = st.sampled_from([None, 0, 16384, 40960, 81559, 97871]) | st.integers(0, 300_000)
+
+
+@dataclass(frozen=True)
+class _Model:
+    name: str
+    memory_mib: int | None
+    compute_capability: ComputeCapability
+    mig_capable: bool
+
+
+_gpu_names = st.sampled_from(GPU_NAMES) | _odd_text
+
+_models = st.builds(
+    _Model,
+    name=_gpu_names,
+    memory_mib=memories,
+    compute_capability=compute_capabilities,
+    mig_capable=st.booleans(),
+)
+
+
+def mig_device(profile: str) -> MigDevice:
+    memory, sms, (gi, ci), engines = MIG_PROFILES[profile]
+    return MigDevice(profile, memory, sms, MigSlices(gi, ci), MigEngines(*engines))
+
+
+_fabric_modes = st.sampled_from(["none", "shared", "partial", "varying"])
+#: random: each MIG-capable GPU on or off; all-enabled: every MIG-capable GPU on; uniform:
+#: every GPU MIG-capable and on with >= 1 device of a single profile (single's valid case)
+_mig_modes = st.sampled_from(["random", "all-enabled", "uniform"])
+
+
+@st.composite
+def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
+    """A valid v1 snapshot (one the loader accepts)."""
+    indices = draw(st.lists(st.integers(min_value=0, max_value=63), unique=True, max_size=max_gpus))
+    driver: Driver | None = Driver(draw(driver_versions()), draw(cuda_versions))
+    if not indices and draw(st.booleans()):
+        driver = None  # NVML unavailable: no driver, no GPUs
+    machine = draw(st.none() | st.sampled_from(MACHINES) | _odd_text)
+    vgpu = draw(
+        st.sampled_from([None, Vgpu()])
+        | st.lists(
+            st.sampled_from(VGPU_DEVICES) | st.tuples(_odd_text, _odd_text),
+            min_size=1,
+            max_size=3,
+        ).map(lambda devs: Vgpu(tuple(VgpuDevice(v, b) for v, b in devs)))
+    )
+
+    models = draw(st.lists(_models, min_size=1, max_size=4, unique_by=lambda m: m.name))
+    palette = draw(st.lists(st.sampled_from(sorted(MIG_PROFILES)), min_size=1, max_size=3))
+    mig_mode = draw(_mig_modes)
+    if mig_mode == "uniform":
+        palette = palette[:1]
+    fabric_mode = draw(_fabric_modes)
+    shared_fabric = Fabric(draw(st.sampled_from(CLUSTER_UUIDS)), draw(st.integers(0, 3)))
+
+    gpus = []
+    for index in indices:
+        model = draw(st.sampled_from(models))
+        mig: Mig | None = None
+        if model.mig_capable or mig_mode == "uniform":
+            enabled = mig_mode != "random" or draw(st.booleans())
+            profiles: list[str] = []
+            if enabled or draw(st.integers(0, 9)) == 0:  # rarely: devices on a disabled GPU
+                least = 1 if mig_mode == "uniform" else 0
+                profiles = draw(st.lists(st.sampled_from(palette), min_size=least, max_size=7))
+            mig = Mig(enabled=enabled, devices=tuple(mig_device(p) for p in profiles))
+        fabric: Fabric | None = None
+        if fabric_mode == "shared" or (fabric_mode == "partial" and draw(st.booleans())):
+            fabric = shared_fabric
+        elif fabric_mode == "varying":
+            fabric = Fabric(draw(st.sampled_from(CLUSTER_UUIDS)), draw(st.integers(0, 2)))
+        gpus.append(
+            Gpu(
+                index=index,
+                uuid=f"GPU-{index:08x}-a537-ccbf-2965-8e9d90c0bd54",
+                name=model.name,
+                pci_bus_id=f"0000:{index + 7:02x}:00.0",
+                pci_class=draw(st.sampled_from(PCI_CLASSES)),
+                memory_mib=model.memory_mib,
+                compute_capability=model.compute_capability,
+                mig=mig,
+                fabric=fabric,
+            )
+        )
+    return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=tuple(gpus))
+
+
+mig_strategies = st.sampled_from(["none", "single", "mixed"])
+
+# ---------------------------------------------------------------------------- configs
+
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+#: a resource name must leave room for ".sharing-strategy" in a 63-character key
+MAX_RESOURCE_NAME = 63 - len(".sharing-strategy")
+
+_random_names = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,44}[a-z0-9])?", fullmatch=True)
+
+#: resource names: upstream's defaults (so patterns can collide with them), the seed's
+#: names, and random lowercase DNS labels
+resource_names = (
+    st.sampled_from(
+        ["gpu", "a100", "h100", "big", "mig-small", "mig-1g.5gb", "mig-1g.5gb.me", "x", "a..b"]
+    )
+    | _random_names
+)
+
+_pattern_pieces = st.sampled_from(
+    (
+        *("*", "NVIDIA ", "A100", "H100", "-SXM4-", "40GB", "80GB", "(Pascal)", " "),
+        *("1g.", "5gb", "+me", "g.", "gb", "Tesla", "x"),
+    )
+)
+
+
+@st.composite
+def _starred(draw: st.DrawFn, texts: tuple[str, ...]) -> str:
+    """One of ``texts`` with a random stretch (possibly empty) replaced by ``*``: a
+    pattern that matches that text, and often others."""
+    text = draw(st.sampled_from(texts))
+    start = draw(st.integers(0, len(text)))
+    end = draw(st.integers(start, len(text)))
+    return text[:start] + "*" + text[end:]
+
+
+gpu_patterns_text = st.one_of(
+    st.sampled_from(
+        ("*", "*A100*", "NVIDIA A100-*-40GB", "*H100*", "NVIDIA *", "*(Pascal)", "Tesla*")
+    ),
+    _starred(GPU_NAMES[:20]),
+    st.lists(_pattern_pieces | _odd_text, min_size=1, max_size=4).map("".join).filter(bool),
+)
+
+mig_patterns_text = st.one_of(
+    st.sampled_from(("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", "2g.10gb")),
+    _starred(tuple(sorted(MIG_PROFILES))),
+    st.lists(_pattern_pieces, min_size=1, max_size=4).map("".join),
+)
+
+
+def resource_pattern(pattern: str, name: str) -> ResourcePattern:
+    return ResourcePattern(pattern, name, wildcard_regex(pattern))
+
+
+def _patterns(texts: st.SearchStrategy[str]) -> st.SearchStrategy[tuple[ResourcePattern, ...]]:
+    return st.lists(st.builds(resource_pattern, texts, resource_names), max_size=4).map(tuple)
+
+
+#: upstream's default names of the MIG resources under mixed (mig-<profile>, + -> .)
+DEFAULT_MIG_NAMES = tuple(sorted("mig-" + profile.replace("+", ".") for profile in MIG_PROFILES))
+
+#: names a sharing entry may refer to: the likely resource names (the full-GPU default most
+#: often), plus a few that match nothing
+_sharing_targets = st.one_of(
+    st.just("gpu"),
+    st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
+    st.sampled_from(("unused", "big"))
+    | _random_names.filter(lambda name: _DNS_SUBDOMAIN.fullmatch(name) is not None),
+)
+
+
+@st.composite
+def sharings(draw: st.DrawFn) -> Sharing:
+    strategy = draw(st.sampled_from(["none", "time-slicing", "mps"]))
+    if strategy == "none":
+        return Sharing()
+    targets = draw(st.lists(_sharing_targets, min_size=1, max_size=4, unique=True))
+    resources = tuple(
+        ReplicatedResource(
+            name="nvidia.com/" + target,
+            replicas=draw(st.integers(min_value=2, max_value=16)),
+            renamed=draw(st.booleans()),
+        )
+        for target in targets
+    )
+    return Sharing(strategy, resources)
+
+
+@st.composite
+def configs(draw: st.DrawFn) -> Config:
+    """A label configuration: resource patterns and a sharing section."""
+    return Config(
+        gpu_patterns=draw(_patterns(gpu_patterns_text)),
+        mig_patterns=draw(_patterns(mig_patterns_text)),
+        sharing=draw(sharings()),
+    )
+
+
+@st.composite
+def config_documents(draw: st.DrawFn) -> tuple[str, Config]:
+    """Config-file YAML text, and the Config the loader must make of it.
+
+    Sharing entries here use ``renameByDefault`` (the loader's only source of
+    ``renamed``) and names that are DNS subdomains, as the file format requires."""
+    config = draw(configs())
+    rename_by_default = draw(st.booleans())
+    document: dict[str, Any] = {"version": draw(st.sampled_from(["v1", ""]))}
+    resources: dict[str, Any] = {}
+    if config.gpu_patterns:
+        resources["gpus"] = [{"pattern": p.pattern, "name": p.name} for p in config.gpu_patterns]
+    if config.mig_patterns:
+        resources["mig"] = [{"pattern": p.pattern, "name": p.name} for p in config.mig_patterns]
+    if resources:
+        document["resources"] = resources
+    sharing = Sharing()
+    if config.sharing.strategy != "none":
+        entries = tuple(
+            ReplicatedResource(entry.name, entry.replicas, rename_by_default)
+            for entry in config.sharing.resources
+            if _DNS_SUBDOMAIN.fullmatch(entry.name.removeprefix("nvidia.com/"))
+        )
+        if entries:
+            section = "mps" if config.sharing.strategy == "mps" else "timeSlicing"
+            document["sharing"] = {
+                section: {
+                    "renameByDefault": rename_by_default,
+                    "resources": [
+                        {
+                            # with or without the prefix: the loader adds it
+                            "name": entry.name
+                            if draw(st.booleans())
+                            else entry.name.removeprefix("nvidia.com/"),
+                            "replicas": entry.replicas,
+                        }
+                        for entry in entries
+                    ],
+                }
+            }
+            sharing = Sharing(config.sharing.strategy, entries)
+    expected = Config(config.gpu_patterns, config.mig_patterns, sharing)
+    # allow_unicode=False: PyYAML writes a lone U+0085 raw and reads it back as a space
+    text = yaml.safe_dump(document, allow_unicode=False, sort_keys=False)
+    return text, expected
