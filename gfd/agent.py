@@ -83,10 +83,14 @@ class Agent:
         settings: Settings,
         reload_settings: Callable[[], Settings],
         clock: Callable[[], float] = time.time,
+        snapshot: Snapshot | None = None,
     ) -> None:
+        """``snapshot``: the ``--snapshot-file`` document the CLI already read and checked,
+        used for the first pass instead of reading it again."""
         self.settings = settings
         self._reload_settings = reload_settings
         self._clock = clock
+        self._preloaded = snapshot
         self._signals = _Signals()
         self._wake = threading.Event()
         self.metrics: Metrics = start_metrics(settings)
@@ -128,9 +132,11 @@ class Agent:
         label_count: int | None = None
         changed = False
         try:
-            snapshot = read_snapshot(
-                self.settings, first_pass=self._first_pass, metrics=self.metrics
-            )
+            snapshot, self._preloaded = self._preloaded, None
+            if snapshot is None:
+                snapshot = read_snapshot(
+                    self.settings, first_pass=self._first_pass, metrics=self.metrics
+                )
             result = labelling.build(
                 snapshot,
                 self.settings.mig_strategy,

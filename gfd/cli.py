@@ -113,11 +113,12 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
     for warning in settings.warnings:
         log.warning("config warning", detail=warning)
 
+    preloaded = None
     if settings.snapshot_file:
         from gfd import snapshot
 
         try:
-            snapshot.load(settings.snapshot_file)
+            preloaded = snapshot.load(settings.snapshot_file)
         except UsageError as exc:
             return _fail(str(exc), EXIT_USAGE)
 
@@ -127,7 +128,7 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
         return _cleanup(settings)
 
     try:
-        agent = Agent(settings, load)
+        agent = Agent(settings, load, snapshot=preloaded)
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except (GfdError, OSError) as exc:
