@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GFD = [sys.executable, "-m", "gfd"]
@@ -59,3 +64,45 @@ def spawn_gfd(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Po
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
+
+
+class Daemon:
+    """A running gfd whose JSON log lines are read on a thread, so the test can wait for
+    events (passes) instead of sleeping for a guessed time."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.process = spawn_gfd("--log-format", "json", *args, env=env)
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.lines: list[str] = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+            try:
+                self.events.put(json.loads(line))
+            except json.JSONDecodeError:
+                self.events.put({"event": "raw", "line": line})
+
+    def wait_for(self, event: str, count: int = 1, limit: float = 30) -> list[dict[str, Any]]:
+        found = []
+        while len(found) < count:
+            try:
+                item = self.events.get(timeout=limit)
+            except queue.Empty:
+                raise AssertionError(
+                    f"no {event!r} event; log so far:\n{''.join(self.lines)}"
+                ) from None
+            if item.get("event") == event:
+                found.append(item)
+        return found
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.process.send_signal(signum)
+        return self.process.wait(timeout=30)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()

@@ -2,75 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
-import queue
 import signal
-import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.process import run_gfd, spawn_gfd
+from tests.process import run_gfd
 
 DGX = "examples/snapshots/dgx-a100.yaml"
-
-
-class Daemon:
-    """A running gfd whose JSON log lines are read on a thread, so the test can wait for
-    events (passes) instead of sleeping for a guessed time."""
-
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.process = spawn_gfd("--log-format", "json", *args, env=env)
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line)
-            try:
-                self.events.put(json.loads(line))
-            except json.JSONDecodeError:
-                self.events.put({"event": "raw", "line": line})
-
-    def wait_for(self, event: str, count: int = 1, limit: float = 30) -> list[dict[str, Any]]:
-        found = []
-        while len(found) < count:
-            try:
-                item = self.events.get(timeout=limit)
-            except queue.Empty:
-                raise AssertionError(
-                    f"no {event!r} event; log so far:\n{''.join(self.lines)}"
-                ) from None
-            if item.get("event") == event:
-                found.append(item)
-        return found
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.process.send_signal(signum)
-        return self.process.wait(timeout=30)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-@pytest.fixture
-def daemons() -> Any:
-    started: list[Daemon] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(*args, env=env)
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.kill()
 
 
 def test_daemon_writes_once_reloads_on_sighup_and_removes_on_sigterm(

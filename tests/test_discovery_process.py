@@ -24,7 +24,6 @@ from gfd import snapshot as snapshot_io
 from .fakes.fake_sysfs import FakeSysfs, build_from_snapshot, config_with_capabilities
 from .fakes.fake_sysfs import vgpu_capability as vgpu_cap
 from .process import ROOT, run_gfd
-from .test_daemon import Daemon
 
 VARIED = Path(ROOT) / "examples" / "snapshots" / "dgx-a100-mig-varied.yaml"
 MESSAGE = (
@@ -206,20 +205,6 @@ def test_gpu_lost_fails_the_oneshot_pass(fake_node: dict[str, Any], tmp_path: Pa
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert "NVML error on GPU 1 in " in result.stderr and "GPU is lost" in result.stderr
-
-
-@pytest.fixture
-def daemons() -> Iterator[Any]:
-    started: list[Daemon] = []
-
-    def start(*args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(*args, env=env)
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.kill()
 
 
 def test_daemon_picks_up_a_driver_that_appears(
