@@ -163,10 +163,7 @@ class Agent:
             self._fail_pass(started, None)
             raise
         except Exception as exc:  # the loop boundary: never die of one bad pass
-            self.log.exception("pass failed unexpectedly", error=repr(exc))
-            self.metrics.pass_finished("error", time.monotonic() - started, None)
-            self._first_pass = False
-            self._started = True
+            self._fail_pass(started, exc, unexpected=True)
             return False
         duration = time.monotonic() - started
         self.metrics.pass_finished("success", duration, label_count)
@@ -182,12 +179,14 @@ class Agent:
         self._started = True
         return True
 
-    def _fail_pass(self, started: float, exc: Exception | None) -> None:
+    def _fail_pass(self, started: float, exc: Exception | None, unexpected: bool = False) -> None:
         duration = time.monotonic() - started
         self.metrics.pass_finished("error", duration, None)
         self.last_error = None if exc is None else str(exc)
         if exc is not None:
-            self.log.error(
+            # an unexpected exception is a bug: log it with its traceback
+            record = self.log.exception if unexpected else self.log.error
+            record(
                 "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration
             )
         self._first_pass = False

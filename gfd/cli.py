@@ -9,13 +9,16 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from gfd import __version__
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
+
+if TYPE_CHECKING:
+    from gfd.snapshot import Snapshot
 
 PROG = "gfd"
 
@@ -123,7 +126,7 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
             return _fail(str(exc), EXIT_USAGE)
 
     if dump_snapshot:
-        return _dump_snapshot(settings)
+        return _dump_snapshot(settings, preloaded)
     if cleanup:
         return _cleanup(settings)
 
@@ -143,25 +146,26 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
     return status
 
 
-def _dump_snapshot(settings: Settings) -> int:
+def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
     from gfd import snapshot
-    from gfd.agent import AgentExit
+    from gfd.agent import EXIT_RUNTIME, AgentExit, read_snapshot
     from gfd.errors import DiscoveryError
     from gfd.observability import NullMetrics
 
+    found = preloaded
     try:
-        found = __import__("gfd.agent", fromlist=["read_snapshot"]).read_snapshot(
-            settings, first_pass=True, metrics=NullMetrics()
-        )
+        if found is None:
+            found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
     except AgentExit as exc:
         return _fail(exc.message, exc.status)
     except DiscoveryError as exc:
-        return _fail(str(exc), 1)
+        return _fail(str(exc), EXIT_RUNTIME)
     sys.stdout.write(snapshot.dumps(found))
     return 0
 
 
 def _cleanup(settings: Settings) -> int:
+    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
     from gfd.errors import PublishError
     from gfd.observability import get_logger
     from gfd.outputs import make_output
@@ -170,9 +174,9 @@ def _cleanup(settings: Settings) -> int:
         output = make_output(settings)
         output.cleanup()
     except UsageError as exc:
-        return _fail(str(exc), 2)
+        return _fail(str(exc), EXIT_USAGE)
     except PublishError as exc:
-        return _fail(str(exc), 1)
+        return _fail(str(exc), EXIT_RUNTIME)
     get_logger(output=output.kind, node=settings.node_name).info("cleanup done")
     return 0
 

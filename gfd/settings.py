@@ -78,10 +78,9 @@ def _parse_address(value: Any) -> str:
     text = _parse_str(value).strip()
     if not text:
         return ""
-    host, sep, port = text.rpartition(":")
+    _, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError("expected host:port (e.g. :8080 or 0.0.0.0:8080), or empty for off")
-    del host
     return text
 
 
@@ -294,7 +293,6 @@ _IGNORED_FLAG_KEYS = {
     "gdsEnabled",
     "mofedEnabled",
 }
-_IGNORED_GFD_KEYS: set[str] = set()
 _IGNORED_TOP_KEYS = {"imex"}
 
 
@@ -419,9 +417,7 @@ def _full_resource_name(value: Any, where: str) -> str:
     return full
 
 
-def _parse_replicated(
-    value: Any, where: str, warnings: list[str]
-) -> tuple[list[ReplicatedResource], bool]:
+def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[ReplicatedResource]:
     section = _mapping(value, where)
     known = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
     for key in section:
@@ -473,7 +469,7 @@ def _parse_replicated(
             )
         renamed = rename_by_default
         resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
-    return resources, True
+    return resources
 
 
 def _config_bool(value: Any, where: str) -> bool:
@@ -491,9 +487,9 @@ def _parse_sharing(value: Any, warnings: list[str]) -> Sharing:
     mps: list[ReplicatedResource] = []
     time_slicing: list[ReplicatedResource] = []
     if section.get("mps") is not None:
-        mps, _ = _parse_replicated(section["mps"], "sharing.mps", warnings)
+        mps = _parse_replicated(section["mps"], "sharing.mps", warnings)
     if section.get("timeSlicing") is not None:
-        time_slicing, _ = _parse_replicated(section["timeSlicing"], "sharing.timeSlicing", warnings)
+        time_slicing = _parse_replicated(section["timeSlicing"], "sharing.timeSlicing", warnings)
     if any(r.replicas > 1 for r in mps):
         return Sharing("mps", tuple(mps))
     if any(r.replicas > 1 for r in time_slicing):
@@ -522,9 +518,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
                     raise ConfigError(f"{dotted}: {_describe(raw)}: {exc}") from None
             elif path == ("flags", "gfd"):
                 visit(_mapping(raw, dotted), path)
-            elif (len(path) == 2 and key in _IGNORED_FLAG_KEYS) or (
-                len(path) == 3 and key in _IGNORED_GFD_KEYS
-            ):
+            elif len(path) == 2 and key in _IGNORED_FLAG_KEYS:
                 continue
             else:
                 warnings.append(f"{dotted}: unknown key, ignored")
@@ -695,11 +689,5 @@ def _validate(settings: Settings) -> None:
     if (settings.use_node_feature_api or settings.use_node_labels) and not settings.node_name:
         flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
         raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
-    if (
-        settings.node_name is not None
-        and settings.node_name == ""
-        and (settings.use_node_feature_api or settings.use_node_labels)
-    ):
-        raise UsageError("--node-name: must not be empty")
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
