@@ -13,13 +13,14 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gfd import snapshot as snapshot_format
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import build, format_labels
-from gfd.settings import Config, ResourcePattern, Sharing, parse_config_text
+from gfd.settings import Config, ReplicatedResource, ResourcePattern, Sharing, parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
@@ -263,14 +264,14 @@ def model_resource_labels(
     if single_problem(gpus):
         first = min(enabled, key=lambda gpu: gpu.index)
         target = name_for(first.name, config.gpu_patterns, "gpu")
-        # upstream's invalid labeler overrides these four keys only (internal/lm
-        # mig-strategy.go); sharing-strategy keeps the full-GPU value
+        # SPEC §5.2 (single): the INVALID set, sharing-strategy empty whatever the sharing
         resources[target].update(
             {
                 "product": sanitize(f"{first.name}-MIG-INVALID"),
                 "count": "0",
                 "replicas": "0",
                 "memory": "0",
+                "sharing-strategy": "",
             }
         )
         return resources
@@ -500,9 +501,11 @@ def test_labels_match_the_spec_model(snap, config, strategy, ts):
             assert labels[key] == value, key
 
 
-def test_single_invalid_set_keeps_the_full_gpu_sharing_strategy():
-    """Upstream's invalid labeler sets product, count, replicas and memory only; SPEC §5.2's
-    `gpu.sharing-strategy=` (empty) is not what upstream prints, and upstream wins here."""
+@pytest.mark.parametrize("sharing", ["none", "time-slicing", "time-slicing renamed"])
+def test_single_invalid_set_has_an_empty_sharing_strategy(sharing: str) -> None:
+    """SPEC §5.2 (single): the INVALID set has `gpu.sharing-strategy=` (empty) whatever the
+    sharing configuration; so does upstream (internal/lm/mig-strategy.go,
+    newInvalidMigStrategyLabeler, and mig-strategy_test.go's invalid cases)."""
     gpus = tuple(
         Gpu(
             index=i,
@@ -518,10 +521,17 @@ def test_single_invalid_set_keeps_the_full_gpu_sharing_strategy():
         for i in range(2)
     )
     snap = Snapshot(driver=Driver("550.54.15", 12040), machine=None, gpus=gpus)
-    labels = build(snap, "single", Config(), None).labels
+    config = Config()
+    if sharing != "none":
+        renamed = sharing.endswith("renamed")
+        entry = ReplicatedResource("nvidia.com/gpu", 4, renamed)
+        config = Config(sharing=Sharing("time-slicing", (entry,)))
+    labels = build(snap, "single", config, None).labels
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
-    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == ""
     assert labels["nvidia.com/gpu.replicas"] == "0"
+    assert labels["nvidia.com/gpu.count"] == "0"
+    assert labels["nvidia.com/gpu.memory"] == "0"
 
 
 _odd_drivers = st.text(max_size=12) | st.from_regex(

@@ -124,6 +124,9 @@ def _resource_labels(
                 keys.COUNT: "0",
                 keys.REPLICAS: "0",
                 keys.MEMORY: "0",
+                # SPEC §5.2 (single) and upstream's invalid labeler: empty, whatever the
+                # sharing configuration says
+                keys.SHARING_STRATEGY: "",
             }
         )
         return resources
