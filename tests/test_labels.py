@@ -409,3 +409,59 @@ def test_overlong_value_is_cut_to_a_valid_label_with_a_warning() -> None:
 def test_labels_are_sorted_and_formatted_as_lines() -> None:
     text = format_labels({"b": "2", "a": "1"})
     assert text == "a=1\nb=2\n"
+
+
+# ----------------------------------------------------------- DGX Station display adapter
+
+DISPLAY = "NVIDIA DGX Display"
+
+
+@pytest.mark.parametrize("display_name", ["NVIDIA DGX Display", "DGX Display"])
+def test_a_dgx_display_listed_in_a_snapshot_is_not_labelled(display_name: str) -> None:
+    """go-nvlib (pkg/nvlib/device) skips both names before upstream labels anything."""
+    a100s = [gpu(i, "NVIDIA A100-SXM4-80GB", memory=81920) for i in (0, 1, 2, 4)]
+    display = gpu(3, display_name, memory=4096, cc=(7, 5), pci_class=0x030000)
+    with_display = build(node(*a100s, display), "single", Config(), None)
+    without = build(node(*a100s), "single", Config(), None)
+    assert with_display.labels == without.labels
+    assert with_display.labels[P + "gpu.count"] == "4"
+    assert with_display.labels[P + "gpu.mode"] == "compute"
+    assert with_display.labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert with_display.notes == (f"GPU 3 ({display_name}) is a display device; not labelled",)
+    assert without.notes == ()
+    assert with_display.warnings == ()
+
+
+def test_the_display_skip_is_an_exact_name_match() -> None:
+    """Only the exact names are skipped (go-nvlib looks the name up in a set)."""
+    look_alike = gpu(1, "NVIDIA DGX Display ", memory=4096, pci_class=0x030000)
+    labels = labels_of(node(gpu(0), look_alike))
+    assert labels[P + "gpu.count"] == "2"
+
+
+def test_a_node_with_only_a_display_has_no_gpu_labels() -> None:
+    snapshot = node(gpu(0, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000))
+    assert build(snapshot, "none", Config(), 1700000000).labels == {
+        P + "gfd.timestamp": "1700000000",
+        P + "vgpu.present": "false",
+    }
+
+
+def test_mig_a100s_beside_a_display_are_a_valid_single_layout() -> None:
+    """Counted, the display (never MIG-enabled) would make the layout INVALID."""
+    a100s = [gpu(i, mig=mig("1g.5gb", "1g.5gb")) for i in range(4)]
+    display = gpu(4, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000)
+    labels = resource(labels_of(node(*a100s, display), "single"), "gpu")
+    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert labels["count"] == "8"
+
+
+def test_mps_with_mig_ignores_the_display() -> None:
+    """MPS on a node whose only non-display GPUs are plain: no MIG error from the display."""
+    snapshot = node(gpu(0), gpu(1, DISPLAY, memory=4096, mig=mig(enabled=True)))
+    mps = config(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+    )
+    labels = labels_of(snapshot, "none", mps)
+    assert labels[P + "mps.capable"] == "true"
+    assert labels[P + "gpu.count"] == "1"

@@ -27,10 +27,12 @@ __all__ = ["LabelSet", "build", "format_labels"]
 
 @dataclass(frozen=True)
 class LabelSet:
-    """Full label keys (``nvidia.com/...``) to values, sorted by key, plus what was odd."""
+    """Full label keys (``nvidia.com/...``) to values, sorted by key, plus what was odd
+    (``warnings``) and what is only worth a debug line (``notes``)."""
 
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def format_labels(labels: dict[str, str]) -> str:
@@ -146,12 +148,19 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
     Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
     and ConfigError when the configuration cannot apply to this node (MPS with MIG)."""
     warnings: list[str] = []
+    notes: list[str] = []
     labels: dict[str, str] = {}
     if timestamp is not None:
         labels[keys.TIMESTAMP] = str(timestamp)
     labels.update(node.vgpu_labels(snapshot.vgpu))
 
-    gpus = sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid))
+    gpus = []
+    for gpu in sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid)):
+        if devices.is_skipped_device(gpu.name):
+            # a snapshot written by hand or by an older gfd may still list it
+            notes.append(f"GPU {gpu.index} ({gpu.name}) is a display device; not labelled")
+            continue
+        gpus.append(gpu)
     if gpus:
         if snapshot.driver is None:
             raise LabelError("the snapshot lists GPUs but no driver version")
@@ -180,4 +189,4 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
                 f"published as {value!r}"
             )
         published[keys.full_key(name)] = value
-    return LabelSet(labels=published, warnings=tuple(warnings))
+    return LabelSet(labels=published, warnings=tuple(warnings), notes=tuple(notes))

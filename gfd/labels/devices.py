@@ -10,6 +10,17 @@ from gfd.snapshot import ComputeCapability, Gpu, MigDevice
 PCI_CLASS_COMPUTE = 0x030200
 PCI_CLASS_GRAPHICS = 0x030000
 
+#: Devices that are not GPUs to label: the display adapter of a DGX Station.  go-nvlib
+#: (pkg/nvlib/device: New() defaults to WithSkippedDevices("DGX Display", "NVIDIA DGX
+#: Display"); VisitDevices skips a device whose nvmlDeviceGetName is one of them, exactly)
+#: drops them before upstream GFD labels anything.
+SKIPPED_DEVICE_NAMES = frozenset({"DGX Display", "NVIDIA DGX Display"})
+
+
+def is_skipped_device(name: str) -> bool:
+    """True for a device that upstream never sees (exact, case-sensitive name match)."""
+    return name in SKIPPED_DEVICE_NAMES
+
 
 def family(cc: ComputeCapability) -> str:
     major, minor = cc.major, cc.minor
