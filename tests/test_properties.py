@@ -140,11 +140,24 @@ def replicas_for(resource: str, sharing: Sharing) -> tuple[int, bool]:
     return 1, False
 
 
-def sharing_part(resource: str, sharing: Sharing, product: str, replicas: int) -> dict[str, str]:
+def product_of(parts: Sequence[str], shared: bool) -> str:
+    """§5.2's sanitised product, as upstream builds it (internal/lm/resource.go,
+    getProductName): each non-empty part sanitised on its own, "SHARED" appended, joined
+    with '-'; nothing at all when every part is empty.  Upstream wins over a literal
+    reading of §5.2 (sanitising the joined text) for names with blank or deleted edges."""
+    kept = [sanitize(part) for part in parts if part != ""]
+    if not kept:
+        return ""
+    return "-".join([*kept, "SHARED"] if shared else kept)
+
+
+def sharing_part(
+    resource: str, sharing: Sharing, parts: Sequence[str], replicas: int
+) -> dict[str, str]:
     _, renamed = replicas_for(resource, sharing)
     shared = replicas > 1
     return {
-        "product": product + "-SHARED" if shared and not renamed else product,
+        "product": product_of(parts, shared and not renamed),
         "replicas": str(replicas),
         "sharing-strategy": sharing.strategy if shared else "none",
     }
@@ -154,7 +167,7 @@ def gpu_type_labels(
     resource: str, gpu: Gpu, sharing: Sharing, replicas: int, machine: str | None, mode: str
 ) -> dict[str, str]:
     """Labels of one full-GPU device type (§5.2), before combining."""
-    labels = sharing_part(resource, sharing, sanitize(gpu.name), replicas)
+    labels = sharing_part(resource, sharing, (gpu.name,), replicas)
     if gpu.memory_mib:
         labels["memory"] = str(gpu.memory_mib)
     cc = gpu.compute_capability
@@ -170,8 +183,8 @@ def gpu_type_labels(
 def mig_type_labels(resource: str, parent: Gpu, device: MigDevice, sharing: Sharing) -> dict:
     """Labels of one MIG device type (parent name + profile, §5.2), before combining."""
     replicas, _ = replicas_for(resource, sharing)
-    product = sanitize(f"{parent.name}-MIG-{device.profile.replace('+', '.')}")
-    labels = sharing_part(resource, sharing, product, replicas)
+    parts = (parent.name, "MIG", device.profile.replace("+", "."))
+    labels = sharing_part(resource, sharing, parts, replicas)
     e = device.engines
     labels.update(
         {
@@ -267,7 +280,7 @@ def model_resource_labels(
         # SPEC §5.2 (single): the INVALID set, sharing-strategy empty whatever the sharing
         resources[target].update(
             {
-                "product": sanitize(f"{first.name}-MIG-INVALID"),
+                "product": product_of((first.name, "MIG", "INVALID"), False),
                 "count": "0",
                 "replicas": "0",
                 "memory": "0",
