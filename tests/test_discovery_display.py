@@ -8,6 +8,7 @@ Display")`` (pkg/nvlib/device/api.go) and ``VisitDevices`` skips a device whose
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from gfd import labels
 from gfd.discovery import discover
 from gfd.settings import Config, Settings
+from tests.process import run_gfd
 
 from .fakes.fake_nvml import FakeGpu, FakeNvml
 
@@ -85,3 +87,21 @@ def test_discovered_station_labels_like_upstream(settings: Settings) -> None:
     assert built["nvidia.com/gpu.memory"] == "81920"
     assert built["nvidia.com/gpu.family"] == "ampere"
     assert built["nvidia.com/mig.capable"] == "true"
+
+
+def test_a_listed_display_is_logged_at_debug_only() -> None:
+    """A snapshot that still lists the display (hand-written, or from an older gfd) labels
+    like upstream and says so in one debug line."""
+    args = ["--oneshot", "--no-timestamp", "--snapshot-file"]
+    args += ["examples/snapshots/dgx-station-a100.yaml", "--log-format", "json"]
+    debug = run_gfd(*args, "--log-level", "debug")
+    assert debug.returncode == 0, debug.stderr
+    assert "nvidia.com/gpu.count=4\n" in debug.stdout
+    events = [json.loads(line) for line in debug.stderr.splitlines() if line.startswith("{")]
+    notes = [e for e in events if e.get("event") == "label note"]
+    assert [(n["level"], n["detail"]) for n in notes] == [
+        ("debug", "GPU 3 (NVIDIA DGX Display) is a display device; not labelled")
+    ]
+    quiet = run_gfd(*args)
+    assert quiet.stdout == debug.stdout
+    assert "display device" not in quiet.stderr
