@@ -465,3 +465,63 @@ def test_mps_with_mig_ignores_the_display() -> None:
     labels = labels_of(snapshot, "none", mps)
     assert labels[P + "mps.capable"] == "true"
     assert labels[P + "gpu.count"] == "1"
+
+
+# ------------------------------------- one device type, labelled the way upstream does it
+# upstream internal/lm/mig-strategy.go, newGPULabelers: per GPU name, one labeler for the
+# MIG-enabled GPUs (sharing disabled) and one for the others (with sharing), each built
+# from the last GPU of its group in index order, the second merged over the first
+
+
+def test_the_last_gpu_of_a_type_speaks_for_it() -> None:
+    snapshot = node(gpu(0, memory=40960), gpu(1, memory=40000), gpu(2, memory=40537))
+    labels = resource(labels_of(snapshot), "gpu")
+    assert labels["memory"] == "40537"
+    assert labels["count"] == "3"
+
+
+def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
+    on = gpu(0, cc=(0, 0), mig=mig("1g.5gb"))
+    off = gpu(1, mig=mig(enabled=False))
+    sliced = config(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: nvidia.com/gpu, replicas: 2}\n"
+    )
+    labels = resource(labels_of(node(on, off), "none", sliced), "gpu")
+    assert labels == {
+        "product": "NVIDIA-A100-SXM4-40GB-SHARED",
+        "count": "2",
+        "replicas": "2",
+        "sharing-strategy": "time-slicing",
+        "memory": "40960",
+        "machine": "DGXA100-920-23687-2530-000",
+        "mode": "compute",
+        "family": "ampere",
+        "compute.major": "8",
+        "compute.minor": "0",
+    }
+
+
+def test_what_the_full_gpu_lacks_is_kept_from_the_mig_enabled_ones() -> None:
+    """Upstream merges label maps: a key only the MIG-enabled group's labeler has stays."""
+    on = gpu(0, memory=40960, mig=mig("1g.5gb"))
+    off = gpu(1, memory=None, mig=mig(enabled=False))
+    labels = resource(labels_of(node(on, off)), "gpu")
+    assert labels["memory"] == "40960"
+    assert labels["replicas"] == "1"
+
+
+def test_products_are_sanitised_part_by_part() -> None:
+    """getProductName sanitises the name, "MIG" and the profile each on its own."""
+    name = "NVIDIA A100 (SXM4) "
+    snapshot = node(gpu(0, name, mig=mig("1g.5gb+me")))
+    labels = labels_of(snapshot, "mixed")
+    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4"
+    assert labels[P + "mig-1g.5gb.me.product"] == "NVIDIA-A100-SXM4-MIG-1g.5gb.me"
+    invalid = labels_of(node(gpu(0, name, mig=mig()), gpu(1, name)), "single")
+    assert invalid[P + "gpu.product"] == "NVIDIA-A100-SXM4-MIG-INVALID"
+
+
+def test_a_name_that_sanitises_to_nothing_gives_an_empty_product() -> None:
+    assert labels_of(node(gpu(0, "")))[P + "gpu.product"] == ""
+    assert labels_of(node(gpu(0, "(((")))[P + "gpu.product"] == ""
