@@ -610,3 +610,35 @@ def test_generated_config_documents_load_as_generated(document):
     loaded = parse_config_text(text, "<generated>")
     assert loaded.config == expected
     assert loaded.warnings == ()
+
+
+@PROPERTY
+@given(
+    snapshots(max_gpus=6),
+    configs(),
+    mig_strategies,
+    st.sampled_from(["NVIDIA DGX Display", "DGX Display"]),
+    st.integers(min_value=64, max_value=80),
+    st.booleans(),
+)
+def test_a_dgx_display_anywhere_changes_no_label(snap, config, strategy, name, index, mig_on):
+    """go-nvlib skips the DGX Station's display adapter before upstream labels anything:
+    adding one to any node (at any index, whatever it reports) leaves the labels as they
+    were and only adds a note."""
+    assume(buildable(snap, config))
+    display = Gpu(
+        index=index,
+        uuid=f"GPU-display-{index}",
+        name=name,
+        pci_bus_id="0000:c1:00.0",
+        pci_class=0x030000,
+        memory_mib=4096,
+        compute_capability=snapshot_format.ComputeCapability(7, 5),
+        mig=Mig(mig_on, ()) if mig_on else None,
+    )
+    with_display = replace(snap, gpus=(*snap.gpus, display))
+    before = build(snap, strategy, config, None)
+    after = build(with_display, strategy, config, None)
+    assert after.labels == before.labels
+    assert after.warnings == before.warnings
+    assert len(after.notes) == len(before.notes) + 1
