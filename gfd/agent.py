@@ -145,6 +145,8 @@ class Agent:
             )
             for warning in result.warnings:
                 self.log.warning("label warning", detail=warning)
+            for note in result.notes:
+                self.log.debug("label note", detail=note)
             label_count = len(result.labels)
             changed = self._publish(result.labels)
         except (SnapshotError, ConfigError) as exc:

@@ -409,3 +409,119 @@ def test_overlong_value_is_cut_to_a_valid_label_with_a_warning() -> None:
 def test_labels_are_sorted_and_formatted_as_lines() -> None:
     text = format_labels({"b": "2", "a": "1"})
     assert text == "a=1\nb=2\n"
+
+
+# ----------------------------------------------------------- DGX Station display adapter
+
+DISPLAY = "NVIDIA DGX Display"
+
+
+@pytest.mark.parametrize("display_name", ["NVIDIA DGX Display", "DGX Display"])
+def test_a_dgx_display_listed_in_a_snapshot_is_not_labelled(display_name: str) -> None:
+    """go-nvlib (pkg/nvlib/device) skips both names before upstream labels anything."""
+    a100s = [gpu(i, "NVIDIA A100-SXM4-80GB", memory=81920) for i in (0, 1, 2, 4)]
+    display = gpu(3, display_name, memory=4096, cc=(7, 5), pci_class=0x030000)
+    with_display = build(node(*a100s, display), "single", Config(), None)
+    without = build(node(*a100s), "single", Config(), None)
+    assert with_display.labels == without.labels
+    assert with_display.labels[P + "gpu.count"] == "4"
+    assert with_display.labels[P + "gpu.mode"] == "compute"
+    assert with_display.labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-80GB"
+    assert with_display.notes == (f"GPU 3 ({display_name}) is a display device; not labelled",)
+    assert without.notes == ()
+    assert with_display.warnings == ()
+
+
+def test_the_display_skip_is_an_exact_name_match() -> None:
+    """Only the exact names are skipped (go-nvlib looks the name up in a set)."""
+    look_alike = gpu(1, "NVIDIA DGX Display ", memory=4096, pci_class=0x030000)
+    labels = labels_of(node(gpu(0), look_alike))
+    assert labels[P + "gpu.count"] == "2"
+
+
+def test_a_node_with_only_a_display_has_no_gpu_labels() -> None:
+    snapshot = node(gpu(0, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000))
+    assert build(snapshot, "none", Config(), 1700000000).labels == {
+        P + "gfd.timestamp": "1700000000",
+        P + "vgpu.present": "false",
+    }
+
+
+def test_mig_a100s_beside_a_display_are_a_valid_single_layout() -> None:
+    """Counted, the display (never MIG-enabled) would make the layout INVALID."""
+    a100s = [gpu(i, mig=mig("1g.5gb", "1g.5gb")) for i in range(4)]
+    display = gpu(4, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000)
+    labels = resource(labels_of(node(*a100s, display), "single"), "gpu")
+    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert labels["count"] == "8"
+
+
+def test_mps_with_mig_ignores_the_display() -> None:
+    """MPS on a node whose only non-display GPUs are plain: no MIG error from the display."""
+    snapshot = node(gpu(0), gpu(1, DISPLAY, memory=4096, mig=mig(enabled=True)))
+    mps = config(
+        "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
+    )
+    labels = labels_of(snapshot, "none", mps)
+    assert labels[P + "mps.capable"] == "true"
+    assert labels[P + "gpu.count"] == "1"
+
+
+# ------------------------------------- one device type, labelled the way upstream does it
+# upstream internal/lm/mig-strategy.go, newGPULabelers: per GPU name, one labeler for the
+# MIG-enabled GPUs (sharing disabled) and one for the others (with sharing), each built
+# from the last GPU of its group in index order, the second merged over the first
+
+
+def test_the_last_gpu_of_a_type_speaks_for_it() -> None:
+    snapshot = node(gpu(0, memory=40960), gpu(1, memory=40000), gpu(2, memory=40537))
+    labels = resource(labels_of(snapshot), "gpu")
+    assert labels["memory"] == "40537"
+    assert labels["count"] == "3"
+
+
+def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
+    on = gpu(0, cc=(0, 0), mig=mig("1g.5gb"))
+    off = gpu(1, mig=mig(enabled=False))
+    sliced = config(
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: nvidia.com/gpu, replicas: 2}\n"
+    )
+    labels = resource(labels_of(node(on, off), "none", sliced), "gpu")
+    assert labels == {
+        "product": "NVIDIA-A100-SXM4-40GB-SHARED",
+        "count": "2",
+        "replicas": "2",
+        "sharing-strategy": "time-slicing",
+        "memory": "40960",
+        "machine": "DGXA100-920-23687-2530-000",
+        "mode": "compute",
+        "family": "ampere",
+        "compute.major": "8",
+        "compute.minor": "0",
+    }
+
+
+def test_what_the_full_gpu_lacks_is_kept_from_the_mig_enabled_ones() -> None:
+    """Upstream merges label maps: a key only the MIG-enabled group's labeler has stays."""
+    on = gpu(0, memory=40960, mig=mig("1g.5gb"))
+    off = gpu(1, memory=None, mig=mig(enabled=False))
+    labels = resource(labels_of(node(on, off)), "gpu")
+    assert labels["memory"] == "40960"
+    assert labels["replicas"] == "1"
+
+
+def test_products_are_sanitised_part_by_part() -> None:
+    """getProductName sanitises the name, "MIG" and the profile each on its own."""
+    name = "NVIDIA A100 (SXM4) "
+    snapshot = node(gpu(0, name, mig=mig("1g.5gb+me")))
+    labels = labels_of(snapshot, "mixed")
+    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4"
+    assert labels[P + "mig-1g.5gb.me.product"] == "NVIDIA-A100-SXM4-MIG-1g.5gb.me"
+    invalid = labels_of(node(gpu(0, name, mig=mig()), gpu(1, name)), "single")
+    assert invalid[P + "gpu.product"] == "NVIDIA-A100-SXM4-MIG-INVALID"
+
+
+def test_a_name_that_sanitises_to_nothing_gives_an_empty_product() -> None:
+    assert labels_of(node(gpu(0, "")))[P + "gpu.product"] == ""
+    assert labels_of(node(gpu(0, "(((")))[P + "gpu.product"] == ""

@@ -13,13 +13,14 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gfd import snapshot as snapshot_format
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import build, format_labels
-from gfd.settings import Config, ResourcePattern, Sharing, parse_config_text
+from gfd.settings import Config, ReplicatedResource, ResourcePattern, Sharing, parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
@@ -139,11 +140,24 @@ def replicas_for(resource: str, sharing: Sharing) -> tuple[int, bool]:
     return 1, False
 
 
-def sharing_part(resource: str, sharing: Sharing, product: str, replicas: int) -> dict[str, str]:
+def product_of(parts: Sequence[str], shared: bool) -> str:
+    """§5.2's sanitised product, as upstream builds it (internal/lm/resource.go,
+    getProductName): each non-empty part sanitised on its own, "SHARED" appended, joined
+    with '-'; nothing at all when every part is empty.  Upstream wins over a literal
+    reading of §5.2 (sanitising the joined text) for names with blank or deleted edges."""
+    kept = [sanitize(part) for part in parts if part != ""]
+    if not kept:
+        return ""
+    return "-".join([*kept, "SHARED"] if shared else kept)
+
+
+def sharing_part(
+    resource: str, sharing: Sharing, parts: Sequence[str], replicas: int
+) -> dict[str, str]:
     _, renamed = replicas_for(resource, sharing)
     shared = replicas > 1
     return {
-        "product": product + "-SHARED" if shared and not renamed else product,
+        "product": product_of(parts, shared and not renamed),
         "replicas": str(replicas),
         "sharing-strategy": sharing.strategy if shared else "none",
     }
@@ -153,7 +167,7 @@ def gpu_type_labels(
     resource: str, gpu: Gpu, sharing: Sharing, replicas: int, machine: str | None, mode: str
 ) -> dict[str, str]:
     """Labels of one full-GPU device type (§5.2), before combining."""
-    labels = sharing_part(resource, sharing, sanitize(gpu.name), replicas)
+    labels = sharing_part(resource, sharing, (gpu.name,), replicas)
     if gpu.memory_mib:
         labels["memory"] = str(gpu.memory_mib)
     cc = gpu.compute_capability
@@ -169,8 +183,8 @@ def gpu_type_labels(
 def mig_type_labels(resource: str, parent: Gpu, device: MigDevice, sharing: Sharing) -> dict:
     """Labels of one MIG device type (parent name + profile, §5.2), before combining."""
     replicas, _ = replicas_for(resource, sharing)
-    product = sanitize(f"{parent.name}-MIG-{device.profile.replace('+', '.')}")
-    labels = sharing_part(resource, sharing, product, replicas)
+    parts = (parent.name, "MIG", device.profile.replace("+", "."))
+    labels = sharing_part(resource, sharing, parts, replicas)
     e = device.engines
     labels.update(
         {
@@ -263,14 +277,14 @@ def model_resource_labels(
     if single_problem(gpus):
         first = min(enabled, key=lambda gpu: gpu.index)
         target = name_for(first.name, config.gpu_patterns, "gpu")
-        # upstream's invalid labeler overrides these four keys only (internal/lm
-        # mig-strategy.go); sharing-strategy keeps the full-GPU value
+        # SPEC §5.2 (single): the INVALID set, sharing-strategy empty whatever the sharing
         resources[target].update(
             {
-                "product": sanitize(f"{first.name}-MIG-INVALID"),
+                "product": product_of((first.name, "MIG", "INVALID"), False),
                 "count": "0",
                 "replicas": "0",
                 "memory": "0",
+                "sharing-strategy": "",
             }
         )
         return resources
@@ -500,9 +514,11 @@ def test_labels_match_the_spec_model(snap, config, strategy, ts):
             assert labels[key] == value, key
 
 
-def test_single_invalid_set_keeps_the_full_gpu_sharing_strategy():
-    """Upstream's invalid labeler sets product, count, replicas and memory only; SPEC §5.2's
-    `gpu.sharing-strategy=` (empty) is not what upstream prints, and upstream wins here."""
+@pytest.mark.parametrize("sharing", ["none", "time-slicing", "time-slicing renamed"])
+def test_single_invalid_set_has_an_empty_sharing_strategy(sharing: str) -> None:
+    """SPEC §5.2 (single): the INVALID set has `gpu.sharing-strategy=` (empty) whatever the
+    sharing configuration; so does upstream (internal/lm/mig-strategy.go,
+    newInvalidMigStrategyLabeler, and mig-strategy_test.go's invalid cases)."""
     gpus = tuple(
         Gpu(
             index=i,
@@ -518,10 +534,17 @@ def test_single_invalid_set_keeps_the_full_gpu_sharing_strategy():
         for i in range(2)
     )
     snap = Snapshot(driver=Driver("550.54.15", 12040), machine=None, gpus=gpus)
-    labels = build(snap, "single", Config(), None).labels
+    config = Config()
+    if sharing != "none":
+        renamed = sharing.endswith("renamed")
+        entry = ReplicatedResource("nvidia.com/gpu", 4, renamed)
+        config = Config(sharing=Sharing("time-slicing", (entry,)))
+    labels = build(snap, "single", config, None).labels
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
-    assert labels["nvidia.com/gpu.sharing-strategy"] == "none"
+    assert labels["nvidia.com/gpu.sharing-strategy"] == ""
     assert labels["nvidia.com/gpu.replicas"] == "0"
+    assert labels["nvidia.com/gpu.count"] == "0"
+    assert labels["nvidia.com/gpu.memory"] == "0"
 
 
 _odd_drivers = st.text(max_size=12) | st.from_regex(
@@ -587,3 +610,35 @@ def test_generated_config_documents_load_as_generated(document):
     loaded = parse_config_text(text, "<generated>")
     assert loaded.config == expected
     assert loaded.warnings == ()
+
+
+@PROPERTY
+@given(
+    snapshots(max_gpus=6),
+    configs(),
+    mig_strategies,
+    st.sampled_from(["NVIDIA DGX Display", "DGX Display"]),
+    st.integers(min_value=64, max_value=80),
+    st.booleans(),
+)
+def test_a_dgx_display_anywhere_changes_no_label(snap, config, strategy, name, index, mig_on):
+    """go-nvlib skips the DGX Station's display adapter before upstream labels anything:
+    adding one to any node (at any index, whatever it reports) leaves the labels as they
+    were and only adds a note."""
+    assume(buildable(snap, config))
+    display = Gpu(
+        index=index,
+        uuid=f"GPU-display-{index}",
+        name=name,
+        pci_bus_id="0000:c1:00.0",
+        pci_class=0x030000,
+        memory_mib=4096,
+        compute_capability=snapshot_format.ComputeCapability(7, 5),
+        mig=Mig(mig_on, ()) if mig_on else None,
+    )
+    with_display = replace(snap, gpus=(*snap.gpus, display))
+    before = build(snap, strategy, config, None)
+    after = build(with_display, strategy, config, None)
+    assert after.labels == before.labels
+    assert after.warnings == before.warnings
+    assert len(after.notes) == len(before.notes) + 1

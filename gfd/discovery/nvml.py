@@ -24,6 +24,7 @@ from typing import Any
 
 from gfd.discovery import mig_profile
 from gfd.errors import DiscoveryError, NvmlUnavailableError
+from gfd.labels.devices import is_skipped_device
 from gfd.observability import get_logger
 from gfd.snapshot import (
     ComputeCapability,
@@ -163,7 +164,9 @@ class _NvmlReader:
         gpus = []
         for index in range(count):
             try:
-                gpus.append(self._gpu(index))
+                gpu = self._gpu(index)
+                if gpu is not None:
+                    gpus.append(gpu)
             except self._error_type as err:
                 raise DiscoveryError(
                     f"NVML error on GPU {index} in {self._current}: {err}"
@@ -174,10 +177,14 @@ class _NvmlReader:
 
     # ------------------------------------------------------------------ one GPU
 
-    def _gpu(self, index: int) -> Gpu:
+    def _gpu(self, index: int) -> Gpu | None:
         handle = self._call("nvmlDeviceGetHandleByIndex", index)
-        uuid_text = as_text(self._call("nvmlDeviceGetUUID", handle))
         name = as_text(self._call("nvmlDeviceGetName", handle))
+        if is_skipped_device(name):
+            # like go-nvlib's VisitDevices: a DGX Station's display adapter is not a GPU
+            _log().debug("skipping display device", index=index, name=name)
+            return None
+        uuid_text = as_text(self._call("nvmlDeviceGetUUID", handle))
         pci = self._call("nvmlDeviceGetPciInfo", handle)
         total_bytes = self._total_memory(handle)
         major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)

@@ -6,7 +6,7 @@ key and value it returns is a valid Kubernetes label (SPEC §5.4)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError, LabelError
@@ -18,19 +18,21 @@ from gfd.labels.resources import (
     default_mig_resource,
     resource_name_for,
 )
-from gfd.labels.sanitize import is_valid_label_name, sanitize_name, valid_label_value
+from gfd.labels.sanitize import is_valid_label_name, valid_label_value
 from gfd.settings import Config
-from gfd.snapshot import Gpu, Snapshot
+from gfd.snapshot import Gpu, MigDevice, Snapshot
 
 __all__ = ["LabelSet", "build", "format_labels"]
 
 
 @dataclass(frozen=True)
 class LabelSet:
-    """Full label keys (``nvidia.com/...``) to values, sorted by key, plus what was odd."""
+    """Full label keys (``nvidia.com/...``) to values, sorted by key, plus what was odd
+    (``warnings``) and what is only worth a debug line (``notes``)."""
 
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def format_labels(labels: dict[str, str]) -> str:
@@ -41,6 +43,14 @@ def format_labels(labels: dict[str, str]) -> str:
 def _full_gpu_contributions(
     gpus: list[Gpu], config: Config, machine_type: str | None
 ) -> dict[str, list[Contribution]]:
+    """One contribution per device type (GPU name) of every full-GPU resource.
+
+    Within a type the labels are upstream's (internal/lm/mig-strategy.go, newGPULabelers):
+    the MIG-enabled GPUs of that name are labelled by one of them with sharing disabled
+    (replicas 0, sharing-strategy none, no -SHARED), the others by one of them with the
+    sharing configuration, the second over the first; in both groups the last GPU in
+    index order speaks for the group (a Go map assignment in a loop), and the count is
+    every GPU of the name."""
     by_resource: dict[str, list[Gpu]] = defaultdict(list)
     for gpu in gpus:
         by_resource[resource_name_for(gpu.name, config.gpu_patterns, DEFAULT_GPU_RESOURCE)].append(
@@ -55,12 +65,16 @@ def _full_gpu_contributions(
             by_type[gpu.name].append(gpu)
         contributions = []
         for same_type in by_type.values():
-            all_mig = all(gpu.mig_enabled for gpu in same_type)
-            replicas = 0 if all_mig else devices.configured_replicas(resource, config.sharing)
-            for gpu in same_type:
-                labels = devices.full_gpu_labels(gpu, resource, config.sharing, replicas)
-                labels.update(resource_wide)
-                contributions.append(Contribution(1, labels))
+            mig_enabled = [gpu for gpu in same_type if gpu.mig_enabled]
+            full = [gpu for gpu in same_type if not gpu.mig_enabled]
+            labels: dict[str, str] = {}
+            if mig_enabled:
+                labels.update(devices.full_gpu_labels(mig_enabled[-1], resource, config.sharing, 0))
+            if full:
+                replicas = devices.configured_replicas(resource, config.sharing)
+                labels.update(devices.full_gpu_labels(full[-1], resource, config.sharing, replicas))
+            labels.update(resource_wide)
+            contributions.append(Contribution(len(same_type), labels))
         result[resource] = contributions
     return result
 
@@ -68,18 +82,26 @@ def _full_gpu_contributions(
 def _mig_contributions(
     gpus: list[Gpu], config: Config, default_name: str | None
 ) -> dict[str, list[Contribution]]:
-    """One contribution per MIG device of every MIG-enabled GPU.  ``default_name`` None
-    means upstream's mixed naming (``mig-<profile>``)."""
-    result: dict[str, list[Contribution]] = defaultdict(list)
+    """One contribution per MIG device type (parent name + profile) of every MIG resource,
+    labelled like upstream by the first device of the type (newMigStrategy*Labeler keep the
+    first device of each profile) and counting them all.  ``default_name`` None means
+    upstream's mixed naming (``mig-<profile>``)."""
+    first: dict[tuple[str, str, str], tuple[Gpu, MigDevice]] = {}
+    counts: Counter[tuple[str, str, str]] = Counter()
     for gpu in gpus:
         if gpu.mig is None or not gpu.mig.enabled:
             continue
         for device in gpu.mig.devices:
             fallback = default_name or default_mig_resource(device.profile)
             resource = resource_name_for(device.profile, config.mig_patterns, fallback)
-            result[resource].append(
-                Contribution(1, devices.mig_device_labels(gpu, device, resource, config.sharing))
-            )
+            device_type = (resource, gpu.name, device.profile)
+            first.setdefault(device_type, (gpu, device))
+            counts[device_type] += 1
+    result: dict[str, list[Contribution]] = defaultdict(list)
+    for device_type, (parent, device) in first.items():
+        resource = device_type[0]
+        labels = devices.mig_device_labels(parent, device, resource, config.sharing)
+        result[resource].append(Contribution(counts[device_type], labels))
     return result
 
 
@@ -120,10 +142,13 @@ def _resource_labels(
         warnings.append(f"mig-strategy single: {problem}; labelling {target} as MIG-INVALID")
         resources[target].update(
             {
-                keys.PRODUCT: sanitize_name(f"{first.name}-MIG-INVALID"),
+                keys.PRODUCT: devices.product_name((first.name, "MIG", "INVALID")),
                 keys.COUNT: "0",
                 keys.REPLICAS: "0",
                 keys.MEMORY: "0",
+                # SPEC §5.2 (single) and upstream's invalid labeler: empty, whatever the
+                # sharing configuration says
+                keys.SHARING_STRATEGY: "",
             }
         )
         return resources
@@ -143,12 +168,19 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
     Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
     and ConfigError when the configuration cannot apply to this node (MPS with MIG)."""
     warnings: list[str] = []
+    notes: list[str] = []
     labels: dict[str, str] = {}
     if timestamp is not None:
         labels[keys.TIMESTAMP] = str(timestamp)
     labels.update(node.vgpu_labels(snapshot.vgpu))
 
-    gpus = sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid))
+    gpus = []
+    for gpu in sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid)):
+        if devices.is_skipped_device(gpu.name):
+            # a snapshot written by hand or by an older gfd may still list it
+            notes.append(f"GPU {gpu.index} ({gpu.name}) is a display device; not labelled")
+            continue
+        gpus.append(gpu)
     if gpus:
         if snapshot.driver is None:
             raise LabelError("the snapshot lists GPUs but no driver version")
@@ -177,4 +209,4 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
                 f"published as {value!r}"
             )
         published[keys.full_key(name)] = value
-    return LabelSet(labels=published, warnings=tuple(warnings))
+    return LabelSet(labels=published, warnings=tuple(warnings), notes=tuple(notes))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gfd.labels import keys
 from gfd.labels.sanitize import sanitize_name
 from gfd.settings import Sharing
@@ -9,6 +11,17 @@ from gfd.snapshot import ComputeCapability, Gpu, MigDevice
 
 PCI_CLASS_COMPUTE = 0x030200
 PCI_CLASS_GRAPHICS = 0x030000
+
+#: Devices that are not GPUs to label: the display adapter of a DGX Station.  go-nvlib
+#: (pkg/nvlib/device: New() defaults to WithSkippedDevices("DGX Display", "NVIDIA DGX
+#: Display"); VisitDevices skips a device whose nvmlDeviceGetName is one of them, exactly)
+#: drops them before upstream GFD labels anything.
+SKIPPED_DEVICE_NAMES = frozenset({"DGX Display", "NVIDIA DGX Display"})
+
+
+def is_skipped_device(name: str) -> bool:
+    """True for a device that upstream never sees (exact, case-sensitive name match)."""
+    return name in SKIPPED_DEVICE_NAMES
 
 
 def family(cc: ComputeCapability) -> str:
@@ -43,13 +56,28 @@ def machine(machine_type: str | None) -> str:
     return "unknown" if machine_type is None else sanitize_name(machine_type)
 
 
-def sharing_labels(resource: str, sharing: Sharing, product: str, replicas: int) -> dict[str, str]:
+def product_name(parts: Sequence[str], shared: bool = False) -> str:
+    """Upstream's product value (internal/lm/resource.go, getProductName): every non-empty
+    part sanitised on its own, ``SHARED`` appended when shared, joined with ``-``; no part
+    at all gives an empty value.  (Sanitising the joined text instead would differ on a
+    name with trailing blanks: "A100 " + "-MIG-1g.5gb" would keep a double dash.)"""
+    kept = [sanitize_name(part) for part in parts if part != ""]
+    if not kept:
+        return ""
+    if shared:
+        kept.append("SHARED")
+    return "-".join(kept)
+
+
+def sharing_labels(
+    resource: str, sharing: Sharing, product_parts: Sequence[str], replicas: int
+) -> dict[str, str]:
     """product (with -SHARED when shared and not renamed), replicas and sharing-strategy."""
     replication = sharing.replication(resource)
     renamed = replication is not None and replication.renamed
     shared = replicas > 1
     return {
-        keys.PRODUCT: f"{product}-SHARED" if shared and not renamed else product,
+        keys.PRODUCT: product_name(product_parts, shared and not renamed),
         keys.REPLICAS: str(replicas),
         keys.SHARING_STRATEGY: sharing.strategy if shared else "none",
     }
@@ -72,22 +100,25 @@ def architecture_labels(cc: ComputeCapability) -> dict[str, str]:
 
 def full_gpu_labels(gpu: Gpu, resource: str, sharing: Sharing, replicas: int) -> dict[str, str]:
     """Labels of one full GPU; ``replicas`` is decided per device type by the caller."""
-    labels = sharing_labels(resource, sharing, sanitize_name(gpu.name), replicas)
+    labels = sharing_labels(resource, sharing, (gpu.name,), replicas)
     if gpu.memory_mib:
         labels[keys.MEMORY] = str(gpu.memory_mib)
     labels.update(architecture_labels(gpu.compute_capability))
     return labels
 
 
-def mig_product(parent_name: str, profile: str) -> str:
-    return sanitize_name(f"{parent_name}-MIG-{profile.replace('+', '.')}")
+def mig_product_parts(parent_name: str, profile: str) -> tuple[str, str, str]:
+    """Upstream names a MIG device by its profile with ``+`` turned into ``.``
+    (internal/resource/nvml-mig-device.go, GetName)."""
+    return (parent_name, "MIG", profile.replace("+", "."))
 
 
 def mig_device_labels(
     parent: Gpu, device: MigDevice, resource: str, sharing: Sharing
 ) -> dict[str, str]:
     replicas = configured_replicas(resource, sharing)
-    labels = sharing_labels(resource, sharing, mig_product(parent.name, device.profile), replicas)
+    parts = mig_product_parts(parent.name, device.profile)
+    labels = sharing_labels(resource, sharing, parts, replicas)
     engines = device.engines
     labels.update(
         {
