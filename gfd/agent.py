@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 from gfd import labels as labelling
 from gfd.errors import (
@@ -28,6 +27,7 @@ from gfd.errors import (
 )
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
+from gfd.outputs.registry import output_identity
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -230,7 +230,7 @@ class Agent:
             self.log.error("reload failed; keeping the settings in force", error=str(exc))
             return
         output = self.output
-        if _output_identity(new) != _output_identity(self.settings):
+        if output_identity(new) != output_identity(self.settings):
             try:
                 output = make_output(new)
             except UsageError as exc:
@@ -295,13 +295,3 @@ class Agent:
         else:
             self._wake.wait(interval)
 
-
-def _output_identity(settings: Settings) -> tuple[Any, ...]:
-    return (
-        settings.output_kind,
-        settings.effective_output_file,
-        settings.node_name,
-        settings.namespace,
-        settings.kubeconfig,
-        settings.sleep_interval,  # the API outputs bound their retries by it
-    )

@@ -17,6 +17,7 @@ from typing import Any
 from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
+from gfd.outputs.registry import output_kind_of
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 RESOURCE_PREFIX = "nvidia.com/"
@@ -598,11 +599,7 @@ class Settings:
 
     @property
     def output_kind(self) -> str:
-        if self.use_node_feature_api:
-            return "nodefeature"
-        if self.use_node_labels:
-            return "node-labels"
-        return "stdout" if self.effective_output_file is None else "file"
+        return output_kind_of(self).name
 
     @property
     def effective_output_file(self) -> str | None:
@@ -684,10 +681,6 @@ def resolve(
 
 
 def _validate(settings: Settings) -> None:
-    if settings.use_node_feature_api and settings.use_node_labels:
-        raise UsageError("--use-node-feature-api and --use-node-labels: choose at most one output")
-    if (settings.use_node_feature_api or settings.use_node_labels) and not settings.node_name:
-        flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
-        raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
+    output_kind_of(settings)  # one output selected, with what it needs
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")

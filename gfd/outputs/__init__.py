@@ -1,6 +1,7 @@
 """Destinations for labels.  Every output implements the small :class:`Output` protocol;
-``make_output(settings)`` picks the one the settings select.  The Kubernetes outputs are
-imported only when selected, so the file and stdout paths never pay for the client."""
+``make_output(settings)`` builds the one the settings select, as declared in
+:mod:`gfd.outputs.registry`.  The Kubernetes outputs are imported only when selected, so the
+file and stdout paths never pay for the client."""
 
 from __future__ import annotations
 
@@ -37,19 +38,8 @@ class Output(Protocol):
 
 
 def make_output(settings: Settings) -> Output:
-    if settings.use_node_feature_api:
-        from gfd.outputs.nodefeature import NodeFeatureOutput
+    """The output the settings select (see :mod:`gfd.outputs.registry`)."""
+    from gfd.outputs.registry import output_kind_of
 
-        return NodeFeatureOutput(settings)
-    if settings.use_node_labels:
-        from gfd.outputs.nodelabels import NodeLabelsOutput
-
-        return NodeLabelsOutput(settings)
-    from gfd.outputs.file import FileOutput, StdoutOutput
-
-    path = settings.effective_output_file
-    if path is None:
-        return StdoutOutput()
-    return FileOutput(
-        path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None
-    )
+    output: Output = output_kind_of(settings).build(settings)
+    return output

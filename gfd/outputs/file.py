@@ -9,10 +9,14 @@ import contextlib
 import os
 import sys
 import tempfile
+from typing import TYPE_CHECKING
 
 from gfd.errors import PublishError
 from gfd.labels import format_labels
 from gfd.outputs import Labels
+
+if TYPE_CHECKING:
+    from gfd.settings import Settings
 
 #: NFD skips feature files larger than this; fail loudly instead of being ignored quietly
 MAX_FEATURES_FILE_BYTES = 64 * 1024
@@ -104,3 +108,13 @@ class FileOutput:
 
     def cleanup(self) -> None:
         self._remove()
+
+
+def file_output(settings: Settings) -> FileOutput:
+    """The features file the settings name; a daemon with a finite interval removes it on
+    exit (SPEC §6.1), a oneshot run or an infinite interval keeps it."""
+    path = settings.effective_output_file
+    assert path is not None  # the registry picks "stdout" otherwise
+    return FileOutput(
+        path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None
+    )

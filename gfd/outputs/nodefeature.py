@@ -51,14 +51,11 @@ class NodeFeatureOutput:
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        if not settings.node_name:
-            from gfd.errors import UsageError
-
-            raise UsageError("--node-name (or NODE_NAME) is required with --use-node-feature-api")
-        self.node_name = settings.node_name
+        # the registry checked the node name once, where the output kind was chosen
+        self.node_name = settings.node_name or ""
         self.namespace = settings.namespace
         self.pod_name = settings.pod_name
-        self.object_name = NAME_PREFIX + settings.node_name
+        self.object_name = NAME_PREFIX + self.node_name
         self._client = client or KubeClient(
             settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
         )

@@ -61,12 +61,9 @@ class NodeLabelsOutput:
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        if not settings.node_name:
-            from gfd.errors import UsageError
-
-            raise UsageError("--node-name (or NODE_NAME) is required with --use-node-labels")
-        self.node_name = settings.node_name
-        self._path = f"/api/v1/nodes/{settings.node_name}"
+        # the registry checked the node name once, where the output kind was chosen
+        self.node_name = settings.node_name or ""
+        self._path = f"/api/v1/nodes/{self.node_name}"
         self._client = client or KubeClient(
             settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
         )
