@@ -148,17 +148,16 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
 
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
     from gfd import snapshot
-    from gfd.agent import EXIT_RUNTIME, AgentExit, read_snapshot
-    from gfd.errors import DiscoveryError
+    from gfd.agent import EXIT_RUNTIME
+    from gfd.discovery import read_snapshot
+    from gfd.errors import DiscoveryError, NvmlUnavailableError
     from gfd.observability import NullMetrics
 
     found = preloaded
     try:
         if found is None:
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
-    except AgentExit as exc:
-        return _fail(exc.message, exc.status)
-    except DiscoveryError as exc:
+    except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     sys.stdout.write(snapshot.dumps(found))
     return 0

@@ -118,3 +118,9 @@ def file_output(settings: Settings) -> FileOutput:
     return FileOutput(
         path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None
     )
+
+
+def stdout_output(settings: Settings) -> StdoutOutput:
+    """Labels on stdout (``--output-file -``, or ``--oneshot`` without a file)."""
+    del settings
+    return StdoutOutput()

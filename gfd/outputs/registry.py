@@ -71,7 +71,7 @@ OUTPUT_KINDS: tuple[OutputKind, ...] = (
         selected_by=None,
         flag="--output-file",
         identity=(),
-        factory="gfd.outputs.file:StdoutOutput",
+        factory="gfd.outputs.file:stdout_output",
     ),
 )
 
