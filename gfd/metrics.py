@@ -23,7 +23,7 @@ from typing import Any
 
 from gfd import __version__
 from gfd.errors import GfdError
-from gfd.observability import get_logger
+from gfd.settings import split_address
 
 #: how much slack the health check gives on top of three intervals
 HEALTH_GRACE_SECONDS = 30.0
@@ -32,13 +32,11 @@ PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise GfdError(f"--metrics-address {address!r}: expected host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
+    """``host:port`` → (host, port), as ``--metrics-address`` reads it (settings.split_address)."""
+    try:
+        return split_address(address)
+    except ValueError:
+        raise GfdError(f"--metrics-address {address!r}: expected host:port") from None
 
 
 class PrometheusMetrics:
@@ -198,12 +196,6 @@ class PrometheusMetrics:
             daemon=True,
         )
         self._thread.start()
-        get_logger().info(
-            "serving metrics and health endpoints",
-            address=address,
-            port=self.port,
-            paths=["/metrics", "/healthz", "/readyz"],
-        )
 
 
 class _IPv6Server(ThreadingHTTPServer):

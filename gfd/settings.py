@@ -17,10 +17,10 @@ from typing import Any
 from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
+from gfd.grammar import LONGEST_RESOURCE_SUFFIX, PREFIX, is_valid_label_name
 from gfd.outputs.registry import output_kind_of
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
-RESOURCE_PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
 LOG_FORMATS = ("json", "console")
@@ -75,13 +75,22 @@ def _parse_interval(value: Any) -> float | None:
     return parse_duration(_parse_str(value))
 
 
-def _parse_address(value: Any) -> str:
-    text = _parse_str(value).strip()
-    if not text:
-        return ""
-    _, sep, port = text.rpartition(":")
+def split_address(text: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6.
+
+    Raises ValueError with the reason."""
+    host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError("expected host:port (e.g. :8080 or 0.0.0.0:8080), or empty for off")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def _parse_address(value: Any) -> str:
+    text = _parse_str(value).strip()
+    if text:
+        split_address(text)
     return text
 
 
@@ -330,7 +339,7 @@ class Sharing:
     resources: tuple[ReplicatedResource, ...] = ()
 
     def replication(self, resource: str) -> ReplicatedResource | None:
-        full = resource if resource.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + resource
+        full = resource if resource.startswith(PREFIX) else PREFIX + resource
         for entry in self.resources:
             if entry.name == full:
                 return entry
@@ -353,7 +362,6 @@ class LoadedConfig:
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 _describe = describe
@@ -374,9 +382,9 @@ def _sequence(value: Any, where: str) -> list[Any]:
 def _resource_name_error(name: str) -> str | None:
     if not _DNS_LABEL.fullmatch(name):
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
-    longest = f"{name}.sharing-strategy"
-    if len(longest) > 63 or not _LABEL_NAME.fullmatch(longest):
-        return f"makes the label key nvidia.com/{longest} longer than 63 characters"
+    longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
+    if not is_valid_label_name(longest):
+        return f"makes the label key {PREFIX}{longest} longer than 63 characters"
     return None
 
 
@@ -406,14 +414,14 @@ def _parse_patterns(value: Any, where: str) -> tuple[ResourcePattern, ...]:
 def _full_resource_name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: expected a non-empty string, got {_describe(value)}")
-    full = value if value.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + value
-    short = full[len(RESOURCE_PREFIX) :]
+    full = value if value.startswith(PREFIX) else PREFIX + value
+    short = full[len(PREFIX) :]
     if len(full) > 63:
         raise ConfigError(f"{where}: resource name {value!r} is longer than 63 characters")
     if "/" in short or not _DNS_SUBDOMAIN.fullmatch(short):
         raise ConfigError(
             f"{where}: invalid resource name {value!r}: the part after "
-            f"{RESOURCE_PREFIX} must be a DNS subdomain"
+            f"{PREFIX} must be a DNS subdomain"
         )
     return full
 
@@ -568,27 +576,31 @@ def load_config_file(path: str) -> LoadedConfig:
 # ----------------------------------------------------------------- settings
 
 
+#: the defaults of the options, from the OPTIONS table (their one home)
+_DEFAULTS: dict[str, Any] = {option.name: option.default for option in OPTIONS}
+
+
 @dataclass(frozen=True)
 class Settings:
-    mig_strategy: str = "none"
-    fail_on_init_error: bool = True
-    oneshot: bool = False
-    no_timestamp: bool = False
-    sleep_interval: float | None = 60.0  # None: infinite
-    output_file: str | None = None  # None: not set anywhere
-    machine_type_file: str = "/sys/class/dmi/id/product_name"
-    config_file: str | None = None
-    use_node_feature_api: bool = False
-    device_discovery_strategy: str = "auto"
-    node_name: str | None = None
-    namespace: str = "default"
-    pod_name: str | None = None
-    kubeconfig: str | None = None
-    use_node_labels: bool = False
-    snapshot_file: str | None = None
-    metrics_address: str = ""
-    log_format: str | None = None
-    log_level: str = "info"
+    mig_strategy: str = _DEFAULTS["mig_strategy"]
+    fail_on_init_error: bool = _DEFAULTS["fail_on_init_error"]
+    oneshot: bool = _DEFAULTS["oneshot"]
+    no_timestamp: bool = _DEFAULTS["no_timestamp"]
+    sleep_interval: float | None = _DEFAULTS["sleep_interval"]  # None: infinite
+    output_file: str | None = _DEFAULTS["output_file"]  # None: not set anywhere
+    machine_type_file: str = _DEFAULTS["machine_type_file"]
+    config_file: str | None = _DEFAULTS["config_file"]
+    use_node_feature_api: bool = _DEFAULTS["use_node_feature_api"]
+    device_discovery_strategy: str = _DEFAULTS["device_discovery_strategy"]
+    node_name: str | None = _DEFAULTS["node_name"]
+    namespace: str = _DEFAULTS["namespace"]
+    pod_name: str | None = _DEFAULTS["pod_name"]
+    kubeconfig: str | None = _DEFAULTS["kubeconfig"]
+    use_node_labels: bool = _DEFAULTS["use_node_labels"]
+    snapshot_file: str | None = _DEFAULTS["snapshot_file"]
+    metrics_address: str = _DEFAULTS["metrics_address"]
+    log_format: str | None = _DEFAULTS["log_format"]
+    log_level: str = _DEFAULTS["log_level"]
     # actions (command line only)
     dump_snapshot: bool = False
     cleanup: bool = False

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from gfd import snapshot as snapshot_format
-from gfd.labels import build, format_labels
+from gfd.labels import build
+from gfd.outputs.file import format_labels
 from gfd.settings import Config
 from gfd.snapshot import Mig, Snapshot, Vgpu, VgpuDevice
 from tests.process import run_gfd

@@ -22,7 +22,7 @@ from gfd.labels.sanitize import is_valid_label_name, valid_label_value
 from gfd.settings import Config
 from gfd.snapshot import Gpu, MigDevice, Snapshot
 
-__all__ = ["LabelSet", "build", "format_labels"]
+__all__ = ["LabelSet", "build"]
 
 
 @dataclass(frozen=True)
@@ -33,11 +33,6 @@ class LabelSet:
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-
-
-def format_labels(labels: dict[str, str]) -> str:
-    """``key=value`` lines, sorted, each ending in a newline (the NFD features-file format)."""
-    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
 
 
 def _full_gpu_contributions(

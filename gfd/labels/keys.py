@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-PREFIX = "nvidia.com/"
+# the prefix and the sharing-strategy suffix are part of the label grammar that settings
+# checks resource names against; they are spelled there (gfd/grammar.py)
+from gfd.grammar import PREFIX as PREFIX
+from gfd.grammar import SHARING_STRATEGY as SHARING_STRATEGY
 
 TIMESTAMP = "gfd.timestamp"
 MIG_CAPABLE = "mig.capable"
@@ -30,7 +33,6 @@ CUDA_RUNTIME_VERSION_FULL = "cuda.runtime-version.full"
 PRODUCT = "product"
 COUNT = "count"
 REPLICAS = "replicas"
-SHARING_STRATEGY = "sharing-strategy"
 MEMORY = "memory"
 MACHINE = "machine"
 MODE = "mode"
@@ -45,9 +47,6 @@ ENGINES_DECODER = "engines.decoder"
 ENGINES_ENCODER = "engines.encoder"
 ENGINES_JPEG = "engines.jpeg"
 ENGINES_OFA = "engines.ofa"
-
-#: the longest per-resource suffix; a resource name must leave room for it in a 63-char key
-LONGEST_SUFFIX = SHARING_STRATEGY
 
 #: what a valid MIG configuration under the single strategy overrides on the full-GPU resource
 SINGLE_MIG_OVERRIDES = (

@@ -12,7 +12,6 @@ import tempfile
 from typing import TYPE_CHECKING
 
 from gfd.errors import PublishError
-from gfd.labels import format_labels
 from gfd.outputs import Labels
 
 if TYPE_CHECKING:
@@ -22,13 +21,18 @@ if TYPE_CHECKING:
 MAX_FEATURES_FILE_BYTES = 64 * 1024
 
 
+def format_labels(labels: Labels) -> str:
+    """``key=value`` lines, sorted, each ending in a newline (the NFD features-file format)."""
+    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
+
+
 class StdoutOutput:
     kind = "stdout"
     verify_interval: float | None = None
 
     def publish(self, labels: Labels) -> None:
         try:
-            sys.stdout.write(format_labels(dict(labels)))
+            sys.stdout.write(format_labels(labels))
             sys.stdout.flush()
         except OSError as exc:
             raise PublishError(f"cannot write labels to stdout: {exc.strerror or exc}") from None
@@ -54,7 +58,7 @@ class FileOutput:
         self.remove_on_exit = remove_on_exit
 
     def publish(self, labels: Labels) -> None:
-        data = format_labels(dict(labels)).encode("utf-8")
+        data = format_labels(labels).encode("utf-8")
         if len(data) > MAX_FEATURES_FILE_BYTES:
             raise PublishError(
                 f"labels take {len(data)} bytes, more than the {MAX_FEATURES_FILE_BYTES} bytes "
@@ -84,7 +88,7 @@ class FileOutput:
                     os.unlink(temporary)
 
     def verify(self, labels: Labels) -> bool:
-        expected = format_labels(dict(labels)).encode("utf-8")
+        expected = format_labels(labels).encode("utf-8")
         try:
             with open(self.path, "rb") as handle:
                 if handle.read(MAX_FEATURES_FILE_BYTES + 1) == expected:

@@ -14,16 +14,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gfd.grammar import PREFIX
 from gfd.observability import get_logger
 from gfd.outputs.kube import JSON, MERGE_PATCH, KubeClient, retry_budget
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
 
-MANAGED_LABELS_ANNOTATION = "nvidia.com/gfd.managed-labels"
+MANAGED_LABELS_ANNOTATION = f"{PREFIX}gfd.managed-labels"
 #: only keys under this prefix are ever taken from the annotation (a hand-edited annotation
 #: must not make the agent delete somebody else's label)
-OWNED_PREFIX = "nvidia.com/"
+OWNED_PREFIX = PREFIX
 #: seconds between verification reads at steady state (SPEC §6.4)
 VERIFY_INTERVAL_SECONDS = 600.0
 

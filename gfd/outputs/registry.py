@@ -24,55 +24,39 @@ from gfd.errors import UsageError
 class OutputKind:
     #: the output's short name, as in logs and metrics ("file", "nodefeature", ...)
     name: str
-    #: the boolean Settings attribute that selects this kind; None: chosen by the features
-    #: file setting when no flag selects another kind ("file" and "stdout")
-    selected_by: str | None
-    #: the flag named in messages about this kind
-    flag: str | None
+    #: "module:attribute" of a callable taking the Settings and returning the Output
+    factory: str
     #: the Settings attributes this kind's output is built from: when one of them changes on
     #: reload, a new output is built (the old one's on_exit runs first)
     identity: tuple[str, ...]
-    #: "module:attribute" of a callable taking the Settings and returning the Output
-    factory: str
+    #: the boolean Settings attribute (the option of that name) that selects this kind;
+    #: None: chosen by the features-file setting when no flag selects another kind
+    selected_by: str | None = None
     #: the API outputs name the node they publish for
     needs_node_name: bool = False
+
+    @property
+    def flag(self) -> str:
+        """The selecting flag, as messages name it."""
+        return "--" + (self.selected_by or "output_file").replace("_", "-")
 
     def build(self, settings: Any) -> Any:
         module, _, attribute = self.factory.partition(":")
         return getattr(importlib.import_module(module), attribute)(settings)
 
 
+def _api_kind(name: str, selected_by: str, factory: str) -> OutputKind:
+    """An output that publishes to the API server, for one node, with a client whose retries
+    are bounded by the interval."""
+    identity = ("node_name", "namespace", "kubeconfig", "sleep_interval")
+    return OutputKind(name, factory, identity, selected_by, needs_node_name=True)
+
+
 OUTPUT_KINDS: tuple[OutputKind, ...] = (
-    OutputKind(
-        name="nodefeature",
-        selected_by="use_node_feature_api",
-        flag="--use-node-feature-api",
-        identity=("node_name", "namespace", "kubeconfig", "sleep_interval"),
-        factory="gfd.outputs.nodefeature:NodeFeatureOutput",
-        needs_node_name=True,
-    ),
-    OutputKind(
-        name="node-labels",
-        selected_by="use_node_labels",
-        flag="--use-node-labels",
-        identity=("node_name", "namespace", "kubeconfig", "sleep_interval"),
-        factory="gfd.outputs.nodelabels:NodeLabelsOutput",
-        needs_node_name=True,
-    ),
-    OutputKind(
-        name="file",
-        selected_by=None,
-        flag="--output-file",
-        identity=("effective_output_file", "sleep_interval"),
-        factory="gfd.outputs.file:file_output",
-    ),
-    OutputKind(
-        name="stdout",
-        selected_by=None,
-        flag="--output-file",
-        identity=(),
-        factory="gfd.outputs.file:stdout_output",
-    ),
+    _api_kind("nodefeature", "use_node_feature_api", "gfd.outputs.nodefeature:NodeFeatureOutput"),
+    _api_kind("node-labels", "use_node_labels", "gfd.outputs.nodelabels:NodeLabelsOutput"),
+    OutputKind("file", "gfd.outputs.file:file_output", ("effective_output_file", "sleep_interval")),
+    OutputKind("stdout", "gfd.outputs.file:stdout_output", ()),
 )
 
 OUTPUT_KINDS_BY_NAME = {kind.name: kind for kind in OUTPUT_KINDS}
@@ -85,7 +69,7 @@ def output_kind_of(settings: Any) -> OutputKind:
         kind for kind in OUTPUT_KINDS if kind.selected_by and getattr(settings, kind.selected_by)
     ]
     if len(chosen) > 1:
-        flags = " and ".join(str(kind.flag) for kind in chosen)
+        flags = " and ".join(kind.flag for kind in chosen)
         raise UsageError(f"{flags}: choose at most one output")
     if chosen:
         kind = chosen[0]
