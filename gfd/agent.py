@@ -191,6 +191,19 @@ class Agent:
             )
         self._first_pass = False
         self._started = True
+        self._keep_last_labels()
+
+    def _keep_last_labels(self) -> None:
+        """A failed pass keeps the last labels (SPEC §7), so a features file's expiry is
+        still renewed: only a gfd that stopped running lets its labels age out."""
+        from gfd.outputs.file import FileOutput
+
+        if not isinstance(self.output, FileOutput) or self.published is None:
+            return
+        try:
+            self.output.verify(self.published)
+        except PublishError as exc:
+            self.log.error("cannot renew the features file", error=str(exc))
 
     def _publish(self, labels: dict[str, str]) -> bool:
         """Publish when the set changed; otherwise verify at the output's interval."""
@@ -302,4 +315,5 @@ def _output_identity(settings: Settings) -> tuple[Any, ...]:
         settings.namespace,
         settings.kubeconfig,
         settings.sleep_interval,  # the API outputs bound their retries by it
+        settings.effective_expiry_horizon,
     )
