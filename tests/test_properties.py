@@ -60,6 +60,18 @@ def publishable(value: str) -> str | None:
     return cut if valid_value(cut) else None
 
 
+OMITTED = object()
+
+
+def published_value(name: str, value: str) -> str | object | None:
+    """§5.4 with issue 16/19: a value built from a name (``*.product``, ``*.machine``) is
+    made publishable (:func:`publishable`); any other value (a number, a version...) is
+    published as it is when valid and left out (OMITTED) when not — never cut."""
+    if name.endswith((".product", ".machine")):
+        return publishable(value)
+    return value if valid_value(value) else OMITTED
+
+
 _SANITIZE_KEEP = set(_ALNUM + "-_. ")
 
 
@@ -139,21 +151,42 @@ def replicas_for(resource: str, sharing: Sharing) -> tuple[int, bool]:
     return 1, False
 
 
-def sharing_part(resource: str, sharing: Sharing, product: str, replicas: int) -> dict[str, str]:
+def product(parts: Sequence[str], shared: bool) -> str | None:
+    """§5.2 with issue 16: each non-empty part sanitised, SHARED appended, joined with '-';
+    past 63 characters only the model (first part) is cut, to what the rest leaves, and
+    trimmed to an alphanumeric end; None (label left out) when nothing of it is left."""
+    kept = [sanitize(part) for part in parts if part]
+    if not kept:
+        return ""
+    if shared:
+        kept.append("SHARED")
+    if len("-".join(kept)) <= 63:
+        return "-".join(kept)
+    model, tail = kept[0], kept[1:]
+    room = 63 - len("-".join(tail)) - 1 if tail else 63
+    cut = model[: max(room, 0)]
+    while cut and cut[-1] not in _ALNUM:
+        cut = cut[:-1]
+    return "-".join([cut, *tail]) if cut else None
+
+
+def sharing_part(
+    resource: str, sharing: Sharing, parts: Sequence[str], replicas: int
+) -> dict[str, str]:
     _, renamed = replicas_for(resource, sharing)
     shared = replicas > 1
-    return {
-        "product": product + "-SHARED" if shared and not renamed else product,
-        "replicas": str(replicas),
-        "sharing-strategy": sharing.strategy if shared else "none",
-    }
+    labels = {"replicas": str(replicas), "sharing-strategy": sharing.strategy if shared else "none"}
+    value = product(parts, shared and not renamed)
+    if value is not None:
+        labels["product"] = value
+    return labels
 
 
 def gpu_type_labels(
     resource: str, gpu: Gpu, sharing: Sharing, replicas: int, machine: str | None, mode: str
 ) -> dict[str, str]:
     """Labels of one full-GPU device type (§5.2), before combining."""
-    labels = sharing_part(resource, sharing, sanitize(gpu.name), replicas)
+    labels = sharing_part(resource, sharing, (gpu.name,), replicas)
     if gpu.memory_mib:
         labels["memory"] = str(gpu.memory_mib)
     cc = gpu.compute_capability
@@ -169,8 +202,8 @@ def gpu_type_labels(
 def mig_type_labels(resource: str, parent: Gpu, device: MigDevice, sharing: Sharing) -> dict:
     """Labels of one MIG device type (parent name + profile, §5.2), before combining."""
     replicas, _ = replicas_for(resource, sharing)
-    product = sanitize(f"{parent.name}-MIG-{device.profile.replace('+', '.')}")
-    labels = sharing_part(resource, sharing, product, replicas)
+    parts = (parent.name, "MIG", device.profile.replace("+", "."))
+    labels = sharing_part(resource, sharing, parts, replicas)
     e = device.engines
     labels.update(
         {
@@ -265,14 +298,11 @@ def model_resource_labels(
         target = name_for(first.name, config.gpu_patterns, "gpu")
         # upstream's invalid labeler overrides these four keys only (internal/lm
         # mig-strategy.go); sharing-strategy keeps the full-GPU value
-        resources[target].update(
-            {
-                "product": sanitize(f"{first.name}-MIG-INVALID"),
-                "count": "0",
-                "replicas": "0",
-                "memory": "0",
-            }
-        )
+        resources[target].update({"count": "0", "replicas": "0", "memory": "0"})
+        invalid = product((first.name, "MIG", "INVALID"), False)
+        resources[target].pop("product", None)
+        if invalid is not None:
+            resources[target]["product"] = invalid
         return resources
     for resource, items in mig_resources(gpus, config, "gpu").items():
         base = {k: v for k, v in resources.get(resource, {}).items() if k not in SINGLE_OVERRIDES}
@@ -326,7 +356,11 @@ def model_labels(
         ).items():
             for suffix, value in values.items():
                 labels[f"{resource}.{suffix}"] = value
-    return {PREFIX + name: publishable(value) for name, value in labels.items()}
+    return {
+        PREFIX + name: expected
+        for name, value in labels.items()
+        if (expected := published_value(name, value)) is not OMITTED
+    }
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -455,7 +489,9 @@ def test_single_type_resource_has_exactly_the_per_type_labels(snap, config, stra
             )
             expected = mig_type_labels(resource, parent, device, config.sharing)
         expected["count"] = str(len(types))
-        expected = {k: publishable(v) for k, v in expected.items()}
+        expected = {
+            k: e for k, v in expected.items() if (e := published_value("." + k, v)) is not OMITTED
+        }
         assert resource_part(labels, resource) == expected, resource
 
 

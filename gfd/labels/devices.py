@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from gfd.labels import keys
-from gfd.labels.sanitize import sanitize_name
+from gfd.labels.sanitize import MAX_LENGTH, fit_name, sanitize_name
 from gfd.settings import Sharing
 from gfd.snapshot import ComputeCapability, Gpu, MigDevice
 
@@ -43,16 +45,34 @@ def machine(machine_type: str | None) -> str:
     return "unknown" if machine_type is None else sanitize_name(machine_type)
 
 
-def sharing_labels(resource: str, sharing: Sharing, product: str, replicas: int) -> dict[str, str]:
+def product_name(parts: Sequence[str], shared: bool = False) -> str | None:
+    """The product value: every non-empty part sanitised on its own (upstream's
+    getProductName), ``SHARED`` appended when shared, joined with ``-``; too long for a
+    label, only the model (the first part) is shortened (:func:`fit_name`).  Empty when
+    there is no part; None when the qualifiers leave no room for the model."""
+    kept = [sanitize_name(part) for part in parts if part != ""]
+    if not kept:
+        return ""
+    if shared:
+        kept.append("SHARED")
+    return fit_name(kept[0], kept[1:])
+
+
+def sharing_labels(
+    resource: str, sharing: Sharing, product_parts: Sequence[str], replicas: int
+) -> dict[str, str]:
     """product (with -SHARED when shared and not renamed), replicas and sharing-strategy."""
     replication = sharing.replication(resource)
     renamed = replication is not None and replication.renamed
     shared = replicas > 1
-    return {
-        keys.PRODUCT: f"{product}-SHARED" if shared and not renamed else product,
+    labels = {
         keys.REPLICAS: str(replicas),
         keys.SHARING_STRATEGY: sharing.strategy if shared else "none",
     }
+    product = product_name(product_parts, shared and not renamed)
+    if product is not None:  # a value that names no model is left out, never guessed
+        labels[keys.PRODUCT] = product
+    return labels
 
 
 def configured_replicas(resource: str, sharing: Sharing) -> int:
@@ -72,22 +92,24 @@ def architecture_labels(cc: ComputeCapability) -> dict[str, str]:
 
 def full_gpu_labels(gpu: Gpu, resource: str, sharing: Sharing, replicas: int) -> dict[str, str]:
     """Labels of one full GPU; ``replicas`` is decided per device type by the caller."""
-    labels = sharing_labels(resource, sharing, sanitize_name(gpu.name), replicas)
+    labels = sharing_labels(resource, sharing, (gpu.name,), replicas)
     if gpu.memory_mib:
         labels[keys.MEMORY] = str(gpu.memory_mib)
     labels.update(architecture_labels(gpu.compute_capability))
     return labels
 
 
-def mig_product(parent_name: str, profile: str) -> str:
-    return sanitize_name(f"{parent_name}-MIG-{profile.replace('+', '.')}")
+def mig_product_parts(parent_name: str, profile: str) -> tuple[str, str, str]:
+    """Upstream names a MIG device by its profile with ``+`` turned into ``.``."""
+    return (parent_name, "MIG", profile.replace("+", "."))
 
 
 def mig_device_labels(
     parent: Gpu, device: MigDevice, resource: str, sharing: Sharing
 ) -> dict[str, str]:
     replicas = configured_replicas(resource, sharing)
-    labels = sharing_labels(resource, sharing, mig_product(parent.name, device.profile), replicas)
+    parts = mig_product_parts(parent.name, device.profile)
+    labels = sharing_labels(resource, sharing, parts, replicas)
     engines = device.engines
     labels.update(
         {
@@ -103,3 +125,27 @@ def mig_device_labels(
         }
     )
     return labels
+
+
+def product_warnings(gpus: Sequence[Gpu], shared: bool) -> list[str]:
+    """One warning per device type whose product value had to be shortened."""
+    types: dict[tuple[str, ...], None] = {}
+    for gpu in gpus:
+        types[(gpu.name,)] = None
+        if gpu.mig is not None and gpu.mig.enabled:
+            for device in gpu.mig.devices:
+                types[mig_product_parts(gpu.name, device.profile)] = None
+    warnings = []
+    for parts in types:
+        kept = [sanitize_name(part) for part in parts if part != ""]
+        if shared:
+            kept.append("SHARED")
+        full = "-".join(kept)
+        if len(full) > MAX_LENGTH:
+            fitted = product_name(parts, shared)
+            outcome = "left out" if fitted is None else f"shortened to {fitted!r}"
+            warnings.append(
+                f"product value {full[:100]!r} is longer than {MAX_LENGTH} characters; "
+                f"{outcome} (only the model part is shortened)"
+            )
+    return warnings

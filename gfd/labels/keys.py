@@ -67,6 +67,17 @@ SINGLE_MIG_OVERRIDES = (
 )
 
 
+#: per-resource labels whose values are built from a name (model, machine type): too long,
+#: they are shortened (product: the model part only); every other value is a fact a cut
+#: would falsify (a number, a version, a UUID), so a value that does not fit is left out
+NAME_VALUED_SUFFIXES = (PRODUCT, MACHINE)
+
+
+def is_name_valued(name: str) -> bool:
+    """True for a ``<resource>.product`` or ``<resource>.machine`` label name."""
+    return any(name.endswith("." + suffix) for suffix in NAME_VALUED_SUFFIXES)
+
+
 def resource_key(resource: str, suffix: str) -> str:
     return f"{resource}.{suffix}"
 
