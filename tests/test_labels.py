@@ -10,6 +10,7 @@ from gfd.settings import Config, parse_config_text
 from gfd.snapshot import (
     Fabric,
     Gpu,
+    LostGpu,
     Mig,
     MigDevice,
     MigEngines,
@@ -486,3 +487,20 @@ def test_a_driver_version_that_does_not_fit_is_left_out() -> None:
     labels = labels_of(node(gpu(0), driver="5" * 70 + ".54.15"))
     assert P + "cuda.driver.major" not in labels and P + "cuda.driver-version.full" not in labels
     assert labels[P + "cuda.driver.minor"] == "54"
+
+
+# ----------------------------------------------------------------- lost GPUs (issue 16)
+
+
+def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
+    lost = (LostGpu(index=1, reason="GPU is lost"),)
+    labels = labels_of(Snapshot(**{**vars(node(gpu(0), gpu(2))), "lost": lost}))
+    assert labels[P + "gpu.lost"] == "1"
+    assert labels[P + "gpu.count"] == "2"
+    assert P + "gpu.lost" not in labels_of(node(gpu(0), gpu(2)))  # only when non-zero
+
+
+def test_every_gpu_lost() -> None:
+    lost = tuple(LostGpu(index=i) for i in range(2))
+    labels = labels_of(Snapshot(**{**vars(node()), "lost": lost}))
+    assert labels == {P + "gpu.lost": "2", P + "vgpu.present": "false"}

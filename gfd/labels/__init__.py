@@ -152,6 +152,8 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
     if timestamp is not None:
         labels[keys.TIMESTAMP] = str(timestamp)
     labels.update(node.vgpu_labels(snapshot.vgpu))
+    if snapshot.lost:
+        labels[keys.GPU_LOST] = str(len(snapshot.lost))
 
     gpus = sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid))
     if gpus:

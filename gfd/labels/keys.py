@@ -9,6 +9,8 @@ MIG_CAPABLE = "mig.capable"
 MIG_STRATEGY = "mig.strategy"
 MPS_CAPABLE = "mps.capable"
 GPU_CLIQUE = "gpu.clique"
+#: how many GPUs did not answer (NVML GPU_IS_LOST, or missing from NVML but on the PCI bus)
+GPU_LOST = "gpu.lost"
 VGPU_PRESENT = "vgpu.present"
 VGPU_HOST_DRIVER_VERSION = "vgpu.host-driver-version"
 VGPU_HOST_DRIVER_BRANCH = "vgpu.host-driver-branch"
