@@ -150,6 +150,7 @@ class Agent:
             for warning in result.warnings:
                 self.log.warning("label warning", detail=warning)
             label_count = len(result.labels)
+            self._offer_features(snapshot)
             changed = self._publish(result.labels)
         except (SnapshotError, ConfigError) as exc:
             if not self._started:
@@ -182,6 +183,20 @@ class Agent:
         self._first_pass = False
         self._started = True
         return True
+
+    def _offer_features(self, snapshot: Snapshot) -> None:
+        """The NodeFeature output also carries raw features (``spec.features``); a change
+        there is published like a change of labels."""
+        if self.output.kind != "nodefeature":
+            return
+        from gfd.labels.features import node_features
+        from gfd.outputs.nodefeature import NodeFeatureOutput
+
+        if isinstance(self.output, NodeFeatureOutput):
+            features = node_features(snapshot)
+            if features != self.output.features:
+                self.output.features = features
+                self.published = None
 
     def _confirm_loss(self, snapshot: Snapshot) -> None:
         """A lost GPU is labelled only when two discoveries in a row find it lost: the
