@@ -8,6 +8,7 @@ variable or key and the value.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -19,6 +20,11 @@ from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+#: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
+DEFAULT_MIN_EXPIRY_HORIZON = 3600.0
+EXPIRY_INTERVALS = 4
+#: an explicit horizon must leave a renewing daemon this many passes
+MIN_EXPIRY_INTERVALS = 3
 RESOURCE_PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
@@ -72,6 +78,14 @@ def _parse_interval(value: Any) -> float | None:
             raise ValueError("must be greater than zero")
         return float(value)
     return parse_duration(_parse_str(value))
+
+
+def _parse_horizon(value: Any) -> float:
+    """``--expiry-horizon``: a duration, or ``never`` (no expiry directive: infinity)."""
+    if isinstance(value, str) and value.strip().lower() in ("never", "infinite"):
+        return math.inf
+    seconds = _parse_interval(value)
+    return math.inf if seconds is None else seconds
 
 
 def _parse_address(value: Any) -> str:
@@ -147,6 +161,17 @@ OPTIONS: tuple[Option, ...] = (
         60.0,
         _parse_interval,
         "time between passes: 60s, 1m30s, 500ms, seconds, or infinite",
+    ),
+    Option(
+        "expiry_horizon",
+        "--expiry-horizon",
+        ("GFD_EXPIRY_HORIZON",),
+        ("flags", "gfd", "expiryHorizon"),
+        None,
+        _parse_horizon,
+        "how far ahead the features file's NFD expiry-time lies, renewed when half has passed "
+        "(a duration, or never; default: max(1h, 4 x --sleep-interval) for the daemon, "
+        "never with --oneshot or an infinite interval)",
     ),
     Option(
         "output_file",
@@ -574,6 +599,7 @@ class Settings:
     oneshot: bool = False
     no_timestamp: bool = False
     sleep_interval: float | None = 60.0  # None: infinite
+    expiry_horizon: float | None = None  # None: not set (the default rule); inf: never
     output_file: str | None = None  # None: not set anywhere
     machine_type_file: str = "/sys/class/dmi/id/product_name"
     config_file: str | None = None
@@ -612,6 +638,20 @@ class Settings:
         if self.output_file in ("", "-"):
             return None
         return self.output_file
+
+    @property
+    def effective_expiry_horizon(self) -> float | None:
+        """Seconds between a features-file write and its NFD ``expiry-time``; None: none.
+
+        Default: a daemon that renews the file uses ``max(1h, 4 x interval)`` (renewed when
+        less than half is left, so at least two passes remain before it lapses); a oneshot
+        run or an infinite interval never renews, so by default writes no expiry."""
+        horizon = self.expiry_horizon
+        if horizon is None:
+            if self.oneshot or self.sleep_interval is None:
+                return None
+            return max(DEFAULT_MIN_EXPIRY_HORIZON, EXPIRY_INTERVALS * self.sleep_interval)
+        return None if math.isinf(horizon) else horizon
 
     @property
     def sleep_interval_text(self) -> str:
@@ -689,5 +729,19 @@ def _validate(settings: Settings) -> None:
     if (settings.use_node_feature_api or settings.use_node_labels) and not settings.node_name:
         flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
         raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
+    horizon = settings.expiry_horizon
+    if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+        interval = settings.sleep_interval
+        if interval is None:
+            raise UsageError(
+                f"--expiry-horizon {format_duration(horizon)}: with an infinite "
+                "--sleep-interval nothing renews the features file; use --expiry-horizon never"
+            )
+        if horizon < MIN_EXPIRY_INTERVALS * interval:
+            raise UsageError(
+                f"--expiry-horizon {format_duration(horizon)}: must be at least "
+                f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
+                "running gfd renews the features file before it expires"
+            )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")

@@ -7,6 +7,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from gfd.outputs.file import split_features_file
 from tests.process import run_gfd
 
 DGX = "examples/snapshots/dgx-a100.yaml"
@@ -43,8 +44,10 @@ def test_daemon_writes_once_reloads_on_sighup_and_removes_on_sigterm(
     assert reloaded["changed"] is True
     assert "nvidia.com/mig.strategy=single\n" in out.read_text()
 
+    # issue 16 (no gap on restart): SIGTERM keeps the file; its NFD expiry ages it out
+    labels = out.read_text()
     assert daemon.stop(signal.SIGTERM) == 0
-    assert not out.exists()
+    assert out.read_text() == labels and labels.startswith("# +expiry-time=")
 
 
 def test_bad_config_on_sighup_keeps_the_running_settings(tmp_path: Path, daemons: Any) -> None:
@@ -65,7 +68,7 @@ def test_bad_config_on_sighup_keeps_the_running_settings(tmp_path: Path, daemons
     assert daemon.process.poll() is None
     assert out.read_text() == published
     assert daemon.stop(signal.SIGINT) == 0
-    assert not out.exists()
+    assert out.read_text() == published  # kept on exit (issue 16)
 
 
 def test_snapshot_change_is_published_at_the_next_pass(tmp_path: Path, daemons: Any) -> None:
@@ -98,7 +101,8 @@ def test_deleted_features_file_is_restored(tmp_path: Path, daemons: Any) -> None
     out.unlink()
     while not out.exists():
         daemon.wait_for("pass finished")
-    assert out.read_text() == content
+    # the labels come back; the expiry line is the time of the new write (issue 16)
+    assert split_features_file(out.read_text())[1] == split_features_file(content)[1]
     daemon.stop()
 
 
@@ -131,3 +135,43 @@ def test_oneshot_never_removes_its_file(tmp_path: Path) -> None:
     result = run_gfd("--oneshot", "-o", str(out), "--snapshot-file", DGX)
     assert result.returncode == 0
     assert out.exists()
+
+
+# ------------------------------------------------------------------ restarts (issue 16)
+
+
+def test_a_restart_leaves_no_gap(tmp_path: Path, daemons: Any) -> None:
+    """The stopped daemon's file stays; the next one finds the same labels with a fresh
+    expiry and does not even rewrite it."""
+    out = tmp_path / "gfd"
+    args = ("--sleep-interval", "1s", "--output-file", str(out), "--no-timestamp")
+    first = daemons(*args, "--snapshot-file", DGX)
+    first.wait_for("pass finished")
+    published = out.read_text()
+    assert published.startswith("# +expiry-time=") and "nvidia.com/gpu.count=8\n" in published
+    assert first.stop(signal.SIGTERM) == 0
+    assert out.read_text() == published
+    inode = os.stat(out).st_ino
+    second = daemons(*args, "--snapshot-file", DGX)
+    second.wait_for("pass finished", count=2)
+    assert os.stat(out).st_ino == inode
+    assert second.stop(signal.SIGTERM) == 0
+    result = run_gfd("--cleanup", "--output-file", str(out))
+    assert result.returncode == 0, result.stderr
+    assert not out.exists()  # --cleanup still removes it
+
+
+def test_two_daemons_on_one_file_without_expiry(tmp_path: Path, daemons: Any) -> None:
+    """Issue 19: the first to exit does not delete the file the other one wrote."""
+    out = tmp_path / "gfd"
+    args = ("--sleep-interval", "1s", "--output-file", str(out), "--expiry-horizon", "never")
+    old = daemons(*args, "--snapshot-file", DGX)
+    old.wait_for("pass finished")
+    new = daemons(*args, "--snapshot-file", "examples/snapshots/two-models.yaml")
+    new.wait_for("pass finished")
+    written = out.read_text()
+    assert "cuda.driver.major=570" in written and not written.startswith("#")
+    assert old.stop(signal.SIGTERM) == 0
+    assert out.read_text() == written
+    assert new.stop(signal.SIGTERM) == 0
+    assert not out.exists()  # its own file, unchanged: removed as before

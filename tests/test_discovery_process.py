@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from gfd import snapshot as snapshot_io
+from gfd.outputs.file import split_features_file
 
 from .fakes.fake_sysfs import FakeSysfs, build_from_snapshot, config_with_capabilities
 from .fakes.fake_sysfs import vgpu_capability as vgpu_cap
@@ -220,7 +221,8 @@ def test_daemon_picks_up_a_driver_that_appears(
         "--no-fail-on-init-error", *fake_node["flags"], env=env,
     )  # fmt: skip
     daemon.wait_for("pass finished")
-    assert out.read_text() == "nvidia.com/vgpu.present=false\n"
+    # (the file's first line is its NFD expiry, issue 16)
+    assert split_features_file(out.read_text())[1] == "nvidia.com/vgpu.present=false\n"
     driver.touch()
     while not daemon.wait_for("pass finished")[0]["changed"]:
         pass
@@ -250,3 +252,50 @@ def test_daemon_keeps_its_labels_while_a_gpu_is_lost(
     assert recovered["changed"] is False
     assert daemon.process.poll() is None
     assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_daemon_labels_the_answering_gpus_once_a_loss_is_seen_twice(
+    fake_node: dict[str, Any], tmp_path: Path, daemons: Any
+) -> None:
+    """Issue 16: the first pass that finds GPU 1 lost keeps the last labels (SPEC §7); the
+    second in a row labels the seven GPUs that answer and counts the lost one; when the
+    GPU answers again the full labels come back."""
+    lost = tmp_path / "lost"
+    out = tmp_path / "gfd"
+    env = {**fake_node["env"], "FAKE_NVML_LOST_FLAG": str(lost)}
+    daemon = daemons(
+        "--sleep-interval", "1s", "--output-file", str(out), "--no-timestamp",
+        *fake_node["flags"], env=env,
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    published = out.read_text()
+    assert "nvidia.com/gpu.count=8\n" in published and "gpu.lost" not in published
+    lost.touch()
+    failed = daemon.wait_for("pass failed")[0]
+    assert "1 GPU(s) lost" in failed["error"] and "GPU is lost" in failed["error"]
+    assert out.read_text() == published
+    confirmed = daemon.wait_for("pass finished")[0]
+    assert confirmed["changed"] is True
+    text = out.read_text()
+    assert "nvidia.com/gpu.count=7\n" in text and "nvidia.com/gpu.lost=1\n" in text
+    lost.unlink()
+    while not daemon.wait_for("pass finished")[0]["changed"]:
+        pass
+    assert "nvidia.com/gpu.count=8\n" in out.read_text() and "gpu.lost" not in out.read_text()
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_dump_snapshot_records_a_lost_gpu(fake_node: dict[str, Any], tmp_path: Path) -> None:
+    lost = tmp_path / "lost"
+    lost.touch()
+    env = {**fake_node["env"], "FAKE_NVML_LOST_FLAG": str(lost)}
+    result = run_gfd("--dump-snapshot", *fake_node["flags"], env=env)
+    assert result.returncode == 0, result.stderr
+    dumped = snapshot_io.loads(result.stdout)
+    assert [gone.index for gone in dumped.lost] == [1]
+    assert len(dumped.gpus) == len(fake_node["snapshot"].gpus) - 1
+    recorded = tmp_path / "node.yaml"
+    recorded.write_text(result.stdout)
+    labels = run_gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(recorded))
+    assert labels.returncode == 0, labels.stderr  # a record is labelled as it says
+    assert "nvidia.com/gpu.lost=1\n" in labels.stdout

@@ -30,7 +30,8 @@ class Output(Protocol):
         Returns True when it had to re-publish.  Raises PublishError on failure."""
 
     def on_exit(self) -> None:
-        """Called when the daemon exits on SIGTERM/SIGINT/SIGQUIT (the file is removed)."""
+        """Called when the daemon exits on SIGTERM/SIGINT/SIGQUIT (a features file without
+        expiry that is still this process's own is removed; nothing else is)."""
 
     def cleanup(self) -> None:
         """``--cleanup``: remove everything this labeller published for this node."""
@@ -51,5 +52,7 @@ def make_output(settings: Settings) -> Output:
     if path is None:
         return StdoutOutput()
     return FileOutput(
-        path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None
+        path,
+        remove_on_exit=not settings.oneshot and settings.sleep_interval is not None,
+        expiry_horizon=settings.effective_expiry_horizon,
     )
