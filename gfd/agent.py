@@ -104,6 +104,7 @@ class Agent:
         # what was in force before the last reload, until the reloaded settings proved good
         self._previous: tuple[Settings, Output] | None = None
         self._started = False  # becomes True after the process's first pass
+        self._loss_seen = False  # the previous discovery already found a GPU lost
         self.last_error: str | None = None
         self._new_run()
 
@@ -152,6 +153,8 @@ class Agent:
                 snapshot = self._read_snapshot(
                     self.settings, first_pass=self._first_pass, metrics=self.metrics
                 )
+                if not self.settings.snapshot_file:
+                    self._confirm_loss(snapshot)
             result = labelling.build(
                 snapshot,
                 self.settings.mig_strategy,
@@ -163,6 +166,7 @@ class Agent:
             for note in result.notes:
                 self.log.debug("label note", detail=note)
             label_count = len(result.labels)
+            self._offer_features(snapshot)
             changed = self._publish(result.labels)
         except (SnapshotError, ConfigError) as exc:
             if not self._started:
@@ -197,6 +201,34 @@ class Agent:
         self._started = True
         return True
 
+    def _offer_features(self, snapshot: Snapshot) -> None:
+        """The NodeFeature output also carries raw features (``spec.features``); a change
+        there is published like a change of labels."""
+        if self.output.kind != "nodefeature":
+            return
+        from gfd.labels.features import node_features
+        from gfd.outputs.nodefeature import NodeFeatureOutput
+
+        if isinstance(self.output, NodeFeatureOutput):
+            features = node_features(snapshot)
+            if features != self.output.features:
+                self.output.features = features
+                self.published = None
+
+    def _confirm_loss(self, snapshot: Snapshot) -> None:
+        """A lost GPU is labelled only when two discoveries in a row find it lost: the
+        first one fails the pass, so the last labels stay (SPEC §7) and a transient
+        error never flaps them.  (A --snapshot-file is a record, labelled as it says.)"""
+        seen_before, self._loss_seen = self._loss_seen, bool(snapshot.lost)
+        if snapshot.lost and not seen_before:
+            reasons = "; ".join(gone.reason[:200] for gone in snapshot.lost[:3])
+            if len(snapshot.lost) > 3:
+                reasons += f"; and {len(snapshot.lost) - 3} more"
+            raise DiscoveryError(
+                f"{len(snapshot.lost)} GPU(s) lost ({reasons}); the last labels stay unless "
+                "the next pass finds the same"
+            )
+
     def _fail_pass(self, started: float, exc: Exception | None, unexpected: bool = False) -> None:
         duration = self._monotonic() - started
         self.metrics.pass_finished("error", duration, None)
@@ -209,6 +241,19 @@ class Agent:
             )
         self._first_pass = False
         self._started = True
+        self._keep_last_labels()
+
+    def _keep_last_labels(self) -> None:
+        """A failed pass keeps the last labels (SPEC §7), so a features file's expiry is
+        still renewed: only a gfd that stopped running lets its labels age out."""
+        from gfd.outputs.file import FileOutput
+
+        if not isinstance(self.output, FileOutput) or self.published is None:
+            return
+        try:
+            self.output.verify(self.published)
+        except PublishError as exc:
+            self.log.error("cannot renew the features file", error=str(exc))
 
     def _publish(self, labels: dict[str, str]) -> bool:
         """Publish when the set changed; otherwise verify at the output's interval."""

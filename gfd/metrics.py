@@ -93,6 +93,12 @@ class PrometheusMetrics:
             "1 when NVML could be initialised on the last pass",
             registry=self.registry,
         )
+        self._gpus_lost = Gauge(
+            "gfd_gpus_lost",
+            "GPUs that did not answer on the last discovery (NVML GPU_IS_LOST, or on the PCI "
+            "bus but not listed by NVML)",
+            registry=self.registry,
+        )
         for result in ("success", "error"):
             self._passes.labels(result=result)
 
@@ -123,6 +129,9 @@ class PrometheusMetrics:
 
     def nvml_up(self, up: bool) -> None:
         self._nvml_up.set(1 if up else 0)
+
+    def gpus_lost(self, count: int) -> None:
+        self._gpus_lost.set(count)
 
     def close(self) -> None:
         if self._server is not None:

@@ -100,6 +100,8 @@ class Metrics(Protocol):
 
     def nvml_up(self, up: bool) -> None: ...
 
+    def gpus_lost(self, count: int) -> None: ...
+
     def set_sleep_interval(self, sleep_interval: float | None) -> None: ...
 
     def close(self) -> None: ...
@@ -116,6 +118,9 @@ class NullMetrics:
         pass
 
     def nvml_up(self, up: bool) -> None:
+        pass
+
+    def gpus_lost(self, count: int) -> None:
         pass
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:

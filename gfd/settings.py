@@ -8,6 +8,7 @@ variable or key and the value.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -21,6 +22,11 @@ from gfd.grammar import LONGEST_RESOURCE_SUFFIX, PREFIX, is_valid_label_name
 from gfd.outputs.registry import output_kind_of
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+#: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
+DEFAULT_MIN_EXPIRY_HORIZON = 3600.0
+EXPIRY_INTERVALS = 4
+#: an explicit horizon must leave a renewing daemon this many passes
+MIN_EXPIRY_INTERVALS = 3
 MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
 LOG_FORMATS = ("json", "console")
@@ -73,6 +79,14 @@ def _parse_interval(value: Any) -> float | None:
             raise ValueError("must be greater than zero")
         return float(value)
     return parse_duration(_parse_str(value))
+
+
+def _parse_horizon(value: Any) -> float:
+    """``--expiry-horizon``: a duration, or ``never`` (no expiry directive: infinity)."""
+    if isinstance(value, str) and value.strip().lower() in ("never", "infinite"):
+        return math.inf
+    seconds = _parse_interval(value)
+    return math.inf if seconds is None else seconds
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -157,6 +171,17 @@ OPTIONS: tuple[Option, ...] = (
         60.0,
         _parse_interval,
         "time between passes: 60s, 1m30s, 500ms, seconds, or infinite",
+    ),
+    Option(
+        "expiry_horizon",
+        "--expiry-horizon",
+        ("GFD_EXPIRY_HORIZON",),
+        ("flags", "gfd", "expiryHorizon"),
+        None,
+        _parse_horizon,
+        "how far ahead the features file's NFD expiry-time lies, renewed when half has passed "
+        "(a duration, or never; default: max(1h, 4 x --sleep-interval) for the daemon, "
+        "never with --oneshot or an infinite interval)",
     ),
     Option(
         "output_file",
@@ -587,6 +612,7 @@ class Settings:
     oneshot: bool = _DEFAULTS["oneshot"]
     no_timestamp: bool = _DEFAULTS["no_timestamp"]
     sleep_interval: float | None = _DEFAULTS["sleep_interval"]  # None: infinite
+    expiry_horizon: float | None = _DEFAULTS["expiry_horizon"]  # None: the default rule; inf: never
     output_file: str | None = _DEFAULTS["output_file"]  # None: not set anywhere
     machine_type_file: str = _DEFAULTS["machine_type_file"]
     config_file: str | None = _DEFAULTS["config_file"]
@@ -621,6 +647,20 @@ class Settings:
         if self.output_file in ("", "-"):
             return None
         return self.output_file
+
+    @property
+    def effective_expiry_horizon(self) -> float | None:
+        """Seconds between a features-file write and its NFD ``expiry-time``; None: none.
+
+        Default: a daemon that renews the file uses ``max(1h, 4 x interval)`` (renewed when
+        less than half is left, so at least two passes remain before it lapses); a oneshot
+        run or an infinite interval never renews, so by default writes no expiry."""
+        horizon = self.expiry_horizon
+        if horizon is None:
+            if self.oneshot or self.sleep_interval is None:
+                return None
+            return max(DEFAULT_MIN_EXPIRY_HORIZON, EXPIRY_INTERVALS * self.sleep_interval)
+        return None if math.isinf(horizon) else horizon
 
     @property
     def sleep_interval_text(self) -> str:
@@ -694,5 +734,19 @@ def resolve(
 
 def _validate(settings: Settings) -> None:
     output_kind_of(settings)  # one output selected, with what it needs
+    horizon = settings.expiry_horizon
+    if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+        interval = settings.sleep_interval
+        if interval is None:
+            raise UsageError(
+                f"--expiry-horizon {format_duration(horizon)}: with an infinite "
+                "--sleep-interval nothing renews the features file; use --expiry-horizon never"
+            )
+        if horizon < MIN_EXPIRY_INTERVALS * interval:
+            raise UsageError(
+                f"--expiry-horizon {format_duration(horizon)}: must be at least "
+                f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
+                "running gfd renews the features file before it expires"
+            )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")

@@ -104,6 +104,18 @@ class Driver:
 
 
 @dataclass(frozen=True)
+class LostGpu:
+    """A GPU that did not answer: NVML said GPU_IS_LOST (or that it needs a reset) for it,
+    or the PCI bus shows more NVIDIA display/3D functions than NVML lists.  ``index`` is
+    its NVML index when NVML still lists it; ``pci_bus_id`` is known when the PCI bus
+    names it (sysfs form, else empty); ``reason`` says what failed."""
+
+    index: int | None = None
+    pci_bus_id: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Everything discovery learned about one node.
 
@@ -115,6 +127,8 @@ class Snapshot:
     machine: str | None = None
     vgpu: Vgpu | None = field(default_factory=Vgpu)
     gpus: tuple[Gpu, ...] = ()
+    #: GPUs that did not answer this time (``lost_gpus`` in the file, written when any)
+    lost: tuple[LostGpu, ...] = ()
 
 
 # --------------------------------------------------------------------------- loading
@@ -309,6 +323,17 @@ def _vgpu(value: Any, path: str) -> Vgpu:
     )
 
 
+def _lost_gpu(value: Any, path: str) -> LostGpu:
+    r = _Reader(value, path)
+    lost = LostGpu(
+        index=r.optional("index", _nullable(_non_negative_int), None),
+        pci_bus_id=r.optional("pci_bus_id", _str, ""),
+        reason=r.optional("reason", _str, ""),
+    )
+    r.finish()
+    return lost
+
+
 def _driver(value: Any, path: str) -> Driver:
     r = _Reader(value, path)
     driver = Driver(version=r.required("version", _str), cuda=r.required("cuda", _non_negative_int))
@@ -327,8 +352,10 @@ def from_dict(document: Any) -> Snapshot:
     no_vgpu: Vgpu | None = Vgpu()
     vgpu = r.optional("vgpu", _nullable(_vgpu), no_vgpu)
     raw_gpus: list[Any] = r.optional("gpus", _list, [])
+    raw_lost: list[Any] = r.optional("lost_gpus", _list, [])
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
+    lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))
     if gpus and driver is None:
         raise SnapshotError("driver: required when the snapshot lists GPUs")
     seen: dict[int, int] = {}
@@ -339,7 +366,14 @@ def from_dict(document: Any) -> Snapshot:
                 f"(also gpus[{seen[gpu.index]}])"
             )
         seen[gpu.index] = position
-    return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=gpus)
+    for position, gone in enumerate(lost):
+        if gone.index is not None and gone.index in seen:
+            raise SnapshotError(
+                f"lost_gpus[{position}].index: GPU {gone.index} is also listed in gpus"
+            )
+    if lost and driver is None:
+        raise SnapshotError("driver: required when the snapshot lists lost GPUs")
+    return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, lost=lost)
 
 
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
@@ -434,8 +468,9 @@ def _gpu_dict(gpu: Gpu, hex_class: bool) -> dict[str, Any]:
 
 
 def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
-    """The snapshot as plain data in the v1 layout (every key present)."""
-    return {
+    """The snapshot as plain data in the v1 layout (every key present, but ``lost_gpus``
+    only when a GPU was lost: a healthy node's snapshot stays as it was)."""
+    document = {
         "version": SNAPSHOT_VERSION,
         "driver": None
         if snapshot.driver is None
@@ -454,6 +489,12 @@ def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
         },
         "gpus": [_gpu_dict(g, hex_class) for g in snapshot.gpus],
     }
+    if snapshot.lost:
+        document["lost_gpus"] = [
+            {"index": gone.index, "pci_bus_id": gone.pci_bus_id, "reason": gone.reason}
+            for gone in snapshot.lost
+        ]
+    return document
 
 
 def dumps(snapshot: Snapshot) -> str:

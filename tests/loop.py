@@ -25,6 +25,7 @@ class RecordedMetrics:
     passes: list[str] = field(default_factory=list)  # "success" / "error", one per pass
     publishes: list[tuple[str, str]] = field(default_factory=list)  # (output, result)
     nvml: list[bool] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)  # GPUs lost, as each discovery found
     intervals: list[float | None] = field(default_factory=list)
     closed: bool = False
 
@@ -39,6 +40,9 @@ class RecordedMetrics:
 
     def nvml_up(self, up: bool) -> None:
         self.nvml.append(up)
+
+    def gpus_lost(self, count: int) -> None:
+        self.lost.append(count)
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:
         self.intervals.append(sleep_interval)

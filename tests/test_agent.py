@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gfd.agent import EXIT_USAGE, Agent, AgentExit
+from gfd.outputs.file import FileOutput, split_features_file
 from gfd.settings import Settings, resolve
 
 MIG_NODE = "examples/snapshots/dgx-a100-mig-mixed.yaml"
@@ -62,3 +63,23 @@ def test_unloadable_reload_keeps_settings(tmp_path: Path) -> None:
     timestamp = agent.timestamp
     agent._reload()
     assert agent.settings is good and agent.timestamp == timestamp
+
+
+def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> None:
+    """SPEC §7 keeps the last labels through failed passes; with an expiring features file
+    (issue 16) that means renewing it: only a gfd that is gone lets its labels age out."""
+    snapshot = tmp_path / "node.yaml"
+    snapshot.write_text(Path(MIG_NODE).read_text())
+    settings = resolve({"snapshot_file": str(snapshot), "output_file": str(tmp_path / "gfd")}, {})
+    now = [1_800_000_000.0]
+    agent = Agent(settings, reload_settings=lambda: settings)
+    agent.output = FileOutput(
+        str(tmp_path / "gfd"), remove_on_exit=False, expiry_horizon=3600, clock=lambda: now[0]
+    )
+    assert agent.run_pass() is True
+    labels = split_features_file((tmp_path / "gfd").read_text())[1]
+    snapshot.write_text("version: v1\ngpus: {}\n")  # every pass from now on fails
+    now[0] += 1801
+    assert agent.run_pass() is False
+    expires_at, body = split_features_file((tmp_path / "gfd").read_text())
+    assert body == labels and expires_at == 1_800_000_000 + 1801 + 3600

@@ -19,6 +19,7 @@ from gfd import discovery
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
 from gfd.observability import configure_logging
+from gfd.outputs.file import split_features_file
 from gfd.settings import Settings, resolve
 from tests.fakes.fake_nvml import FakeNvml
 from tests.fakes.fake_sysfs import build_from_snapshot
@@ -79,7 +80,7 @@ def test_bad_config_on_reload_keeps_the_running_settings(
     assert len(failures) == 1 and "not valid YAML" in failures[0]["error"]
     assert run.metrics.passes == ["success", "success", "success"]
     assert run.status == 0
-    assert not out.exists()  # stopped with a finite interval: the file is removed
+    assert out.read_text() == published[0]  # kept on exit: its NFD expiry ages it out
 
 
 def test_snapshot_change_is_published_at_the_next_pass(tmp_path: Path) -> None:
@@ -134,7 +135,8 @@ def test_deleted_features_file_is_restored(tmp_path: Path) -> None:
         out.unlink()
 
     def restored(agent: Agent) -> None:
-        assert out.read_text() == content[0]
+        # the labels come back; the expiry line is the time of the new write
+        assert split_features_file(out.read_text())[1] == split_features_file(content[0])[1]
 
     run = drive(settings(output_file=str(out), snapshot_file=DGX), [delete, restored])
     assert run.metrics.writes == 2
@@ -193,7 +195,7 @@ def test_daemon_picks_up_a_driver_that_appears(fake_node: FakeNode, tmp_path: Pa
     fake_node.nvml.library_missing = True
 
     def load_the_driver(agent: Agent) -> None:
-        assert out.read_text() == "nvidia.com/vgpu.present=false\n"
+        assert split_features_file(out.read_text())[1] == "nvidia.com/vgpu.present=false\n"
         fake_node.nvml.library_missing = False
 
     def full_labels(agent: Agent) -> None:
@@ -218,7 +220,8 @@ def test_daemon_keeps_its_labels_while_a_gpu_is_lost(fake_node: FakeNode, tmp_pa
         fake_node.nvml.lose_gpu(1, after_calls=2)
 
     def recover(agent: Agent) -> None:
-        assert agent.last_error is not None and "GPU is lost" in agent.last_error
+        assert agent.last_error is not None
+        assert "1 GPU(s) lost" in agent.last_error and "GPU is lost" in agent.last_error
         assert out.read_text() == published[0]
         fake_node.nvml.recover_gpus()
 
@@ -228,3 +231,38 @@ def test_daemon_keeps_its_labels_while_a_gpu_is_lost(fake_node: FakeNode, tmp_pa
     assert run.metrics.passes == ["success", "error", "success"]
     assert run.metrics.writes == 1  # the recovered pass found nothing to change
     assert run.status == 0
+
+
+def test_a_loss_seen_twice_labels_the_answering_gpus(fake_node: FakeNode, tmp_path: Path) -> None:
+    """Issue 16: the first pass that finds GPU 1 lost keeps the last labels (SPEC §7); the
+    second in a row labels the seven GPUs that answer and counts the lost one; when the
+    GPU answers again the full labels come back."""
+    out = tmp_path / "gfd"
+    published: list[str] = []
+
+    def lose_a_gpu(agent: Agent) -> None:
+        published.append(out.read_text())
+        assert "nvidia.com/gpu.count=8\n" in published[0] and "gpu.lost" not in published[0]
+        fake_node.nvml.lose_gpu(1, after_calls=2)
+
+    def first_sight_kept(agent: Agent) -> None:
+        assert agent.last_error is not None and "1 GPU(s) lost" in agent.last_error
+        assert out.read_text() == published[0]
+
+    def confirmed(agent: Agent) -> None:
+        text = out.read_text()
+        assert "nvidia.com/gpu.count=7\n" in text and "nvidia.com/gpu.lost=1\n" in text
+        fake_node.nvml.recover_gpus()
+
+    def back(agent: Agent) -> None:
+        text = out.read_text()
+        assert "nvidia.com/gpu.count=8\n" in text and "gpu.lost" not in text
+
+    run = drive(
+        fake_node.settings(out),
+        [lose_a_gpu, first_sight_kept, confirmed, back],
+        read_snapshot=discovery.read_snapshot,
+    )
+    assert run.metrics.passes == ["success", "error", "success", "success", "success"]
+    assert run.metrics.writes == 3
+    assert run.metrics.lost == [0, 1, 1, 0, 0]

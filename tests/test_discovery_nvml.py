@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import inspect
+import re
 import sys
 import uuid
 from pathlib import Path
@@ -16,7 +17,7 @@ from gfd.discovery import discover, discover_host_only
 from gfd.discovery import nvml as nvml_source
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
 from gfd.settings import Settings
-from gfd.snapshot import Driver, Fabric, Mig
+from gfd.snapshot import Driver, Fabric, LostGpu, Mig
 
 from .fakes.fake_nvml import (
     FUNCTIONS,
@@ -370,6 +371,8 @@ def test_both_strategies_read_nvml(settings: Settings, strategy: str) -> None:
 
 @pytest.mark.parametrize("after_calls", [0, 1, 3, 6, 12, 20])
 def test_gpu_lost_mid_pass(settings: Settings, after_calls: int) -> None:
+    """Issue 16: a GPU lost at any call is recorded as lost; the others are still read
+    (this test used to expect the whole discovery to fail)."""
     slots = {i: one_g(i + 1) for i in range(7)}
     gpus = [
         plain_gpu(uuid=f"GPU-{i}", bus_id=f"00000000:{i:02X}:00.0", mig_mode=1, mig_slots=slots)
@@ -377,9 +380,32 @@ def test_gpu_lost_mid_pass(settings: Settings, after_calls: int) -> None:
     ]
     fake = FakeNvml(gpus)
     fake.lose_gpu(1, after_calls=after_calls)
-    with pytest.raises(DiscoveryError, match=r"NVML error on GPU 1 in nvml\w+: GPU is lost"):
-        discover(settings, nvml=fake.module)
+    found = discover(settings, nvml=fake.module)
+    assert [gpu.uuid for gpu in found.gpus] == ["GPU-0", "GPU-2"]
+    assert all(gpu.mig is not None and len(gpu.mig.devices) == 7 for gpu in found.gpus)
+    (lost,) = found.lost
+    assert lost.index == 1 and lost.pci_bus_id in ("", "0000:01:00.0")
+    assert re.fullmatch(r"NVML error on GPU 1 in nvml\w+: GPU is lost", lost.reason)
     assert fake.init_depth == 0  # nvmlShutdown ran
+
+
+def test_a_gpu_missing_from_nvml_but_on_the_pci_bus_is_lost(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sysfs = FakeSysfs(Path(settings.sysfs_root))
+    for bus in ("0000:01:00.0", "0000:02:00.0", "0000:03:00.0"):
+        sysfs.add_device(bus, pci_class=0x030200)
+    sysfs.add_device("0000:04:00.0", pci_class=0x068000)  # an NVSwitch: not a GPU
+    sysfs.add_device("0000:05:00.0", vendor="0x8086", pci_class=0x030000)  # not NVIDIA
+    gpus = [plain_gpu(uuid=f"GPU-{i}", bus_id=f"00000000:{i:02X}:00.0") for i in (1, 3)]
+    found = discover(settings, nvml=FakeNvml(gpus).module)
+    assert len(found.gpus) == 2
+    assert found.lost == (
+        LostGpu(pci_bus_id="0000:02:00.0", reason="on the PCI bus but not listed by NVML"),
+    )
+    # a container that sees only some GPUs: NVML rightly lists fewer
+    monkeypatch.setenv("NVIDIA_VISIBLE_DEVICES", "GPU-1,GPU-3")
+    assert discover(settings, nvml=FakeNvml(gpus).module).lost == ()
 
 
 def test_error_reading_the_driver(settings: Settings) -> None:

@@ -201,3 +201,19 @@ def test_gpu_lost_fails_the_oneshot_pass(fake_node: dict[str, Any], tmp_path: Pa
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert "NVML error on GPU 1 in " in result.stderr and "GPU is lost" in result.stderr
+
+
+def test_dump_snapshot_records_a_lost_gpu(fake_node: dict[str, Any], tmp_path: Path) -> None:
+    lost = tmp_path / "lost"
+    lost.touch()
+    env = {**fake_node["env"], "FAKE_NVML_LOST_FLAG": str(lost)}
+    result = run_gfd("--dump-snapshot", *fake_node["flags"], env=env)
+    assert result.returncode == 0, result.stderr
+    dumped = snapshot_io.loads(result.stdout)
+    assert [gone.index for gone in dumped.lost] == [1]
+    assert len(dumped.gpus) == len(fake_node["snapshot"].gpus) - 1
+    recorded = tmp_path / "node.yaml"
+    recorded.write_text(result.stdout)
+    labels = run_gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(recorded))
+    assert labels.returncode == 0, labels.stderr  # a record is labelled as it says
+    assert "nvidia.com/gpu.lost=1\n" in labels.stdout

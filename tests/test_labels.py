@@ -8,7 +8,18 @@ from gfd.errors import ConfigError, LabelError
 from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.settings import Config, parse_config_text
-from gfd.snapshot import Fabric, Snapshot, Vgpu, VgpuDevice
+from gfd.snapshot import (
+    Fabric,
+    Gpu,
+    LostGpu,
+    Mig,
+    MigDevice,
+    MigEngines,
+    MigSlices,
+    Snapshot,
+    Vgpu,
+    VgpuDevice,
+)
 from tests.helpers import H100, gpu, mig, node
 
 P = "nvidia.com/"
@@ -404,7 +415,7 @@ def test_overlong_value_is_cut_to_a_valid_label_with_a_warning() -> None:
     result = build(node(gpu(0, name)), "none", Config(), None)
     value = result.labels[P + "gpu.product"]
     assert len(value) <= 63 and value[0].isalnum() and value[-1].isalnum()
-    assert any("not a valid label value" in w for w in result.warnings)
+    assert any("longer than 63 characters" in w for w in result.warnings)
 
 
 def test_labels_are_sorted_and_formatted_as_lines() -> None:
@@ -526,3 +537,87 @@ def test_products_are_sanitised_part_by_part() -> None:
 def test_a_name_that_sanitises_to_nothing_gives_an_empty_product() -> None:
     assert labels_of(node(gpu(0, "")))[P + "gpu.product"] == ""
     assert labels_of(node(gpu(0, "(((")))[P + "gpu.product"] == ""
+
+
+# ------------------------------------------------------ values that do not fit (issue 16)
+
+RTX = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
+RTX_1G = MigDevice("1g.24gb", 24064, 46, MigSlices(1, 1), MigEngines(1, 1, 1, 1, 0))
+RTX_MODEL = "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition"
+
+
+def rtx(index: int) -> Gpu:
+    return gpu(index, RTX, memory=97887, cc=(12, 0), mig=Mig(True, (RTX_1G,) * 4))
+
+
+def test_a_long_mig_product_keeps_its_profile() -> None:
+    """Upstream issue #1876: 67 characters; only the model part is shortened (PR #1880)."""
+    assert len(f"{RTX_MODEL}-MIG-1g.24gb") == 67
+    result = build(node(rtx(0), rtx(1)), "mixed", Config(), None)
+    product = result.labels[P + "mig-1g.24gb.product"]
+    assert product == "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edi-MIG-1g.24gb"
+    assert len(product) == 63
+    assert result.labels[P + "gpu.product"] == RTX_MODEL  # fits: byte-identical
+    assert any("only the model part is shortened" in w for w in result.warnings)
+
+
+def test_a_long_single_strategy_product_keeps_profile_and_shared_suffix() -> None:
+    sharing = "sharing:\n  timeSlicing:\n    resources:\n    - {name: gpu, replicas: 2}\n"
+    labels = labels_of(node(rtx(0)), "single", config("version: v1\n" + sharing))
+    product = labels[P + "gpu.product"]
+    assert product == "NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstat-MIG-1g.24gb-SHARED"
+    assert len(product) <= 63
+
+
+def test_a_long_invalid_product_keeps_mig_invalid() -> None:
+    mixed = node(rtx(0), gpu(1, RTX, memory=97887, cc=(12, 0), mig=Mig(False)))
+    product = labels_of(mixed, "single")[P + "gpu.product"]
+    assert product.endswith("-MIG-INVALID") and product.startswith("NVIDIA-RTX-PRO")
+    assert len(product) <= 63
+
+
+def test_products_that_fit_are_unchanged() -> None:
+    labels = labels_of(node(gpu(0, mig=mig("1g.5gb", "1g.5gb+me"))), "mixed")
+    assert labels[P + "mig-1g.5gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    assert labels[P + "mig-1g.5gb.me.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"
+
+
+def test_a_product_with_no_room_for_the_model_is_left_out() -> None:
+    profile = "1g." + "9" * 60 + "gb"
+    device = MigDevice(profile, 4864, 14, MigSlices(1, 1))
+    labels = labels_of(node(gpu(0, mig=Mig(True, (device,)))), "mixed")
+    resource_name = f"{P}mig-{profile}"
+    assert not any(key.startswith(resource_name) and key.endswith(".product") for key in labels)
+
+
+def test_a_number_that_does_not_fit_is_left_out_never_cut() -> None:
+    """Issue 19: a 70-digit memory_mib was published cut to 63 digits."""
+    huge = int("9" * 70)
+    result = build(node(gpu(0, memory=huge)), "none", Config(), None)
+    assert P + "gpu.memory" not in result.labels
+    assert result.labels[P + "gpu.count"] == "1"  # the rest is published
+    warning = next(w for w in result.warnings if "gpu.memory" in w)
+    assert "left out" in warning and len(warning) < 300
+
+
+def test_a_driver_version_that_does_not_fit_is_left_out() -> None:
+    labels = labels_of(node(gpu(0), driver="5" * 70 + ".54.15"))
+    assert P + "cuda.driver.major" not in labels and P + "cuda.driver-version.full" not in labels
+    assert labels[P + "cuda.driver.minor"] == "54"
+
+
+# ----------------------------------------------------------------- lost GPUs (issue 16)
+
+
+def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
+    lost = (LostGpu(index=1, reason="GPU is lost"),)
+    labels = labels_of(Snapshot(**{**vars(node(gpu(0), gpu(2))), "lost": lost}))
+    assert labels[P + "gpu.lost"] == "1"
+    assert labels[P + "gpu.count"] == "2"
+    assert P + "gpu.lost" not in labels_of(node(gpu(0), gpu(2)))  # only when non-zero
+
+
+def test_every_gpu_lost() -> None:
+    lost = tuple(LostGpu(index=i) for i in range(2))
+    labels = labels_of(Snapshot(**{**vars(node()), "lost": lost}))
+    assert labels == {P + "gpu.lost": "2", P + "vgpu.present": "false"}

@@ -462,6 +462,55 @@ def test_resources_placement_and_image(
     assert all(len(term["matchExpressions"]) == 1 for term in terms)  # any one term suffices
 
 
+def node_affinity_selects(spec: dict[str, Any], node_labels: dict[str, str]) -> bool:
+    """The kubelet's reading of required node affinity: any term, all its expressions."""
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+
+    def holds(expression: dict[str, Any]) -> bool:
+        assert expression["operator"] == "In"
+        return node_labels.get(expression["key"]) in expression["values"]
+
+    return any(all(holds(e) for e in term["matchExpressions"]) for term in terms)
+
+
+#: what each kind of NFD puts on a GPU node (NFD's default deviceLabelFields are class and
+#: vendor; the GPU Operator's NFD configuration uses vendor only)
+GPU_NODES = {
+    "stock NFD, compute GPU (3D controller)": {
+        "feature.node.kubernetes.io/pci-0302_10de.present": "true"
+    },
+    "stock NFD, graphics GPU (VGA controller)": {
+        "feature.node.kubernetes.io/pci-0300_10de.present": "true"
+    },
+    "GPU Operator NFD": {"feature.node.kubernetes.io/pci-10de.present": "true"},
+    "Tegra": {"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"},
+    "labelled by hand": {"nvidia.com/gpu.present": "true"},
+}
+OTHER_NODES = {
+    "stock NFD, no NVIDIA device": {
+        "feature.node.kubernetes.io/pci-0300_1a03.present": "true",
+        "feature.node.kubernetes.io/pci-0200_8086.present": "true",
+    },
+    "NVIDIA network card only": {"feature.node.kubernetes.io/pci-0207_15b3.present": "true"},
+}
+
+
+@pytest.mark.parametrize(
+    "overlay", sorted(set(WORKLOADS) - {"nfd-worker-sidecar", "node-labels-cleanup-job"})
+)
+def test_every_workload_is_scheduled_on_gpu_nodes_of_a_stock_nfd(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    """Issue 16: a stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
+    spec = pod_spec(workload(overlay, rendered(overlay)))
+    for name, labels in GPU_NODES.items():
+        assert node_affinity_selects(spec, labels), name
+    for name, labels in OTHER_NODES.items():
+        assert not node_affinity_selects(spec, labels), name
+
+
 def test_sidecar_is_a_second_container_of_nfd_worker_sharing_its_features_volume(
     rendered: Callable[[str], list[dict[str, Any]]],
 ) -> None:
@@ -867,7 +916,8 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
 ) -> None:
     """gfd started with the features-file DaemonSet's environment (paths moved into
     tmp_path, a snapshot instead of NVML) answers its probe paths with 200 once it has
-    published, and removes its file on SIGTERM as the DaemonSet relies on."""
+    published, and keeps its file on SIGTERM with an NFD expiry (issue 16: no gap in a
+    rolling update; a node whose gfd never returns has its labels age out)."""
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     container = gfd_container(daemonset)
     env = container_environment(daemonset, container)
@@ -897,12 +947,13 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
                 (s for s in _poll(port, path) if s == 200 or process.poll() is not None), None
             )
             assert status == 200, f"{path} never answered 200 (gfd exited: {process.poll()})"
-        assert features_file.read_text().startswith("nvidia.com/")
+        published = features_file.read_text()
+        assert published.startswith("# +expiry-time=") and "\nnvidia.com/" in published
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     assert process.returncode == 0, stderr[-2000:]
-    assert not features_file.exists()
+    assert features_file.read_text() == published
 
 
 def test_settings_rejects_what_the_manifests_must_never_combine() -> None:

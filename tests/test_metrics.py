@@ -195,3 +195,10 @@ def test_start_metrics_follows_the_settings() -> None:
         assert get(served, "/healthz")[0] == 200
     finally:
         served.close()
+
+
+def test_lost_gpus_are_a_gauge(metrics: PrometheusMetrics) -> None:
+    metrics.gpus_lost(2)
+    assert samples(metrics)[("gfd_gpus_lost", ())] == 2
+    metrics.gpus_lost(0)
+    assert samples(metrics)[("gfd_gpus_lost", ())] == 0

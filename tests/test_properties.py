@@ -62,6 +62,18 @@ def publishable(value: str) -> str | None:
     return cut if valid_value(cut) else None
 
 
+OMITTED = object()
+
+
+def published_value(name: str, value: str) -> str | object | None:
+    """§5.4 with issue 16/19: a value built from a name (``*.product``, ``*.machine``) is
+    made publishable (:func:`publishable`); any other value (a number, a version...) is
+    published as it is when valid and left out (OMITTED) when not — never cut."""
+    if name.endswith((".product", ".machine")):
+        return publishable(value)
+    return value if valid_value(value) else OMITTED
+
+
 _SANITIZE_KEEP = set(_ALNUM + "-_. ")
 
 
@@ -141,15 +153,23 @@ def replicas_for(resource: str, sharing: Sharing) -> tuple[int, bool]:
     return 1, False
 
 
-def product_of(parts: Sequence[str], shared: bool) -> str:
-    """§5.2's sanitised product, as upstream builds it (internal/lm/resource.go,
-    getProductName): each non-empty part sanitised on its own, "SHARED" appended, joined
-    with '-'; nothing at all when every part is empty.  Upstream wins over a literal
-    reading of §5.2 (sanitising the joined text) for names with blank or deleted edges."""
-    kept = [sanitize(part) for part in parts if part != ""]
+def product(parts: Sequence[str], shared: bool) -> str | None:
+    """§5.2 with issue 16: each non-empty part sanitised, SHARED appended, joined with '-';
+    past 63 characters only the model (first part) is cut, to what the rest leaves, and
+    trimmed to an alphanumeric end; None (label left out) when nothing of it is left."""
+    kept = [sanitize(part) for part in parts if part]
     if not kept:
         return ""
-    return "-".join([*kept, "SHARED"] if shared else kept)
+    if shared:
+        kept.append("SHARED")
+    if len("-".join(kept)) <= 63:
+        return "-".join(kept)
+    model, tail = kept[0], kept[1:]
+    room = 63 - len("-".join(tail)) - 1 if tail else 63
+    cut = model[: max(room, 0)]
+    while cut and cut[-1] not in _ALNUM:
+        cut = cut[:-1]
+    return "-".join([cut, *tail]) if cut else None
 
 
 def sharing_part(
@@ -157,11 +177,11 @@ def sharing_part(
 ) -> dict[str, str]:
     _, renamed = replicas_for(resource, sharing)
     shared = replicas > 1
-    return {
-        "product": product_of(parts, shared and not renamed),
-        "replicas": str(replicas),
-        "sharing-strategy": sharing.strategy if shared else "none",
-    }
+    labels = {"replicas": str(replicas), "sharing-strategy": sharing.strategy if shared else "none"}
+    value = product(parts, shared and not renamed)
+    if value is not None:
+        labels["product"] = value
+    return labels
 
 
 def gpu_type_labels(
@@ -279,15 +299,12 @@ def model_resource_labels(
         first = min(enabled, key=lambda gpu: gpu.index)
         target = name_for(first.name, config.gpu_patterns, "gpu")
         # SPEC §5.2 (single): the INVALID set, sharing-strategy empty whatever the sharing
-        resources[target].update(
-            {
-                "product": product_of((first.name, "MIG", "INVALID"), False),
-                "count": "0",
-                "replicas": "0",
-                "memory": "0",
-                "sharing-strategy": "",
-            }
-        )
+        resources[target].update({"count": "0", "replicas": "0", "memory": "0"})
+        resources[target]["sharing-strategy"] = ""
+        invalid = product((first.name, "MIG", "INVALID"), False)
+        resources[target].pop("product", None)
+        if invalid is not None:
+            resources[target]["product"] = invalid
         return resources
     for resource, items in mig_resources(gpus, config, "gpu").items():
         base = {k: v for k, v in resources.get(resource, {}).items() if k not in SINGLE_OVERRIDES}
@@ -341,7 +358,11 @@ def model_labels(
         ).items():
             for suffix, value in values.items():
                 labels[f"{resource}.{suffix}"] = value
-    return {PREFIX + name: publishable(value) for name, value in labels.items()}
+    return {
+        PREFIX + name: expected
+        for name, value in labels.items()
+        if (expected := published_value(name, value)) is not OMITTED
+    }
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -470,7 +491,9 @@ def test_single_type_resource_has_exactly_the_per_type_labels(snap, config, stra
             )
             expected = mig_type_labels(resource, parent, device, config.sharing)
         expected["count"] = str(len(types))
-        expected = {k: publishable(v) for k, v in expected.items()}
+        expected = {
+            k: e for k, v in expected.items() if (e := published_value("." + k, v)) is not OMITTED
+        }
         assert resource_part(labels, resource) == expected, resource
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -216,6 +217,7 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         "oneshot": (True, True),
         "no_timestamp": (True, True),
         "sleep_interval": ("2m", 120.0),
+        "expiry_horizon": ("2h", 7200.0),
         "output_file": ("/tmp/out", "/tmp/out"),
         "machine_type_file": ("/tmp/m", "/tmp/m"),
         "use_node_feature_api": (False, False),
@@ -238,3 +240,40 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
 
         settings = resolve({"config_file": write(tmp_path, yaml.safe_dump(document))}, {})
         assert getattr(settings, option.name) == expected, option.name
+
+
+# ----------------------------------------------------------------- expiry horizon (issue 16)
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "horizon"),
+    [
+        ({}, {}, 3600.0),  # max(1h, 4 x 60s)
+        ({"sleep_interval": "30m"}, {}, 7200.0),  # max(1h, 4 x 30m)
+        ({"oneshot": True}, {}, None),  # nothing would renew it
+        ({"sleep_interval": "infinite"}, {}, None),
+        ({"expiry_horizon": "90m"}, {}, 5400.0),
+        ({}, {"GFD_EXPIRY_HORIZON": "2h"}, 7200.0),
+        ({"expiry_horizon": "never"}, {}, None),
+        ({"oneshot": True, "expiry_horizon": "10m"}, {}, 600.0),  # a CronJob's oneshot
+        ({"sleep_interval": "infinite", "expiry_horizon": "never"}, {}, None),
+    ],
+)
+def test_expiry_horizon_rule(
+    cli: dict[str, object], env: dict[str, str], horizon: float | None
+) -> None:
+    assert resolve(cli, env).effective_expiry_horizon == horizon
+
+
+@pytest.mark.parametrize(
+    ("cli", "message"),
+    [
+        ({"expiry_horizon": "2m"}, "must be at least 3 x --sleep-interval (60s)"),
+        ({"sleep_interval": "infinite", "expiry_horizon": "1h"}, "nothing renews"),
+        ({"expiry_horizon": "soon"}, "--expiry-horizon 'soon'"),
+        ({"expiry_horizon": "0s"}, "greater than zero"),
+    ],
+)
+def test_expiry_horizon_errors(cli: dict[str, object], message: str) -> None:
+    with pytest.raises(UsageError, match=re.escape(message)):
+        resolve(cli, {})

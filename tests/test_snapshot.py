@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import re
 
 import pytest
 import yaml
@@ -110,3 +111,45 @@ def test_broken_documents(text: str) -> None:
 def test_missing_file_names_the_flag(tmp_path: object) -> None:
     with pytest.raises(SnapshotError, match="--snapshot-file: cannot read"):
         snapshot.load("/nonexistent/snapshot.yaml")
+
+
+# ----------------------------------------------------------------- lost GPUs (issue 16)
+
+LOST = (
+    MINIMAL
+    + """lost_gpus:
+- {index: 1, reason: 'NVML error on GPU 1 in nvmlDeviceGetUUID: GPU is lost'}
+- {pci_bus_id: '0000:b7:00.0', reason: on the PCI bus but not listed by NVML}
+"""
+)
+
+
+def test_lost_gpus_round_trip() -> None:
+    loaded = snapshot.loads(LOST)
+    assert loaded.lost == (
+        snapshot.LostGpu(index=1, reason="NVML error on GPU 1 in nvmlDeviceGetUUID: GPU is lost"),
+        snapshot.LostGpu(pci_bus_id="0000:b7:00.0", reason="on the PCI bus but not listed by NVML"),
+    )
+    assert snapshot.loads(snapshot.dumps(loaded)) == loaded
+    assert snapshot.loads(snapshot.dumps_json(loaded)) == loaded
+    # a healthy node's snapshot is written as before: no lost_gpus key at all
+    assert "lost_gpus" not in snapshot.dumps(snapshot.loads(MINIMAL))
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        ("lost_gpus:\n- {index: 0}\n", "lost_gpus[0].index: GPU 0 is also listed in gpus"),
+        ("lost_gpus:\n- {index: -1}\n", "lost_gpus[0].index: expected a non-negative integer"),
+        ("lost_gpus:\n- {slot: 3}\n", "lost_gpus[0].slot: unknown key"),
+        ("lost_gpus: {index: 1}\n", "lost_gpus"),
+    ],
+)
+def test_bad_lost_gpus(tail: str, message: str) -> None:
+    with pytest.raises(SnapshotError, match=re.escape(message)):
+        snapshot.loads(MINIMAL + tail)
+
+
+def test_lost_gpus_need_a_driver() -> None:
+    with pytest.raises(SnapshotError, match="driver: required when the snapshot lists lost"):
+        snapshot.loads("version: v1\nlost_gpus:\n- {index: 0}\n")

@@ -30,6 +30,7 @@ when ``libnvidia-ml.so.1`` loads, and NVML is the only backend gfd has).
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Any
 
 from gfd.discovery import nvml as nvml_source
@@ -37,7 +38,7 @@ from gfd.discovery import sysfs
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
 from gfd.observability import Metrics, get_logger
 from gfd.settings import DISCOVERY_STRATEGIES, Settings
-from gfd.snapshot import Snapshot
+from gfd.snapshot import Gpu, LostGpu, Snapshot
 
 __all__ = ["discover", "discover_host_only", "read_snapshot"]
 
@@ -59,6 +60,7 @@ def read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> 
         get_logger().warning("nvml unavailable; publishing the minimal label set", error=str(exc))
         return discover_host_only(settings)
     metrics.nvml_up(True)
+    metrics.gpus_lost(len(found.lost))
     return found
 
 
@@ -73,18 +75,45 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
         )
     module = nvml_source.load_module() if nvml is None else nvml
-    driver, gpus = nvml_source.read(module)
+    reading = nvml_source.read(module)
     gpus = tuple(
         dataclasses.replace(
             gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id)
         )
-        for gpu in gpus
+        for gpu in reading.gpus
     )
     return Snapshot(
-        driver=driver,
+        driver=reading.driver,
         machine=sysfs.read_machine_type(settings.machine_type_file),
         vgpu=sysfs.scan_vgpu(settings.sysfs_root),
         gpus=gpus,
+        lost=reading.lost + missing_from_nvml(settings.sysfs_root, reading, gpus),
+    )
+
+
+def missing_from_nvml(
+    sysfs_root: str, reading: nvml_source.NvmlReading, gpus: tuple[Gpu, ...]
+) -> tuple[LostGpu, ...]:
+    """GPUs the PCI bus shows but NVML does not list at all (a GPU that fell off the bus
+    can drop out of nvmlDeviceGetCount): one entry per NVIDIA display/3D function beyond
+    what NVML accounts for.  Only when the container sees every GPU
+    (NVIDIA_VISIBLE_DEVICES unset or ``all``): with a subset, NVML rightly lists fewer."""
+    visible = os.environ.get("NVIDIA_VISIBLE_DEVICES", "all").strip().lower()
+    if visible not in ("all", ""):
+        return ()
+    on_bus = sysfs.nvidia_gpu_functions(sysfs_root)
+    if on_bus is None:
+        return ()
+    missing = len(on_bus) - reading.device_count
+    if missing <= 0:
+        return ()
+    known = {gpu.pci_bus_id for gpu in gpus} | {gone.pci_bus_id for gone in reading.lost}
+    unknown = [address for address in on_bus if address not in known]
+    # name the functions only when exactly the missing ones are unaccounted for
+    addresses = unknown if len(unknown) == missing else [""] * missing
+    return tuple(
+        LostGpu(pci_bus_id=address, reason="on the PCI bus but not listed by NVML")
+        for address in addresses
     )
 
 

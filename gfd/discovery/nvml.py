@@ -20,6 +20,7 @@ import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.discovery import mig_profile
@@ -31,6 +32,7 @@ from gfd.snapshot import (
     Driver,
     Fabric,
     Gpu,
+    LostGpu,
     Mig,
     MigDevice,
     MigEngines,
@@ -53,6 +55,8 @@ SUCCESS = 0
 # Errors that mean the GPU (or NVML) is gone, not that a fact is missing: they fail the
 # pass even where another error would only leave a field null.
 _FATAL_CODES = frozenset({ERROR_UNINITIALIZED, ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
+# Errors that mean this one GPU is unusable: it is recorded as lost and the others are read.
+_LOST_CODES = frozenset({ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED})
 
 UNAVAILABLE_HINT = (
     "check that the NVIDIA driver is installed on the host, that the container runs with "
@@ -133,8 +137,20 @@ def session(nvml: Any) -> Iterator[None]:
             _log().warning("nvml shutdown failed", error=str(err))
 
 
-def read(nvml: Any) -> tuple[Driver, tuple[Gpu, ...]]:
-    """One pass over NVML: the driver and every GPU (``pci_class`` is left for sysfs)."""
+@dataclass(frozen=True)
+class NvmlReading:
+    """One pass over NVML: the driver, every GPU that answered (``pci_class`` is left for
+    sysfs), the GPUs NVML reports lost (GPU_IS_LOST, RESET_REQUIRED), and how many
+    devices nvmlDeviceGetCount listed (answering, lost and skipped alike)."""
+
+    driver: Driver
+    gpus: tuple[Gpu, ...]
+    lost: tuple[LostGpu, ...] = ()
+    device_count: int = 0
+
+
+def read(nvml: Any) -> NvmlReading:
+    """One pass over NVML (see :class:`NvmlReading`)."""
     with session(nvml):
         return _NvmlReader(nvml).read()
 
@@ -147,12 +163,13 @@ class _NvmlReader:
         self._error_type: type[BaseException] = nvml.NVMLError
         self._current = ""
         self._profile_info_version: int | None = None  # None: the bindings' default
+        self._bus_id = ""  # of the GPU being read, once known
 
     def _call(self, name: str, *args: Any) -> Any:
         self._current = name
         return getattr(self._nvml, name)(*args)
 
-    def read(self) -> tuple[Driver, tuple[Gpu, ...]]:
+    def read(self) -> NvmlReading:
         try:
             driver = Driver(
                 version=as_text(self._call("nvmlSystemGetDriverVersion")),
@@ -162,18 +179,26 @@ class _NvmlReader:
         except self._error_type as err:
             raise DiscoveryError(f"NVML error in {self._current}: {err}") from None
         gpus = []
+        lost = []
         for index in range(count):
+            self._bus_id = ""
             try:
                 gpu = self._gpu(index)
                 if gpu is not None:
                     gpus.append(gpu)
             except self._error_type as err:
+                if error_code(err) in _LOST_CODES:
+                    # one GPU off the bus must not blind gfd to the others (issue 16)
+                    reason = f"NVML error on GPU {index} in {self._current}: {err}"
+                    _log().warning("gpu lost", index=index, error=reason)
+                    lost.append(LostGpu(index=index, pci_bus_id=self._bus_id, reason=reason))
+                    continue
                 raise DiscoveryError(
                     f"NVML error on GPU {index} in {self._current}: {err}"
                 ) from None
             except DiscoveryError as err:
                 raise DiscoveryError(f"GPU {index}: {err}") from None
-        return driver, tuple(gpus)
+        return NvmlReading(driver, tuple(gpus), tuple(lost), count)
 
     # ------------------------------------------------------------------ one GPU
 
@@ -186,13 +211,14 @@ class _NvmlReader:
             return None
         uuid_text = as_text(self._call("nvmlDeviceGetUUID", handle))
         pci = self._call("nvmlDeviceGetPciInfo", handle)
+        self._bus_id = normalize_bus_id(as_text(pci.busId))
         total_bytes = self._total_memory(handle)
         major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)
         return Gpu(
             index=index,
             uuid=uuid_text,
             name=name,
-            pci_bus_id=normalize_bus_id(as_text(pci.busId)),
+            pci_bus_id=self._bus_id,
             memory_mib=None if total_bytes is None else total_bytes // (1 << 20),
             compute_capability=ComputeCapability(major=int(major), minor=int(minor)),
             mig=self._mig(handle, total_bytes),

@@ -87,6 +87,37 @@ def read_pci_class(sysfs_root: str, bus_id: str) -> int | None:
         return None
 
 
+# ------------------------------------------------------------------------ GPUs on the bus
+
+#: PCI base class and subclass of display (VGA, 0x0300) and 3D (0x0302) controllers: every
+#: NVIDIA GPU is one of them (NVSwitches, bridges and audio functions are not)
+GPU_PCI_CLASSES = (0x0300, 0x0302)
+
+
+def nvidia_gpu_functions(sysfs_root: str) -> tuple[str, ...] | None:
+    """Bus ids of the NVIDIA display/3D functions on the PCI bus, sorted; None when the
+    bus cannot be listed (then nobody can say whether a GPU is missing)."""
+    root = os.path.join(sysfs_root, PCI_DEVICES)
+    try:
+        addresses = sorted(os.listdir(root))
+    except OSError:
+        return None
+    found = []
+    for address in addresses:
+        try:
+            with open(os.path.join(root, address, "vendor"), encoding="ascii") as handle:
+                vendor = handle.read().strip().lower()
+            if vendor != NVIDIA_VENDOR_ID:
+                continue
+            with open(os.path.join(root, address, "class"), encoding="ascii") as handle:
+                pci_class = int(handle.read().strip(), 16)
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # gone, or unreadable: not evidence of a GPU
+        if pci_class >> 8 in GPU_PCI_CLASSES:
+            found.append(address)
+    return tuple(found)
+
+
 # ------------------------------------------------------------------------ machine type
 
 

@@ -18,7 +18,7 @@ from gfd.labels.resources import (
     default_mig_resource,
     resource_name_for,
 )
-from gfd.labels.sanitize import is_valid_label_name, valid_label_value
+from gfd.labels.sanitize import is_valid_label_name, is_valid_label_value, valid_label_value
 from gfd.settings import Config
 from gfd.snapshot import Gpu, MigDevice, Snapshot
 
@@ -33,6 +33,13 @@ class LabelSet:
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+
+
+def _quoted(value: str, limit: int = 100) -> str:
+    """A value for a message: quoted, and at most ``limit`` characters of it."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def _full_gpu_contributions(
@@ -137,7 +144,6 @@ def _resource_labels(
         warnings.append(f"mig-strategy single: {problem}; labelling {target} as MIG-INVALID")
         resources[target].update(
             {
-                keys.PRODUCT: devices.product_name((first.name, "MIG", "INVALID")),
                 keys.COUNT: "0",
                 keys.REPLICAS: "0",
                 keys.MEMORY: "0",
@@ -146,6 +152,11 @@ def _resource_labels(
                 keys.SHARING_STRATEGY: "",
             }
         )
+        invalid = devices.product_name((first.name, "MIG", "INVALID"))
+        if invalid is None:
+            resources[target].pop(keys.PRODUCT, None)
+        else:
+            resources[target][keys.PRODUCT] = invalid
         return resources
     for resource, items in _mig_contributions(gpus, config, DEFAULT_GPU_RESOURCE).items():
         mig = combine(items)
@@ -168,6 +179,8 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
     if timestamp is not None:
         labels[keys.TIMESTAMP] = str(timestamp)
     labels.update(node.vgpu_labels(snapshot.vgpu))
+    if snapshot.lost:
+        labels[keys.GPU_LOST] = str(len(snapshot.lost))
 
     gpus = []
     for gpu in sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid)):
@@ -188,6 +201,7 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
         labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
         labels.update(node.clique_label(tuple(gpus), warnings))
         resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
+        warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
         for resource in sorted(resources):
             for suffix, value in resources[resource].items():
                 labels[keys.resource_key(resource, suffix)] = value
@@ -197,11 +211,21 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
         if not is_valid_label_name(name):
             warnings.append(f"label nvidia.com/{name} is not a valid label key; left out")
             continue
+        if not keys.is_name_valued(name):
+            # numbers, versions, UUIDs: a cut value would be a wrong fact on the node
+            if not is_valid_label_value(labels[name]):
+                warnings.append(
+                    f"label nvidia.com/{name}: value {_quoted(labels[name])} does not fit a "
+                    "label value; left out (such a value is never cut)"
+                )
+                continue
+            published[keys.full_key(name)] = labels[name]
+            continue
         value, changed = valid_label_value(labels[name])
         if changed:
             warnings.append(
-                f"label nvidia.com/{name}: value {labels[name]!r} is not a valid label value; "
-                f"published as {value!r}"
+                f"label nvidia.com/{name}: value {_quoted(labels[name])} is not a valid label "
+                f"value; published as {value!r}"
             )
         published[keys.full_key(name)] = value
     return LabelSet(labels=published, warnings=tuple(warnings), notes=tuple(notes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gfd.labels import keys
-from gfd.labels.sanitize import sanitize_name
+from gfd.labels.sanitize import MAX_LENGTH, fit_name, sanitize_name
 from gfd.settings import Sharing
 from gfd.snapshot import ComputeCapability, Gpu, MigDevice
 
@@ -56,17 +56,17 @@ def machine(machine_type: str | None) -> str:
     return "unknown" if machine_type is None else sanitize_name(machine_type)
 
 
-def product_name(parts: Sequence[str], shared: bool = False) -> str:
-    """Upstream's product value (internal/lm/resource.go, getProductName): every non-empty
-    part sanitised on its own, ``SHARED`` appended when shared, joined with ``-``; no part
-    at all gives an empty value.  (Sanitising the joined text instead would differ on a
-    name with trailing blanks: "A100 " + "-MIG-1g.5gb" would keep a double dash.)"""
+def product_name(parts: Sequence[str], shared: bool = False) -> str | None:
+    """The product value: every non-empty part sanitised on its own (upstream's
+    getProductName), ``SHARED`` appended when shared, joined with ``-``; too long for a
+    label, only the model (the first part) is shortened (:func:`fit_name`).  Empty when
+    there is no part; None when the qualifiers leave no room for the model."""
     kept = [sanitize_name(part) for part in parts if part != ""]
     if not kept:
         return ""
     if shared:
         kept.append("SHARED")
-    return "-".join(kept)
+    return fit_name(kept[0], kept[1:])
 
 
 def sharing_labels(
@@ -76,11 +76,14 @@ def sharing_labels(
     replication = sharing.replication(resource)
     renamed = replication is not None and replication.renamed
     shared = replicas > 1
-    return {
-        keys.PRODUCT: product_name(product_parts, shared and not renamed),
+    labels = {
         keys.REPLICAS: str(replicas),
         keys.SHARING_STRATEGY: sharing.strategy if shared else "none",
     }
+    product = product_name(product_parts, shared and not renamed)
+    if product is not None:  # a value that names no model is left out, never guessed
+        labels[keys.PRODUCT] = product
+    return labels
 
 
 def configured_replicas(resource: str, sharing: Sharing) -> int:
@@ -134,3 +137,27 @@ def mig_device_labels(
         }
     )
     return labels
+
+
+def product_warnings(gpus: Sequence[Gpu], shared: bool) -> list[str]:
+    """One warning per device type whose product value had to be shortened."""
+    types: dict[tuple[str, ...], None] = {}
+    for gpu in gpus:
+        types[(gpu.name,)] = None
+        if gpu.mig is not None and gpu.mig.enabled:
+            for device in gpu.mig.devices:
+                types[mig_product_parts(gpu.name, device.profile)] = None
+    warnings = []
+    for parts in types:
+        kept = [sanitize_name(part) for part in parts if part != ""]
+        if shared:
+            kept.append("SHARED")
+        full = "-".join(kept)
+        if len(full) > MAX_LENGTH:
+            fitted = product_name(parts, shared)
+            outcome = "left out" if fitted is None else f"shortened to {fitted!r}"
+            warnings.append(
+                f"product value {full[:100]!r} is longer than {MAX_LENGTH} characters; "
+                f"{outcome} (only the model part is shortened)"
+            )
+    return warnings

@@ -12,6 +12,8 @@ MIG_CAPABLE = "mig.capable"
 MIG_STRATEGY = "mig.strategy"
 MPS_CAPABLE = "mps.capable"
 GPU_CLIQUE = "gpu.clique"
+#: how many GPUs did not answer (NVML GPU_IS_LOST, or missing from NVML but on the PCI bus)
+GPU_LOST = "gpu.lost"
 VGPU_PRESENT = "vgpu.present"
 VGPU_HOST_DRIVER_VERSION = "vgpu.host-driver-version"
 VGPU_HOST_DRIVER_BRANCH = "vgpu.host-driver-branch"
@@ -64,6 +66,17 @@ SINGLE_MIG_OVERRIDES = (
     ENGINES_JPEG,
     ENGINES_OFA,
 )
+
+
+#: per-resource labels whose values are built from a name (model, machine type): too long,
+#: they are shortened (product: the model part only); every other value is a fact a cut
+#: would falsify (a number, a version, a UUID), so a value that does not fit is left out
+NAME_VALUED_SUFFIXES = (PRODUCT, MACHINE)
+
+
+def is_name_valued(name: str) -> bool:
+    """True for a ``<resource>.product`` or ``<resource>.machine`` label name."""
+    return any(name.endswith("." + suffix) for suffix in NAME_VALUED_SUFFIXES)
 
 
 def resource_key(resource: str, suffix: str) -> str:

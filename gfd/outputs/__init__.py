@@ -31,7 +31,8 @@ class Output(Protocol):
         Returns True when it had to re-publish.  Raises PublishError on failure."""
 
     def on_exit(self) -> None:
-        """Called when the daemon exits on SIGTERM/SIGINT/SIGQUIT (the file is removed)."""
+        """Called when the daemon exits on SIGTERM/SIGINT/SIGQUIT (a features file without
+        expiry that is still this process's own is removed; nothing else is)."""
 
     def cleanup(self) -> None:
         """``--cleanup``: remove everything this labeller published for this node."""

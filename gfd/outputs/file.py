@@ -1,17 +1,30 @@
 """The NFD features file (SPEC §6.1) and stdout.
 
 The file is replaced atomically: a dot-file in the same directory (NFD ignores dot-files)
-is written, fsynced and renamed over the target, so NFD never reads half a file."""
+is written, fsynced and renamed over the target, so NFD never reads half a file.
+
+No gap on restart: a daemon does not delete the file when it stops.  Instead the file
+starts with NFD's expiry directive (``# +expiry-time=<RFC 3339>``, NFD source/local): NFD
+keeps the labels while the time lies ahead, a running gfd renews it once less than half of
+the horizon is left, and the labels of a gfd that never comes back age out.  Without an
+expiry (``--expiry-horizon never``) a daemon removes the file on exit, but only while it
+is still the very file this process wrote: a second gfd that replaced it in a rolling
+update keeps its labels.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gfd.errors import PublishError
+from gfd.observability import get_logger
 from gfd.outputs import Labels
 
 if TYPE_CHECKING:
@@ -19,6 +32,40 @@ if TYPE_CHECKING:
 
 #: NFD skips feature files larger than this; fail loudly instead of being ignored quietly
 MAX_FEATURES_FILE_BYTES = 64 * 1024
+#: NFD's directive (source/local/local.go: DirectivePrefix "# +", DirectiveExpiryTime); it
+#: applies to the lines after it, so it is the first line
+EXPIRY_DIRECTIVE = "# +expiry-time="
+
+
+def format_expiry(seconds: float) -> str:
+    """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``)."""
+    moment = datetime.datetime.fromtimestamp(int(seconds), tz=datetime.timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_expiry(text: str) -> float | None:
+    """The Unix time of an RFC 3339 UTC timestamp written by :func:`format_expiry`."""
+    try:
+        moment = datetime.datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return moment.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def features_file_text(labels: Labels, expires_at: float | None) -> str:
+    """The file's content: the expiry directive (when there is one), then the labels."""
+    body = format_labels(dict(labels))
+    if expires_at is None:
+        return body
+    return f"{EXPIRY_DIRECTIVE}{format_expiry(expires_at)}\n{body}"
+
+
+def split_features_file(text: str) -> tuple[float | None, str]:
+    """(expiry time or None, the label lines) of a file this module wrote."""
+    first, newline, rest = text.partition("\n")
+    if newline and first.startswith(EXPIRY_DIRECTIVE):
+        return parse_expiry(first[len(EXPIRY_DIRECTIVE) :]), rest
+    return None, text
 
 
 def format_labels(labels: Labels) -> str:
@@ -50,15 +97,89 @@ class StdoutOutput:
 class FileOutput:
     kind = "file"
     #: checking the file is a local stat and read, so it is done every pass: a file removed
-    #: or edited by someone else is put back at the next pass
+    #: or edited by someone else is put back, and a lapsing expiry renewed, at the next pass
     verify_interval: float | None = 0.0
 
-    def __init__(self, path: str, *, remove_on_exit: bool) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        remove_on_exit: bool,
+        expiry_horizon: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``expiry_horizon``: seconds from a write to the file's expiry-time (None: no
+        directive).  ``remove_on_exit`` only ever applies to a file without expiry."""
         self.path = path
-        self.remove_on_exit = remove_on_exit
+        self.expiry_horizon = expiry_horizon
+        self.remove_on_exit = remove_on_exit and expiry_horizon is None
+        self._clock = clock
+        #: (device, inode, content) of the file this process last wrote
+        self._written: tuple[int, int, bytes] | None = None
+
+    # ------------------------------------------------------------- the Output protocol
 
     def publish(self, labels: Labels) -> None:
-        data = format_labels(labels).encode("utf-8")
+        """Write ``labels`` unless the file already holds them with a fresh expiry (a
+        restarted gfd finds its predecessor's file and leaves it be)."""
+        if self.expiry_horizon is not None and self._state(labels) == "current":
+            return
+        self._write(labels)
+
+    def verify(self, labels: Labels) -> bool:
+        """Put back a file removed or edited by someone else (True), renew a lapsing
+        expiry (a write, but not a change: False)."""
+        state = self._state(labels)
+        if state == "current":
+            return False
+        self._write(labels)
+        if state == "lapsing":
+            get_logger(output=self.kind).info(
+                "features file expiry renewed", path=self.path, expiry_time=self._expiry_text()
+            )
+            return False
+        return True
+
+    def on_exit(self) -> None:
+        if self.remove_on_exit and self._still_ours():
+            self._remove()
+
+    def cleanup(self) -> None:
+        self._remove()
+
+    # ------------------------------------------------------------- internals
+
+    def _expiry_text(self) -> str | None:
+        if self.expiry_horizon is None:
+            return None
+        return format_expiry(self._clock() + self.expiry_horizon)
+
+    def _state(self, labels: Labels) -> str:
+        """``current``: the file holds ``labels`` (and an expiry at least half a horizon
+        ahead); ``lapsing``: it holds them but the expiry must be renewed; ``differs``."""
+        try:
+            with open(self.path, "rb") as handle:
+                data = handle.read(MAX_FEATURES_FILE_BYTES + 1)
+        except OSError:
+            return "differs"
+        try:
+            expires_at, body = split_features_file(data.decode("utf-8"))
+        except UnicodeDecodeError:
+            return "differs"
+        if body != format_labels(dict(labels)):
+            return "differs"
+        if self.expiry_horizon is None:
+            return "current" if expires_at is None else "differs"
+        if expires_at is None:
+            return "differs"
+        remaining = expires_at - self._clock()
+        if remaining > self.expiry_horizon:
+            return "differs"  # written with a longer horizon: bring it in line now
+        return "current" if remaining >= self.expiry_horizon / 2 else "lapsing"
+
+    def _write(self, labels: Labels) -> None:
+        expires_at = None if self.expiry_horizon is None else self._clock() + self.expiry_horizon
+        data = features_file_text(labels, expires_at).encode("utf-8")
         if len(data) > MAX_FEATURES_FILE_BYTES:
             raise PublishError(
                 f"labels take {len(data)} bytes, more than the {MAX_FEATURES_FILE_BYTES} bytes "
@@ -77,9 +198,11 @@ class FileOutput:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+                written = os.fstat(handle.fileno())
             os.chmod(temporary, 0o644)
             os.replace(temporary, self.path)
             temporary = None
+            self._written = (written.st_dev, written.st_ino, data)
         except OSError as exc:
             raise PublishError(f"cannot write {self.path}: {exc.strerror or exc}") from None
         finally:
@@ -87,16 +210,18 @@ class FileOutput:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
 
-    def verify(self, labels: Labels) -> bool:
-        expected = format_labels(labels).encode("utf-8")
+    def _still_ours(self) -> bool:
+        """True while the file at the path is the one this process last wrote, unchanged."""
+        if self._written is None:
+            return False
+        device, inode, data = self._written
         try:
             with open(self.path, "rb") as handle:
-                if handle.read(MAX_FEATURES_FILE_BYTES + 1) == expected:
-                    return False
+                status = os.fstat(handle.fileno())
+                content = handle.read(MAX_FEATURES_FILE_BYTES + 1)
         except OSError:
-            pass
-        self.publish(labels)
-        return True
+            return False
+        return (status.st_dev, status.st_ino) == (device, inode) and content == data
 
     def _remove(self) -> None:
         try:
@@ -106,21 +231,17 @@ class FileOutput:
         except OSError as exc:
             raise PublishError(f"cannot remove {self.path}: {exc.strerror or exc}") from None
 
-    def on_exit(self) -> None:
-        if self.remove_on_exit:
-            self._remove()
-
-    def cleanup(self) -> None:
-        self._remove()
-
 
 def file_output(settings: Settings) -> FileOutput:
-    """The features file the settings name; a daemon with a finite interval removes it on
-    exit (SPEC §6.1), a oneshot run or an infinite interval keeps it."""
+    """The features file the settings name; it carries an expiry directive as the settings'
+    horizon says, and without one a daemon with a finite interval removes it on exit
+    (SPEC §6.1), a oneshot run or an infinite interval keeps it."""
     path = settings.effective_output_file
     assert path is not None  # the registry picks "stdout" otherwise
     return FileOutput(
-        path, remove_on_exit=not settings.oneshot and settings.sleep_interval is not None
+        path,
+        remove_on_exit=not settings.oneshot and settings.sleep_interval is not None,
+        expiry_horizon=settings.effective_expiry_horizon,
     )
 
 

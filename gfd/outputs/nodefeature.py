@@ -3,10 +3,12 @@
 One ``NodeFeature`` object per node, ``nvidia-features-for-<node>`` in ``--namespace``, that
 nfd-master merges into the node's labels.  As upstream GFD (internal/lm/output.go):
 ``spec.labels`` holds the full label keys (``nvidia.com/gpu.count``), ``spec.features`` is
-empty, ``metadata.labels`` is exactly the node-name label, and — when ``--pod-name`` names a
+empty upstream, ``metadata.labels`` is exactly the node-name label, and — when
+``--pod-name`` names a
 pod owned by a DaemonSet — the owner references are that DaemonSet (controller) and the pod.
 Get → Create if missing → Update only when different; never deleted on exit (owner references
-and nfd-gc clean up); ``--cleanup`` deletes it.
+and nfd-gc clean up); ``--cleanup`` deletes it.  Beyond upstream, ``spec.features`` carries
+the raw GPU features of gfd.labels.features, which the agent sets in ``features``.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class NodeFeatureOutput:
             settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
         )
         self._owner_references: list[JSON] | None = None if settings.pod_name else []
+        #: NFD Features for ``spec.features`` (gfd.labels.features), set by the agent
+        self.features: JSON = empty_features()
         self._log = get_logger(output=self.kind, node=self.node_name)
         from kubernetes.client import CustomObjectsApi
 
@@ -145,7 +149,7 @@ class NodeFeatureOutput:
             return True
         if (spec.get("labels") or {}) != desired:
             return True
-        if _normalized_features(spec.get("features")) != empty_features():
+        if _normalized_features(spec.get("features")) != _normalized_features(self.features):
             return True
         owners = self._owner_references
         return owners is not None and _owner_keys(metadata.get("ownerReferences")) != _owner_keys(
@@ -164,7 +168,7 @@ class NodeFeatureOutput:
                     "namespace": self.namespace,
                     "labels": {NODE_NAME_LABEL: self.node_name},
                 },
-                "spec": {"features": empty_features(), "labels": dict(desired)},
+                "spec": {"features": copy.deepcopy(self.features), "labels": dict(desired)},
             }
             if owners:
                 body["metadata"]["ownerReferences"] = owners
@@ -188,7 +192,7 @@ class NodeFeatureOutput:
                 metadata["ownerReferences"] = owners
             else:
                 metadata.pop("ownerReferences", None)
-        updated["spec"] = {"features": empty_features(), "labels": dict(desired)}
+        updated["spec"] = {"features": copy.deepcopy(self.features), "labels": dict(desired)}
         # metadata.resourceVersion stays as read: a concurrent write answers 409 and the
         # retry policy re-runs the whole read-compare-write
         self._client.invoke(

@@ -55,7 +55,11 @@ def _api_kind(name: str, selected_by: str, factory: str) -> OutputKind:
 OUTPUT_KINDS: tuple[OutputKind, ...] = (
     _api_kind("nodefeature", "use_node_feature_api", "gfd.outputs.nodefeature:NodeFeatureOutput"),
     _api_kind("node-labels", "use_node_labels", "gfd.outputs.nodelabels:NodeLabelsOutput"),
-    OutputKind("file", "gfd.outputs.file:file_output", ("effective_output_file", "sleep_interval")),
+    OutputKind(
+        "file",
+        "gfd.outputs.file:file_output",
+        ("effective_output_file", "sleep_interval", "effective_expiry_horizon"),
+    ),
     OutputKind("stdout", "gfd.outputs.file:stdout_output", ()),
 )
 

@@ -17,8 +17,9 @@ What it models:
 - fabric info through ``nvmlDeviceGetGpuFabricInfoV`` / ``nvmlDeviceGetGpuFabricInfo``
   (NOT_SUPPORTED when the GPU has none);
 - failure injection: library not found, ``nvmlInit`` failing with any code, a GPU lost
-  after N calls touching it, entry points missing from the driver (FUNCTION_NOT_FOUND) or
-  from the bindings (the attribute is absent), strings returned as ``bytes`` (old bindings);
+  after N calls touching it, a GPU lost from the start (``FakeGpu.lost``), entry points
+  missing from the driver (FUNCTION_NOT_FOUND) or from the bindings (the attribute is
+  absent), strings returned as ``bytes`` (old bindings);
 - call counting (``calls``), and the init/shutdown balance (``init_depth``).
 
 ``FakeNvml.from_snapshot(snapshot)`` inverts discovery: it produces the raw NVML values
@@ -112,6 +113,10 @@ _PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me\.all|\+me|\+gfx|-me)?
 _SYSFS_BUS_ID = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
 
 
+#: the reason discovery gives a GPU that the PCI bus shows and NVML does not list
+LOST_FROM_NVML = "on the PCI bus but not listed by NVML"
+
+
 class UnrealizableSnapshot(ValueError):
     """No NVML could produce this snapshot, so it cannot round-trip through the fake."""
 
@@ -151,6 +156,7 @@ class FakeGpu:
     empty_slot_error: int = NOT_FOUND
     fabric: FakeFabric | None = None  # None: NOT_SUPPORTED
     supported_profile_enums: frozenset[int] = BASE_PROFILE_ENUMS
+    lost: bool = False  # fell off the bus: every call touching it answers GPU_IS_LOST
 
 
 class _DeviceHandle:
@@ -285,6 +291,8 @@ class FakeNvml:
         return self.gpus[handle._gpu]
 
     def _touch(self, index: int) -> None:
+        if self.gpus[index].lost:
+            raise _error(real.NVML_ERROR_GPU_IS_LOST)
         if index in self._lost:
             if self._lost[index] <= 0:
                 raise _error(real.NVML_ERROR_GPU_IS_LOST)
@@ -453,10 +461,21 @@ class FakeNvml:
         if snapshot.driver is None:
             raise UnrealizableSnapshot("no driver: NVML is unavailable on this node")
         gpus = sorted(snapshot.gpus, key=lambda g: g.index)
-        if [g.index for g in gpus] != list(range(len(gpus))):
+        devices = {gpu.index: fake_gpu_from(gpu, empty_slot_error=empty_slot_error) for gpu in gpus}
+        for gone in snapshot.lost:
+            if gone.index is None:
+                # not listed by NVML at all: only the PCI bus shows it (fake sysfs)
+                if not gone.pci_bus_id or gone.reason != LOST_FROM_NVML:
+                    raise UnrealizableSnapshot(f"lost GPU {gone}: not what discovery reports")
+                continue
+            reason = f"NVML error on GPU {gone.index} in nvmlDeviceGetHandleByIndex: GPU is lost"
+            if gone.pci_bus_id or gone.reason != reason:
+                raise UnrealizableSnapshot(f"lost GPU {gone}: not what discovery reports")
+            devices[gone.index] = FakeGpu(uuid="", name="", bus_id="", memory_total=None, lost=True)
+        if sorted(devices) != list(range(len(devices))):
             raise UnrealizableSnapshot("NVML numbers GPUs 0..n-1")
         return cls(
-            [fake_gpu_from(gpu, empty_slot_error=empty_slot_error) for gpu in gpus],
+            [devices[index] for index in sorted(devices)],
             driver_version=snapshot.driver.version,
             cuda_version=snapshot.driver.cuda,
             **options,

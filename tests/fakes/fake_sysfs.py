@@ -125,10 +125,15 @@ def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, str]:
             raise UnrealizableSnapshot(f"two PCI classes for {gpu.pci_bus_id}")
         classes[gpu.pci_bus_id] = gpu.pci_class
         sysfs.add_device(gpu.pci_bus_id, pci_class=gpu.pci_class)
+    for gone in snapshot.lost:
+        if gone.index is None and gone.pci_bus_id:
+            sysfs.add_device(gone.pci_bus_id, pci_class=0x030200)  # on the bus, not in NVML
     if "0000:00:00.0" not in classes:
         sysfs.add_device("0000:00:00.0", vendor="0x8086", pci_class=0x060000)
     if snapshot.vgpu is None:
-        sysfs.add_device("ffff:ff:1f.7", config=plain_config(64))
+        # (the extra functions carry no class: they stand for the vGPU capability, not for
+        # GPUs beyond those NVML lists)
+        sysfs.add_device("ffff:ff:1f.7", pci_class=None, config=plain_config(64))
     else:
         for number, device in enumerate(snapshot.vgpu.devices):
             try:
@@ -144,7 +149,9 @@ def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, str]:
                     vendor_capability(b"VF" + vgpu_records(version, branch)),
                 ]
             )
-            sysfs.add_device(f"ffff:{number // 32:02x}:{number % 32:02x}.0", config=config)
+            sysfs.add_device(
+                f"ffff:{number // 32:02x}:{number % 32:02x}.0", pci_class=None, config=config
+            )
     settings = {"sysfs_root": str(sysfs.root)}
     if snapshot.machine is None:
         settings["machine_type_file"] = str(root / "no-such-product-name")
