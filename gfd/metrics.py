@@ -61,6 +61,10 @@ class PrometheusMetrics:
         self._published = False
 
         self.registry = CollectorRegistry(auto_describe=True)
+
+        def gauge(name: str, documentation: str) -> Gauge:
+            return Gauge(name, documentation, registry=self.registry)
+
         build_info = Gauge(
             "gfd_build_info", "gfd build information", ["version"], registry=self.registry
         )
@@ -72,32 +76,22 @@ class PrometheusMetrics:
             registry=self.registry,
         )
         self._passes = Counter("gfd_passes", "Passes by result", ["result"], registry=self.registry)
-        self._last_success = Gauge(
+        self._last_success = gauge(
             "gfd_last_success_timestamp_seconds",
             "Unix time at which the last successful pass finished",
-            registry=self.registry,
         )
-        self._labels = Gauge(
-            "gfd_labels",
-            "Number of labels produced by the last successful pass",
-            registry=self.registry,
-        )
+        self._labels = gauge("gfd_labels", "Number of labels produced by the last successful pass")
         self._publishes = Counter(
             "gfd_publish",
             "Publish and verification attempts by output and result",
             ["output", "result"],
             registry=self.registry,
         )
-        self._nvml_up = Gauge(
-            "gfd_nvml_up",
-            "1 when NVML could be initialised on the last pass",
-            registry=self.registry,
-        )
-        self._gpus_lost = Gauge(
+        self._nvml_up = gauge("gfd_nvml_up", "1 when NVML could be initialised on the last pass")
+        self._gpus_lost = gauge(
             "gfd_gpus_lost",
             "GPUs that did not answer on the last discovery (NVML GPU_IS_LOST, or on the PCI "
             "bus but not listed by NVML)",
-            registry=self.registry,
         )
         for result in ("success", "error"):
             self._passes.labels(result=result)
