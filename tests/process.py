@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import queue
@@ -56,6 +58,43 @@ def run_gfd(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def run_gfd_here(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``run_gfd`` without a new interpreter: ``gfd.cli.main(args)`` in this process, with the
+    same environment and working directory, stdout and stderr captured, the exit status
+    taken from its SystemExit.  For runs that end by themselves (oneshot, bad input,
+    --help); signals, daemons and start-up itself are tested with real processes."""
+    from gfd import cli
+    from gfd.observability import configure_logging
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_environ, saved_cwd = dict(os.environ), os.getcwd()
+    saved_handlers = {signum: signal.getsignal(signum) for signum in _HANDLED}
+    os.environ.clear()
+    os.environ.update(clean_env(env))
+    os.chdir(ROOT)
+    status: int = 0
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                cli.main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code
+                status = code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        os.chdir(saved_cwd)
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+        configure_logging(None, "info")  # the next record sets logging up anew
+    return subprocess.CompletedProcess([*GFD, *args], status, stdout.getvalue(), stderr.getvalue())
+
+
+_HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
 def spawn_gfd(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,10 @@ import pytest
 
 from gfd import snapshot as snapshot_io
 
+from .fakes.fake_nvml import FakeNvml
 from .fakes.fake_sysfs import FakeSysfs, build_from_snapshot, config_with_capabilities
 from .fakes.fake_sysfs import vgpu_capability as vgpu_cap
-from .process import ROOT, run_gfd
+from .process import ROOT, run_gfd, run_gfd_here
 
 VARIED = Path(ROOT) / "examples" / "snapshots" / "dgx-a100-mig-varied.yaml"
 MESSAGE = (
@@ -34,6 +36,7 @@ MESSAGE = (
 SITECUSTOMIZE = '''\
 """Process tests: the fake NVML of tests/fakes stands in for pynvml."""
 import os
+import sys
 import sys
 
 if os.environ.get("FAKE_NVML_SNAPSHOT"):
@@ -178,15 +181,17 @@ def test_dump_snapshot_is_the_node(fake_node: dict[str, Any], tmp_path: Path) ->
 
 @pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
 def test_snapshot_file_of_the_dump_gives_the_live_labels(
-    fake_node: dict[str, Any], tmp_path: Path, strategy: str
+    fake_node: dict[str, Any], tmp_path: Path, strategy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In-process (the fake NVML in place of pynvml here, as the shim does in a process)."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml.from_snapshot(fake_node["snapshot"]).module)
     flags = [*fake_node["flags"], "--mig-strategy", strategy]
-    dump = run_gfd("--dump-snapshot", *flags, env=fake_node["env"])
+    dump = run_gfd_here("--dump-snapshot", *flags, env=fake_node["env"])
     assert dump.returncode == 0, dump.stderr
     dumped = tmp_path / "node.yaml"
     dumped.write_text(dump.stdout)
-    live = run_gfd("--oneshot", "--no-timestamp", *flags, env=fake_node["env"])
-    offline = run_gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(dumped), *flags)
+    live = run_gfd_here("--oneshot", "--no-timestamp", *flags, env=fake_node["env"])
+    offline = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", str(dumped), *flags)
     assert live.returncode == offline.returncode == 0, live.stderr + offline.stderr
     assert "nvidia.com/mig.capable=true\n" in live.stdout
     assert live.stdout == offline.stdout
