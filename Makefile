@@ -20,8 +20,10 @@ venv: $(BIN)/gfd
 run: venv
 	$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
 
+# -n auto: one worker per core; loadgroup keeps each module-scoped build (the wheel, the
+# rendered manifests) on one worker
 test: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup
 
 lint: venv
 	$(BIN)/ruff check gfd tests bench scripts
