@@ -17,6 +17,8 @@ from typing import Any
 from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
+from gfd.partitions import PartitionTable
+from gfd.partitions import parse_table as parse_partition_table
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 RESOURCE_PREFIX = "nvidia.com/"
@@ -261,6 +263,27 @@ OPTIONS: tuple[Option, ...] = (
         "host:port for /metrics, /healthz and /readyz (empty: off)",
     ),
     Option(
+        "topology_labels",
+        "--topology-labels",
+        ("GFD_TOPOLOGY_LABELS",),
+        ("flags", "gfd", "topologyLabels"),
+        False,
+        parse_bool,
+        "discover the GPU interconnect and publish the nvidia.com/gpu.interconnect, "
+        "gpu.nvlink.*, gpu.partition-sizes and gpu.numa.* labels",
+        is_bool=True,
+    ),
+    Option(
+        "koordlet_device_infos_dir",
+        "--koordlet-device-infos-dir",
+        ("GFD_KOORDLET_DEVICE_INFOS_DIR",),
+        ("flags", "gfd", "koordletDeviceInfosDir"),
+        "",
+        _parse_str,
+        "also write koordlet device-info JSON (GPUs and NVLink partitions) into this "
+        "directory (empty: off)",
+    ),
+    Option(
         "log_format",
         "--log-format",
         ("GFD_LOG_FORMAT",),
@@ -341,6 +364,7 @@ class Config:
     gpu_patterns: tuple[ResourcePattern, ...] = ()
     mig_patterns: tuple[ResourcePattern, ...] = ()
     sharing: Sharing = field(default_factory=Sharing)
+    partitions: PartitionTable | None = None  # `partitions:`: replaces the computed table
 
 
 @dataclass(frozen=True)
@@ -539,13 +563,25 @@ def parse_config_text(text: str, source: str) -> LoadedConfig:
         raise ConfigError(f"config file {source}: {exc}") from None
 
 
+_KNOWN_TOP_KEYS = ("version", "flags", "resources", "sharing", "partitions")
+
+
+def _parse_partitions(value: Any) -> PartitionTable | None:
+    if value is None:
+        return None
+    try:
+        return parse_partition_table(value, "partitions")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
     warnings: list[str] = []
     version = document.get("version")
     if version not in (None, "", "v1"):
         raise ConfigError(f"version: unsupported config version {_describe(version)} (expected v1)")
     for key in document:
-        if key not in ("version", "flags", "resources", "sharing") and key not in _IGNORED_TOP_KEYS:
+        if key not in _KNOWN_TOP_KEYS and key not in _IGNORED_TOP_KEYS:
             warnings.append(f"{key}: unknown key, ignored")
     flags = _parse_flags(document.get("flags"), warnings)
     resources = _mapping(document.get("resources"), "resources")
@@ -556,6 +592,7 @@ def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
         gpu_patterns=_parse_patterns(resources.get("gpus"), "resources.gpus"),
         mig_patterns=_parse_patterns(resources.get("mig"), "resources.mig"),
         sharing=_parse_sharing(document.get("sharing"), warnings),
+        partitions=_parse_partitions(document.get("partitions")),
     )
     return LoadedConfig(config=config, flags=flags, warnings=tuple(warnings))
 
@@ -586,11 +623,14 @@ class Settings:
     use_node_labels: bool = False
     snapshot_file: str | None = None
     metrics_address: str = ""
+    topology_labels: bool = False
+    koordlet_device_infos_dir: str = ""
     log_format: str | None = None
     log_level: str = "info"
     # actions (command line only)
     dump_snapshot: bool = False
     cleanup: bool = False
+    dump_partitions: bool = False
     # test seam: where sysfs is mounted (GFD_SYSFS_ROOT); not a public option
     sysfs_root: str = "/sys"
     config: Config = field(default_factory=Config)
@@ -612,6 +652,11 @@ class Settings:
         if self.output_file in ("", "-"):
             return None
         return self.output_file
+
+    @property
+    def wants_topology(self) -> bool:
+        """Discovery reads the interconnect only when something will use it."""
+        return self.topology_labels or self.dump_partitions or bool(self.koordlet_device_infos_dir)
 
     @property
     def sleep_interval_text(self) -> str:

@@ -34,6 +34,7 @@ from gfd.snapshot import (
     MigDevice,
     MigEngines,
     MigSlices,
+    Topology,
 )
 
 # nvml.h return codes (pynvml.NVML_ERROR_*); numeric so a stand-in module needs only .value.
@@ -136,6 +137,15 @@ def read(nvml: Any) -> tuple[Driver, tuple[Gpu, ...]]:
     """One pass over NVML: the driver and every GPU (``pci_class`` is left for sysfs)."""
     with session(nvml):
         return _NvmlReader(nvml).read()
+
+
+def read_with_topology(nvml: Any) -> tuple[Driver, tuple[Gpu, ...], Topology]:
+    """:func:`read` plus the interconnect, in the same NVML session (never fails on it)."""
+    from gfd.discovery.topology import TopologyReader
+
+    with session(nvml):
+        driver, gpus = _NvmlReader(nvml).read()
+        return driver, gpus, TopologyReader(nvml, normalize_bus_id).read(gpus)
 
 
 class _NvmlReader:
