@@ -111,13 +111,13 @@ def parse_table(value: Any, where: str) -> dict[int, tuple[Partition, ...]]:
     the exact place.  Whether the minors exist is checked against the node at label time
     (:func:`check_against_minors`)."""
     if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected a mapping of size to partitions, got {_describe(value)}")
+        raise ValueError(f"{where}: expected a mapping of sizes to lists, got {_describe(value)}")
     table: dict[int, tuple[Partition, ...]] = {}
     for key, raw in value.items():
         key_where = f"{where}.{key}"
         text = str(key)
         if isinstance(key, bool) or not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{key_where}: a size must be a positive integer, got {_describe(key)}")
+            raise ValueError(f"{key_where}: a size is a positive integer, got {_describe(key)}")
         size = int(text)
         if size in table:
             raise ValueError(f"{key_where}: size {size} is given twice")

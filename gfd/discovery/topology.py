@@ -216,9 +216,7 @@ class TopologyReader:
 
     def _pair(self, first: int, second: int, handle_a: Any, handle_b: Any) -> GpuPair:
         level = self._optional("nvmlDeviceGetTopologyCommonAncestor", handle_a, handle_b)
-        status = self._optional(
-            "nvmlDeviceGetP2PStatus", handle_a, handle_b, P2P_CAPS_INDEX_NVLINK
-        )
+        status = self._optional("nvmlDeviceGetP2PStatus", handle_a, handle_b, P2P_CAPS_INDEX_NVLINK)
         return GpuPair(
             gpus=(first, second),
             pcie=None if level is None else PCIE_LEVELS.get(int(level)),

@@ -74,6 +74,7 @@ def resource_key(resource: str, suffix: str) -> str:
 def full_key(name: str) -> str:
     return PREFIX + name
 
+
 # Interconnect labels, published only with --topology-labels (README "GPU topology").
 GPU_INTERCONNECT = "gpu.interconnect"
 GPU_NVLINK_VERSION = "gpu.nvlink.version"

@@ -123,9 +123,7 @@ def link_graph(snapshot: Snapshot) -> LinkGraph | None:
                 bandwidth = None if hop_link is None else links * hop_link
             low, high = sorted((name[a.index], name[b.index]))
             hops[(low, high)] = Hop(links=links, bandwidth=bandwidth)
-    return LinkGraph(
-        minors=tuple(sorted(name.values())), hops=hops, link_bandwidth=link_bandwidth
-    )
+    return LinkGraph(minors=tuple(sorted(name.values())), hops=hops, link_bandwidth=link_bandwidth)
 
 
 # ----------------------------------------------------------------------------- rings
