@@ -142,6 +142,7 @@ class Agent:
                 self.settings.mig_strategy,
                 self.settings.config,
                 None if self.settings.no_timestamp else self.timestamp,
+                topology_labels=self.settings.topology_labels,
             )
             for warning in result.warnings:
                 self.log.warning("label warning", detail=warning)

@@ -95,10 +95,19 @@ def to_json_document(table: PartitionTable) -> dict[str, list[dict[str, Any]]]:
     return document
 
 
-def dumps(table: PartitionTable, *, indent: int | None = None) -> str:
-    """The table as Koordinator's JSON (compact by default, as an annotation value)."""
-    separators = None if indent else (",", ":")
-    return json.dumps(to_json_document(table), indent=indent, separators=separators)
+def dumps(table: PartitionTable, *, pretty: bool = False) -> str:
+    """The table as Koordinator's JSON: compact (an annotation value), or ``pretty`` with
+    one partition per line (``--dump-partitions``)."""
+    document = to_json_document(table)
+    if not pretty:
+        return json.dumps(document, separators=(",", ":"))
+    if not document:
+        return "{}"
+    sizes = []
+    for size, entries in document.items():
+        rows = ",\n".join(f"    {json.dumps(entry)}" for entry in entries)
+        sizes.append(f'  "{size}": [\n{rows}\n  ]')
+    return "{\n" + ",\n".join(sizes) + "\n}"
 
 
 def _describe(value: Any) -> str:

@@ -680,6 +680,7 @@ def resolve(
     *,
     dump_snapshot: bool = False,
     cleanup: bool = False,
+    dump_partitions: bool = False,
 ) -> Settings:
     """Merge command line > environment > config file > defaults into validated Settings.
 
@@ -720,6 +721,7 @@ def resolve(
         **values,
         dump_snapshot=dump_snapshot,
         cleanup=cleanup,
+        dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
         warnings=loaded.warnings,
@@ -736,3 +738,5 @@ def _validate(settings: Settings) -> None:
         raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
+    if settings.dump_partitions and (settings.dump_snapshot or settings.cleanup):
+        raise UsageError("--dump-partitions, --dump-snapshot and --cleanup: choose one")
