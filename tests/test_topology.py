@@ -62,7 +62,7 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     # Doubled pairs 2-3 and 6-7 beat single-link 0-1 and 4-5; no 4-GPU ring of doubled
     # links exists inside a socket, but 0-3-2-1-5-6-7-4-0 is an 8-GPU ring of doubled links.
     DGX1: {
-        "1": singletons({m: 2 for m in range(8)}),
+        "1": singletons({m: 1 for m in range(8)}),
         "2": [
             group([0, 1], "25G", 2),
             group([2, 3], "50G", 1),
@@ -74,14 +74,14 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     },
     # Every hop goes through the NVSwitches on all 18 links: 18 x 25 GB/s.
     H100: {
-        "1": singletons({m: 2 for m in range(8)}),
+        "1": singletons({m: 1 for m in range(8)}),
         "2": [group([k, k + 1], "450G", 1) for k in (0, 2, 4, 6)],
         "4": [group([0, 1, 2, 3], "450G", 1), group([4, 5, 6, 7], "450G", 1)],
         "8": [group(list(range(8)), "450G", 1)],
     },
     # Two bridged pairs (12 links each); no NVLink between the pairs, so no 4-GPU ring.
     A100_PCIE: {
-        "1": singletons({m: 2 for m in range(4)}),
+        "1": singletons({m: 1 for m in range(4)}),
         "2": [group([0, 1], "300G", 1), group([2, 3], "300G", 1)],
     },
     L40S: {},

@@ -19,8 +19,9 @@ The rules (README "GPU topology"), in one place:
 - ``allocationScore`` (1 is best; Koordinator takes the lowest first): within one size, 1 +
   the number of distinct bandwidths above the partition's own (unknown counts as lowest).
 - Size 1 is listed only when the node has at least one partition of size 2 or more: every
-  GPU, without ``ringBusBandwidth`` (there is no ring), score 1 for a GPU that belongs to no
-  2-GPU partition (giving it away breaks no pair) and 2 for the others.
+  GPU, without ``ringBusBandwidth`` (there is no ring); a GPU that belongs to no 2-GPU
+  partition scores 1 (giving it away breaks no pair) and the others 2 — or 1 when every GPU
+  is in a pair (the same rank rule as above: the best present is 1).
 - No NVLink partition at all (PCIe-only nodes, or no topology in the snapshot): the table
   is empty — Koordinator's only link type is NVLink.
 """
@@ -216,8 +217,13 @@ def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     if not table:
         return {}
     paired = {m for p in table.get(2, ()) for m in p.minors}
+    some_unpaired = bool(present - paired)
     table[1] = tuple(
-        Partition(minors=(m,), allocation_score=2 if m in paired else 1, gpu_link_type=NVLINK)
+        Partition(
+            minors=(m,),
+            allocation_score=2 if m in paired and some_unpaired else 1,
+            gpu_link_type=NVLINK,
+        )
         for m in sorted(present)
     )
     return dict(sorted(table.items()))
