@@ -28,6 +28,7 @@ from gfd.errors import (
 )
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
+from gfd.outputs.topology import make_topology_outputs
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -95,6 +96,7 @@ class Agent:
         self._wake = threading.Event()
         self.metrics: Metrics = start_metrics(settings)
         self.output: Output = make_output(settings)
+        self.topology_outputs = make_topology_outputs(settings)  # besides the labels; or None
         # what was in force before the last reload, until the reloaded settings proved good
         self._previous: tuple[Settings, Output] | None = None
         self._started = False  # becomes True after the process's first pass
@@ -148,6 +150,8 @@ class Agent:
                 self.log.warning("label warning", detail=warning)
             label_count = len(result.labels)
             changed = self._publish(result.labels)
+            if self.topology_outputs is not None:
+                self.topology_outputs.publish(snapshot, self.settings.config.partitions)
         except (SnapshotError, ConfigError) as exc:
             if not self._started:
                 # bad input at start: one line on stderr (by the CLI) and exit 2, nothing else
@@ -256,6 +260,7 @@ class Agent:
     def _switch(self, settings: Settings, output: Output) -> None:
         self.settings = settings
         self.output = output
+        self.topology_outputs = make_topology_outputs(settings)
         self.metrics.set_sleep_interval(settings.sleep_interval)
         self._new_run()
 

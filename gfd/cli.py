@@ -212,10 +212,14 @@ def _cleanup(settings: Settings) -> int:
     from gfd.errors import PublishError
     from gfd.observability import get_logger
     from gfd.outputs import make_output
+    from gfd.outputs.topology import make_topology_outputs
 
     try:
         output = make_output(settings)
         output.cleanup()
+        extras = make_topology_outputs(settings)
+        if extras is not None:
+            extras.cleanup()
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except PublishError as exc:
