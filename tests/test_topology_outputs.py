@@ -24,6 +24,7 @@ from gfd.outputs.koordlet import FILE_NAME, KoordletDeviceInfos, device_infos
 from gfd.outputs.topology import PARTITIONS_ANNOTATION
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
+from tests.test_manifests import (  # the manifest helpers and their fixture
 from tests.process import run_gfd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -216,3 +217,36 @@ def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Pat
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert agent.topology_outputs is None
     assert os.environ.get("GFD_TOPOLOGY_LABELS") is None
+
+
+# ----------------------------------------------------------------------------- manifests
+
+    DAEMONSETS,
+    effective_security,
+    gfd_container,
+    gfd_settings,
+    mounts,
+    rendered,  # noqa: F401  (a fixture)
+    volumes,
+    workload,
+)
+
+KOORDLET_DIR = "/etc/kubernetes/koordlet/device-infos"
+
+
+@pytest.mark.parametrize("overlay", DAEMONSETS)
+def test_koordlet_component_mounts_koordlets_directory(overlay: str, rendered: Any) -> None:
+    obj = workload(overlay, rendered(f"{overlay}+koordlet"))
+    container = gfd_container(obj)
+    assert gfd_settings(obj, container).koordlet_device_infos_dir == KOORDLET_DIR
+    mount = mounts(container)[KOORDLET_DIR]
+    assert not mount.get("readOnly", False)
+    assert volumes(obj)[mount["name"]]["hostPath"] == {
+        "path": KOORDLET_DIR,
+        "type": "DirectoryOrCreate",
+    }
+    security = effective_security(obj, container)
+    assert security["runAsUser"] == 0 and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["allowPrivilegeEscalation"] is False
+    plain = gfd_container(workload(overlay, rendered(overlay)))
+    assert KOORDLET_DIR not in mounts(plain)
