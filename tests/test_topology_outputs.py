@@ -24,8 +24,17 @@ from gfd.outputs.koordlet import FILE_NAME, KoordletDeviceInfos, device_infos
 from gfd.outputs.topology import PARTITIONS_ANNOTATION
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.test_manifests import (  # the manifest helpers and their fixture
 from tests.process import run_gfd
+from tests.test_manifests import (  # the manifest helpers and their fixture
+    DAEMONSETS,
+    effective_security,
+    gfd_container,
+    gfd_settings,
+    mounts,
+    rendered,  # noqa: F401 -- a fixture, requested by name below
+    volumes,
+    workload,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "snapshots"
@@ -221,21 +230,15 @@ def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Pat
 
 # ----------------------------------------------------------------------------- manifests
 
-    DAEMONSETS,
-    effective_security,
-    gfd_container,
-    gfd_settings,
-    mounts,
-    rendered,  # noqa: F401  (a fixture)
-    volumes,
-    workload,
-)
 
 KOORDLET_DIR = "/etc/kubernetes/koordlet/device-infos"
 
 
 @pytest.mark.parametrize("overlay", DAEMONSETS)
-def test_koordlet_component_mounts_koordlets_directory(overlay: str, rendered: Any) -> None:
+def test_koordlet_component_mounts_koordlets_directory(
+    overlay: str,
+    rendered: Any,  # noqa: F811
+) -> None:
     obj = workload(overlay, rendered(f"{overlay}+koordlet"))
     container = gfd_container(obj)
     assert gfd_settings(obj, container).koordlet_device_infos_dir == KOORDLET_DIR
