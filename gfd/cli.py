@@ -217,7 +217,7 @@ def _cleanup(settings: Settings) -> int:
     try:
         output = make_output(settings)
         output.cleanup()
-        extras = make_topology_outputs(settings)
+        extras = make_topology_outputs(settings, cleanup=True)
         if extras is not None:
             extras.cleanup()
     except UsageError as exc:

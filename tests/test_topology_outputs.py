@@ -210,7 +210,7 @@ def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> N
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
     env = {"KUBECONFIG": settings.kubeconfig or "", "NODE_NAME": "n1"}
-    result = run_gfd("--cleanup", "--use-node-labels", "--topology-labels", env=env)
+    result = run_gfd("--cleanup", "--use-node-labels", env=env)  # topology labels or not
     assert result.returncode == 0, result.stderr
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert not any(k.startswith("nvidia.com/gpu") for k in api.node_labels("n1"))

@@ -52,7 +52,17 @@ class PartitionsAnnotation:
         return True
 
     def cleanup(self) -> None:
-        self._patch(None)
+        """Remove the annotation if it is there (a node without it is not written to)."""
+        from gfd.outputs.kube import MERGE_PATCH
+
+        def remove() -> None:
+            node = self._client.request("GET", self._path)
+            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            if PARTITIONS_ANNOTATION in annotations:
+                patch = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: None}}}
+                self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+
+        self._client.run(f"remove the gpu partitions annotation of {self.node_name}", remove)
         self._published = None
 
     def _patch(self, value: str | None) -> None:
@@ -88,10 +98,12 @@ class TopologyOutputs:
             self.koordlet.cleanup()
 
 
-def make_topology_outputs(settings: Settings) -> TopologyOutputs | None:
-    """The extra outputs the settings ask for; None when there are none."""
+def make_topology_outputs(settings: Settings, *, cleanup: bool = False) -> TopologyOutputs | None:
+    """The extra outputs the settings ask for; None when there are none.  For ``--cleanup``
+    the annotation is removed in node-labels mode whether or not topology labels are on."""
     annotation = None
-    if settings.use_node_labels and settings.topology_labels and settings.node_name:
+    wanted = settings.topology_labels or cleanup
+    if settings.use_node_labels and wanted and settings.node_name:
         annotation = PartitionsAnnotation(settings)
     koordlet = None
     if settings.koordlet_device_infos_dir:
