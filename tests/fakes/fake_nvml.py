@@ -492,8 +492,8 @@ class FakeNvml:
 
     # ------------------------------------------------------------- topology
 
-    def _nvmlDeviceGetMinorNumber(self, device: Any) -> int:
-        gpu = self._gpu(device)
+    def _nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        gpu = self._gpu(handle)
         if gpu.minor is None:
             raise _error(NOT_SUPPORTED)
         return gpu.minor
