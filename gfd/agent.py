@@ -28,7 +28,7 @@ from gfd.errors import (
 )
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
-from gfd.outputs.topology import make_topology_outputs
+from gfd.outputs.topology import TopologyOutputs, make_topology_outputs
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -260,9 +260,18 @@ class Agent:
     def _switch(self, settings: Settings, output: Output) -> None:
         self.settings = settings
         self.output = output
-        self.topology_outputs = make_topology_outputs(settings)
+        self._switch_topology_outputs(make_topology_outputs(settings))
         self.metrics.set_sleep_interval(settings.sleep_interval)
         self._new_run()
+
+    def _switch_topology_outputs(self, new: TopologyOutputs | None) -> None:
+        """Reloaded settings that no longer want the partitions annotation remove it."""
+        old, self.topology_outputs = self.topology_outputs, new
+        if old is not None and old.annotation is not None and (new is None or not new.annotation):
+            try:
+                old.annotation.cleanup()
+            except PublishError as exc:
+                self.log.error("removing the gpu partitions annotation failed", error=str(exc))
 
     def _exit_output(self) -> None:
         try:

@@ -217,6 +217,21 @@ def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> N
     assert api.node_annotations("n1")["someone/else"] == "x"
 
 
+def test_reload_without_topology_labels_removes_the_annotation(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    plain = dataclasses.replace(settings, topology_labels=False)
+    agent = Agent(settings, reload_settings=lambda: plain)
+    assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
+    agent._signals.reload = True
+    agent._reload()
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    assert agent.run_pass()
+    assert "nvidia.com/gpu.interconnect" not in api.node_labels("n1")
+
+
 def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Path) -> None:
     settings = settings_for(
         api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml", topology_labels=False
