@@ -517,6 +517,17 @@ def _represent_hex(dumper: yaml.SafeDumper, value: _HexInt) -> yaml.Node:
 
 _Dumper.add_representer(_HexInt, _represent_hex)
 
+
+class _Flow(dict):  # type: ignore[type-arg]
+    """A small mapping YAML writes on one line (an NVLink, a GPU pair)."""
+
+
+def _represent_flow(dumper: yaml.SafeDumper, value: _Flow) -> yaml.Node:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True)
+
+
+_Dumper.add_representer(_Flow, _represent_flow)
+
 # Characters PyYAML writes raw in plain or single-quoted scalars but reads back as line
 # breaks; a string holding one must be double-quoted (escaped) to survive a round trip.
 _LINE_BREAKS = ("\x85", "\u2028", "\u2029")
@@ -593,19 +604,21 @@ def _topology_dict(topology: Topology) -> dict[str, Any]:
         )
         if gpu.nvlinks:
             entry["nvlinks"] = [
-                _without_none(
-                    {
-                        "link": link.link,
-                        "version": link.version,
-                        "remote": link.remote,
-                        "remote_pci_bus_id": link.remote_pci_bus_id,
-                    }
+                _Flow(
+                    _without_none(
+                        {
+                            "link": link.link,
+                            "version": link.version,
+                            "remote": link.remote,
+                            "remote_pci_bus_id": link.remote_pci_bus_id,
+                        }
+                    )
                 )
                 for link in gpu.nvlinks
             ]
         gpus.append(entry)
     pairs = [
-        _without_none({"gpus": list(p.gpus), "pcie": p.pcie, "nvlink_p2p": p.nvlink_p2p})
+        _Flow(_without_none({"gpus": list(p.gpus), "pcie": p.pcie, "nvlink_p2p": p.nvlink_p2p}))
         for p in topology.pairs
     ]
     return {"gpus": gpus, "pairs": pairs}

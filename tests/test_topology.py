@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gfd import partitions
 from gfd import snapshot as snapshot_io
@@ -534,3 +536,26 @@ def test_dump_partitions_on_live_nvml(tmp_path: Path) -> None:
     labels = run_gfd("--oneshot", "--no-timestamp", "--topology-labels", env=env)
     assert "nvidia.com/gpu.interconnect=nvswitch\n" in labels.stdout, labels.stderr
     assert "nvidia.com/gpu.numa.gpus-per-node=4\n" in labels.stdout
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.text(),
+    st.none() | st.integers(1, 8),
+    st.none() | st.sampled_from(["gpu", "nvswitch", "other"]),
+    st.none() | st.booleans(),
+)
+def test_any_link_text_round_trips(
+    bus_id: str, version: int | None, remote: str | None, p2p: bool | None
+) -> None:
+    snap = snapshot_io.loads(BASE + "  gpus: []\n")
+    link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
+    snap = dataclasses.replace(
+        snap,
+        topology=Topology(
+            gpus=(GpuTopology(index=0, nvlinks=(link,)),),
+            pairs=(GpuPair(gpus=(0, 1), pcie="system", nvlink_p2p=p2p),),
+        ),
+    )
+    assert snapshot_io.loads(snapshot_io.dumps(snap)) == snap
+    assert snapshot_io.loads(snapshot_io.dumps_json(snap)) == snap
