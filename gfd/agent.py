@@ -265,13 +265,20 @@ class Agent:
         self._new_run()
 
     def _switch_topology_outputs(self, new: TopologyOutputs | None) -> None:
-        """Reloaded settings that no longer want the partitions annotation remove it."""
+        """Reloaded settings that no longer want the partitions annotation or the koordlet
+        file (or want it elsewhere) remove what the old ones wrote."""
         old, self.topology_outputs = self.topology_outputs, new
-        if old is not None and old.annotation is not None and (new is None or not new.annotation):
-            try:
+        if old is None:
+            return
+        try:
+            if old.annotation is not None and (new is None or new.annotation is None):
                 old.annotation.cleanup()
-            except PublishError as exc:
-                self.log.error("removing the gpu partitions annotation failed", error=str(exc))
+            if old.koordlet is not None and (
+                new is None or new.koordlet is None or new.koordlet.path != old.koordlet.path
+            ):
+                old.koordlet.cleanup()
+        except PublishError as exc:
+            self.log.error("removing what gfd published beside the labels failed", error=str(exc))
 
     def _exit_output(self) -> None:
         try:

@@ -232,6 +232,21 @@ def test_reload_without_topology_labels_removes_the_annotation(
     assert "nvidia.com/gpu.interconnect" not in api.node_labels("n1")
 
 
+def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> None:
+    settings = Settings(
+        oneshot=False,
+        output_file="-",
+        snapshot_file=str(EXAMPLES / "a100-pcie-nvlink-bridges.yaml"),
+        koordlet_device_infos_dir=str(tmp_path),
+    )
+    plain = dataclasses.replace(settings, koordlet_device_infos_dir="")
+    agent = Agent(settings, reload_settings=lambda: plain)
+    assert agent.run_pass()
+    assert (tmp_path / FILE_NAME).exists()
+    agent._reload()
+    assert not (tmp_path / FILE_NAME).exists()
+
+
 def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Path) -> None:
     settings = settings_for(
         api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml", topology_labels=False
