@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError, LabelError
-from gfd.labels import devices, keys, node
+from gfd.labels import devices, keys, node, partitions, topology
 from gfd.labels.resources import (
     DEFAULT_GPU_RESOURCE,
     Contribution,
@@ -173,7 +173,14 @@ def _resource_labels(
     return resources
 
 
-def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int | None) -> LabelSet:
+def build(
+    snapshot: Snapshot,
+    mig_strategy: str,
+    config: Config,
+    timestamp: int | None,
+    *,
+    topology_labels: bool = False,
+) -> LabelSet:
     """All labels for the node described by ``snapshot``.
 
     Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
@@ -205,6 +212,10 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
             labels[keys.MIG_STRATEGY] = mig_strategy
         labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
         labels.update(node.clique_label(tuple(gpus), warnings))
+        if topology_labels:
+            graph = partitions.link_graph(snapshot)
+            table = partitions.partition_table(snapshot, config.partitions)
+            labels.update(topology.topology_labels(snapshot, graph, table))
         resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
         warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
         for resource in sorted(resources):

@@ -86,3 +86,13 @@ def resource_key(resource: str, suffix: str) -> str:
 
 def full_key(name: str) -> str:
     return PREFIX + name
+
+
+# Interconnect labels, published only with --topology-labels (README "GPU topology").
+GPU_INTERCONNECT = "gpu.interconnect"
+GPU_NVLINK_VERSION = "gpu.nvlink.version"
+GPU_NVLINK_LINKS = "gpu.nvlink.links"
+GPU_NVLINK_LARGEST_GROUP = "gpu.nvlink.largest-group"
+GPU_PARTITION_SIZES = "gpu.partition-sizes"
+GPU_NUMA_NODES = "gpu.numa.nodes"
+GPU_NUMA_GPUS_PER_NODE = "gpu.numa.gpus-per-node"
