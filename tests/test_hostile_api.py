@@ -26,7 +26,7 @@ from gfd.outputs.nodelabels import (
     owned_keys_from,
 )
 from gfd.settings import Settings
-from tests.fakes.fake_apiserver import Fault, FakeApiServer
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -388,7 +388,7 @@ def test_a_stalling_server_cannot_hold_a_request(
     api: FakeApiServer, quick_client: KubeClient, stall: Fault
 ) -> None:
     api.inject(stall)
-    with pytest.raises(PublishError, match="deadline|timed out") as raised:
+    with pytest.raises(PublishError, match=r"deadline|timed out") as raised:
         quick_client.run("get node n1", lambda: quick_client.request("GET", NODE))
     assert "gave up after" in str(raised.value)
 
@@ -445,9 +445,8 @@ def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> 
     path.write_text(json.dumps(config))
     client = KubeClient(str(path), budget=0.3)
     observability._structlog()
-    with structlog.testing.capture_logs() as logs:
-        with pytest.raises(PublishError) as raised:
-            client.run("get node n1", lambda: client.request("GET", NODE))
+    with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
+        client.run("get node n1", lambda: client.request("GET", NODE))
     assert "s3cr3t" not in str(raised.value)
     assert "admin" not in str(raised.value)
     assert "***@127.0.0.1:9" in str(raised.value)
