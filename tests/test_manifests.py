@@ -17,10 +17,12 @@ import http.client
 import importlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -357,17 +359,10 @@ def test_security_context_is_least_privilege(
     assert security.get("privileged", False) is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
-    writes_host = FEATURES_DIR in mounts(container) and not mounts(container)[FEATURES_DIR].get(
-        "readOnly", False
-    )
-    if writes_host:
-        # The host's features.d belongs to root: its writer is uid 0 without a single
-        # capability (see manifests/overlays/nfd-features-file/features-file.yaml).
-        assert security["runAsUser"] == 0
-        assert security["runAsNonRoot"] is False
-    else:
-        assert security["runAsNonRoot"] is True
-        assert security["runAsUser"] != 0
+    # gfd never runs as root, not even where it writes the root-owned host features.d
+    # (an init container makes that directory group-writable: see features-file.yaml)
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
     assert pod_spec(obj).get("hostNetwork", False) is False
     assert pod_spec(obj).get("hostPID", False) is False
 
@@ -491,11 +486,97 @@ def test_mig_components_set_the_strategy_and_the_monitor_device(
     assert gfd_settings(obj, container).mig_strategy == strategy
     assert container_environment(obj, container)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
     security = effective_security(obj, container)
-    # The runtime only grants the monitor device to a container holding SYS_ADMIN; the
-    # process itself stays as it was.
+    # The runtime only grants the monitor device to a container whose bounding set holds
+    # SYS_ADMIN; the process is not root, so it never holds the capability itself.
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert security["allowPrivilegeEscalation"] is False
     assert security.get("privileged", False) is False
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
+
+
+def all_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod_spec(obj)
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+@pytest.mark.parametrize("component", ["", "+mig-single", "+mig-mixed", "+runtime-class-nvidia"])
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_no_container_runs_as_root_with_a_capability(
+    overlay: str, component: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    """Root appears only in the features.d init container, and there with no capability;
+    a capability (the MIG components' SYS_ADMIN) appears only in a non-root container."""
+    obj = workload(overlay, rendered(overlay + component))
+    for container in all_containers(obj):
+        security = effective_security(obj, container)
+        # runAsNonRoot without a user: the kubelet refuses an image whose user is root
+        root = security.get("runAsUser") == 0 or not security.get("runAsNonRoot", False)
+        assert security.get("privileged", False) is False, container["name"]
+        assert security.get("allowPrivilegeEscalation") is False, container["name"]
+        assert "ALL" in security["capabilities"]["drop"], container["name"]
+        if root:
+            assert container["name"] == "features-d-group", container["name"]
+            assert security["capabilities"] == {"drop": ["ALL"]}
+        if container["name"] == "gfd":
+            assert not root
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_features_d_is_made_group_writable_for_gfd_by_an_init_container(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    gfd = gfd_container(obj)
+    inits = {c["name"]: c for c in pod_spec(obj).get("initContainers", [])}
+    writes_host = FEATURES_DIR in mounts(gfd) and not mounts(gfd)[FEATURES_DIR].get("readOnly")
+    assert ("features-d-group" in inits) == writes_host
+    if not writes_host:
+        return
+    init = inits["features-d-group"]
+    security = effective_security(obj, init)
+    gfd_security = effective_security(obj, gfd)
+    # the directory goes to gfd's group, which the init container holds as its own
+    assert security["runAsUser"] == 0
+    assert security["runAsGroup"] == gfd_security["runAsGroup"] == 65532
+    assert "65532" in init["args"][0]
+    assert init["args"][1] == FEATURES_DIR
+    assert mounts(init)[FEATURES_DIR]["name"] == mounts(gfd)[FEATURES_DIR]["name"]
+    assert init["image"] == gfd["image"]
+
+
+def test_the_init_script_needs_no_capability(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    """Run the init container's script as uid 0 in group 65532 with every capability
+    dropped (setpriv), on a root-owned 0755 directory: it becomes root:65532 0775, and gfd's
+    user can then replace a file in it."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to drop every capability")
+    init = pod_spec(workload("nfd-features-file", rendered("nfd-features-file")))["initContainers"][
+        0
+    ]
+    # outside pytest's own (0700) tmp tree, so that uid 65532 can reach it
+    top = Path(tempfile.mkdtemp(prefix="gfd-features-"))
+    top.chmod(0o755)
+    directory = top / "features.d"
+    directory.mkdir(mode=0o755)
+    os.chown(directory, 0, 0)
+    no_caps = [setpriv, "--clear-groups", "--bounding-set", "-all", "--inh-caps", "-all"]
+    subprocess.run(
+        [*no_caps, "--reuid", "0", "--regid", "65532", sys.executable, "-c", init["args"][0]]
+        + [str(directory)],
+        check=True,
+    )
+    assert (directory.stat().st_gid, directory.stat().st_mode & 0o777) == (65532, 0o775)
+    subprocess.run(
+        [*no_caps, "--reuid", "65532", "--regid", "65532", "sh", "-c"]
+        + [f"echo a=b > {directory}/.gfd-x && mv {directory}/.gfd-x {directory}/gfd"],
+        check=True,
+    )
+    assert (directory / "gfd").read_text() == "a=b\n"
+    shutil.rmtree(top)
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
@@ -550,7 +631,6 @@ def test_nodefeature_rbac_is_namespaced_and_minimal(
         ("nfd.k8s-sigs.io", "nodefeatures", "create"),
         ("nfd.k8s-sigs.io", "nodefeatures", "update"),
         ("", "pods", "get"),
-        ("apps", "daemonsets", "get"),
     }
     binding = only(objects, "RoleBinding")
     namespace, name = service_account_of("nodefeature", objects)
