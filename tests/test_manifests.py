@@ -564,17 +564,13 @@ def test_the_init_script_needs_no_capability(
     directory.mkdir(mode=0o755)
     os.chown(directory, 0, 0)
     no_caps = [setpriv, "--clear-groups", "--bounding-set", "-all", "--inh-caps", "-all"]
-    subprocess.run(
-        [*no_caps, "--reuid", "0", "--regid", "65532", sys.executable, "-c", init["args"][0]]
-        + [str(directory)],
-        check=True,
-    )
+    script = init["args"][0]
+    as_init = [*no_caps, "--reuid", "0", "--regid", "65532"]
+    subprocess.run([*as_init, sys.executable, "-c", script, str(directory)], check=True)
     assert (directory.stat().st_gid, directory.stat().st_mode & 0o777) == (65532, 0o775)
-    subprocess.run(
-        [*no_caps, "--reuid", "65532", "--regid", "65532", "sh", "-c"]
-        + [f"echo a=b > {directory}/.gfd-x && mv {directory}/.gfd-x {directory}/gfd"],
-        check=True,
-    )
+    as_gfd = [*no_caps, "--reuid", "65532", "--regid", "65532"]
+    replace = f"echo a=b > {directory}/.gfd-x && mv {directory}/.gfd-x {directory}/gfd"
+    subprocess.run([*as_gfd, "sh", "-c", replace], check=True)
     assert (directory / "gfd").read_text() == "a=b\n"
     shutil.rmtree(top)
 
