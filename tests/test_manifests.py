@@ -33,6 +33,7 @@ import pytest
 
 from gfd import __version__
 from gfd.errors import UsageError
+from gfd.labels import keys
 from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -861,6 +862,73 @@ POLICY_CASES: list[tuple[str, str | None, dict[str, Any], dict[str, Any], bool]]
 ]
 
 
+def set_label(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
+    def change(obj: dict[str, Any]) -> None:
+        if value is None:
+            obj["metadata"]["labels"].pop(key, None)
+        else:
+            obj["metadata"]["labels"][key] = value
+
+    return change
+
+
+OLD_WITH_OPERATOR_LABELS = with_changes(
+    GOOD,
+    lambda n: n["metadata"]["labels"].update(
+        {
+            "nvidia.com/mig.config": "all-1g.5gb",
+            "nvidia.com/gpu.deploy.device-plugin": "true",
+            "nvidia.com/device-plugin.config": "a100",
+        }
+    ),
+)
+for _key in (
+    "nvidia.com/mig.config",
+    "nvidia.com/gpu.deploy.device-plugin",
+    "nvidia.com/gpu.present",
+    "nvidia.com/device-plugin.config",
+):
+    POLICY_CASES += [
+        (
+            f"change {_key}",
+            "gpu-node-1",
+            OLD_WITH_OPERATOR_LABELS,
+            with_changes(OLD_WITH_OPERATOR_LABELS, set_label(_key, "changed")),
+            False,
+        ),
+        (
+            f"remove {_key}",
+            "gpu-node-1",
+            OLD_WITH_OPERATOR_LABELS,
+            with_changes(OLD_WITH_OPERATOR_LABELS, set_label(_key, None)),
+            False,
+        ),
+    ]
+POLICY_CASES += [
+    (
+        "add a nvidia.com/ key gfd cannot produce",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, set_label("nvidia.com/gpu.deploy.gpu-feature-discovery", "false")),
+        False,
+    ),
+    (
+        "add gfd keys of a renamed MIG resource",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, set_label("nvidia.com/mig-1g.5gb.me.slices.gi", "1")),
+        True,
+    ),
+    (
+        "gfd keys change while operator labels stay",
+        "gpu-node-1",
+        OLD_WITH_OPERATOR_LABELS,
+        with_changes(OLD_WITH_OPERATOR_LABELS, set_label("nvidia.com/gpu.count", "4")),
+        True,
+    ),
+]
+
+
 @pytest.fixture(scope="module")
 def node_policy(rendered: Callable[[str], list[dict[str, Any]]]) -> tuple[Policy, str]:
     objects = rendered("node-labels")
@@ -910,6 +978,141 @@ def test_admission_policy_is_bound_and_denies(
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
     ]
+
+
+SAMPLE_KEYS = [
+    *(keys.full_key(name) for name in keys.NODE_WIDE),
+    *(
+        keys.full_key(f"{r}.{s}")
+        for r in ("gpu", "mig-1g.5gb.me", "a100")
+        for s in keys.PER_RESOURCE
+    ),
+    *(keys.full_key(name) for name in keys.FOREIGN_NAMES),
+    *(keys.full_key(p + "x") for p in keys.FOREIGN_NAME_PREFIXES),
+    "nvidia.com/gpu.deploy.product",
+    "nvidia.com/mig.config.state",
+    "nvidia.com/gpu.count.extra",
+    "nvidia.com/GPU.count",
+    "nvidia.com/-gpu.count",
+    "nvidia.com/.count",
+    "nvidia.com/count",
+    "nvidia.com/gpu.",
+    "nvidia.com.evil/gpu.count",
+    "example.com/gpu.count",
+    "kubernetes.io/hostname",
+]
+
+
+@pytest.mark.parametrize("overlay", ["node-labels", "nodefeature"])
+def test_the_policies_admit_exactly_the_keys_gfd_can_produce(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    """The CEL spelling of "a key gfd can produce" agrees with gfd/labels/keys.py."""
+    policy = Policy(only(rendered(overlay), "ValidatingAdmissionPolicy"))
+    variables = dict(policy.variables)
+    node_wide = {str(k) for k in variables["nodeWideKeys"].evaluate({})}
+    assert node_wide == {keys.full_key(name) for name in keys.NODE_WIDE}
+    celtypes = policy.celpy.celtypes
+    computed = celtypes.MapType(
+        {
+            celtypes.StringType(name): variables[name].evaluate({})
+            for name in ("nodeWideKeys", "perResourceKey", "foreignKey")
+        }
+    )
+    # the test each validation applies to a key (CEL's own matches(), RE2 syntax)
+    ours = policy._program(
+        "(k in variables.nodeWideKeys || k.matches(variables.perResourceKey))"
+        " && !k.matches(variables.foreignKey)"
+    )
+    for key in SAMPLE_KEYS:
+        admitted = bool(ours.evaluate({"k": celtypes.StringType(key), "variables": computed}))
+        assert admitted == keys.can_produce(key), key
+
+
+def nodefeature_request(
+    requester: str | None, name: str, node_label: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    obj = {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"nfd.node.kubernetes.io/node-name": node_label},
+        },
+        "spec": {"features": {}, "labels": labels},
+    }
+    return request_from(f"system:serviceaccount:{NAMESPACE}:gfd", requester, obj, obj)
+
+
+NODEFEATURE_CASES = [
+    ("own node", "gpu-node-1", "nvidia-features-for-gpu-node-1", "gpu-node-1", {}, True),
+    (
+        "own node with gfd labels",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {"nvidia.com/gpu.count": "8", "nvidia.com/gfd.timestamp": "1"},
+        True,
+    ),
+    (
+        "another node's object",
+        "gpu-node-2",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {},
+        False,
+    ),
+    (
+        "own name, other node's label",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-2",
+        {},
+        False,
+    ),
+    ("token without a node", None, "nvidia-features-for-gpu-node-1", "gpu-node-1", {}, False),
+    ("another object name", "gpu-node-1", "gpu-node-1", "gpu-node-1", {}, False),
+    (
+        "an operator control label",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {"nvidia.com/mig.config": "all-disabled"},
+        False,
+    ),
+    (
+        "a label outside nvidia.com/",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {"node-role.kubernetes.io/control-plane": ""},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("requester", "name", "node_label", "labels", "allowed"),
+    [case[1:] for case in NODEFEATURE_CASES],
+    ids=[case[0] for case in NODEFEATURE_CASES],
+)
+def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
+    requester: str | None,
+    name: str,
+    node_label: str,
+    labels: dict[str, str],
+    allowed: bool,
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    objects = rendered("nodefeature")
+    policy = Policy(only(objects, "ValidatingAdmissionPolicy"))
+    namespace, account = service_account_of("nodefeature", objects)
+    assert (namespace, account) == (NAMESPACE, "gfd")
+    denials = policy.denials(nodefeature_request(requester, name, node_label, labels))
+    assert (denials == []) == allowed, denials
+    binding = only(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": "gfd-nodefeature", "validationActions": ["Deny"]}
 
 
 # ---------------------------------------------------------------------- probes, for real
