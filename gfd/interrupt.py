@@ -17,8 +17,12 @@ thread ``interruptible`` only checks the flag on entry.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+#: how often a wait looks at the stop flag (a signal handler takes no lock: see sleep())
+_POLL_SECONDS = 0.05
 
 
 class Interrupted(BaseException):
@@ -31,7 +35,7 @@ class Interrupted(BaseException):
 
 class _State:
     def __init__(self) -> None:
-        self.stop = threading.Event()
+        self.stop = False
         self.name = ""
         self.depth = 0  # how deep the main thread is inside interruptible()
 
@@ -43,26 +47,34 @@ def request_stop(name: str = "a stop signal") -> None:
     """Ask blocking work to end.  Called from a signal handler (main thread); raises
     :class:`Interrupted` when the main thread is inside :func:`interruptible`."""
     _state.name = _state.name or name
-    _state.stop.set()
+    _state.stop = True
     if _state.depth and threading.current_thread() is threading.main_thread():
         _state.depth = 0  # raised once; the region is left by the exception
         raise Interrupted(_state.name)
 
 
 def stop_requested() -> bool:
-    return _state.stop.is_set()
+    return _state.stop
 
 
 def check() -> None:
     """Raise :class:`Interrupted` when a stop was requested."""
-    if _state.stop.is_set():
+    if _state.stop:
         raise Interrupted(_state.name)
 
 
 def sleep(seconds: float) -> None:
-    """Wait ``seconds``, or less when a stop is requested (then raise Interrupted)."""
-    if _state.stop.wait(max(0.0, seconds)):
-        raise Interrupted(_state.name)
+    """Wait ``seconds``, or less when a stop is requested (then raise Interrupted).
+
+    Waits in short sleeps rather than on an Event: setting an Event from a signal handler
+    takes its lock, which the interrupted main thread may be holding."""
+    deadline = time.monotonic() + max(0.0, seconds)
+    while True:
+        check()
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(_POLL_SECONDS, left))
 
 
 @contextmanager
@@ -81,6 +93,6 @@ def interruptible() -> Iterator[None]:
 
 def reset() -> None:
     """Forget a stop request (tests; a process stops once)."""
-    _state.stop.clear()
+    _state.stop = False
     _state.name = ""
     _state.depth = 0
