@@ -196,3 +196,27 @@ def test_a_password_in_the_server_url_never_reaches_the_log(tmp_path: Path) -> N
     assert "retrying" in done.stderr  # connection errors were logged...
     assert "s3cr3t" not in done.stderr  # ...without the password
     assert "***@127.0.0.1:9" in done.stderr
+
+
+@pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
+def test_a_second_start_on_a_labelled_node_writes_nothing(
+    api: FakeApiServer, kubeconfig: str, output: str
+) -> None:
+    args = [
+        output,
+        "--node-name",
+        "n1",
+        "--kubeconfig",
+        kubeconfig,
+        "--snapshot-file",
+        SNAPSHOT,
+        "--no-timestamp",
+        "--oneshot",
+    ]
+    first = run_gfd(*args)
+    assert first.returncode == 0, first.stderr
+    assert api.count("PATCH") + api.count("POST") == 1
+    api.clear_requests()
+    second = run_gfd(*args)
+    assert second.returncode == 0, second.stderr
+    assert {request.method for request in api.requests} == {"GET"}
