@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 
 from gfd import observability
 from gfd.errors import PublishError, UsageError
-from gfd.labels import keys
+from gfd.labels import build, keys
 from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.outputs.nodelabels import (
@@ -27,6 +30,7 @@ from gfd.outputs.nodelabels import (
 )
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
+from tests.strategies import configs, snapshots
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -451,3 +455,28 @@ def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> 
     assert "admin" not in str(raised.value)
     assert "***@127.0.0.1:9" in str(raised.value)
     assert logs and "s3cr3t" not in repr(logs)
+
+
+def test_every_key_gfd_publishes_is_one_it_can_own() -> None:
+    """The key table of can_produce covers every key the labellers publish (a new label
+    key must be added to gfd/labels/keys.py's NODE_WIDE or PER_RESOURCE)."""
+    expected = Path(__file__).parent / "fixtures" / "expected"
+    published = {
+        line.split("=", 1)[0]
+        for path in expected.glob("*.labels")
+        for line in path.read_text().splitlines()
+        if "=" in line
+    }
+    assert len(published) > 40
+    assert sorted(key for key in published if not keys.can_produce(key)) == []
+
+
+@settings_(max_examples=150, deadline=None)
+@given(snapshots(), st.sampled_from(["none", "single", "mixed"]), configs())
+def test_any_snapshot_and_config_publish_only_keys_gfd_can_own(
+    snap: Any, strategy: str, config: Any
+) -> None:
+    if config.sharing.strategy == "mps" and any(g.mig and g.mig.enabled for g in snap.gpus):
+        return  # the documented ConfigError
+    labels = build(snap, strategy, config, 1).labels
+    assert [key for key in labels if not keys.can_produce(key)] == []
