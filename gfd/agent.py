@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
+from gfd import interrupt
 from gfd import labels as labelling
 from gfd.errors import (
     ConfigError,
@@ -115,6 +116,9 @@ class Agent:
             self._signals.stop = True
             self._signals.name = signal.Signals(signum).name
         self._wake.set()
+        if self._signals.stop:
+            # cut an API request or a wait between retries short (raises there)
+            interrupt.request_stop(self._signals.name)
 
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
