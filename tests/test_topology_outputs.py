@@ -204,6 +204,18 @@ def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: 
     assert api.node_annotations("n1")["someone/else"] == "x"
 
 
+def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_path: Path) -> None:
+    """Issue 16: a start on a node that already carries the right labels (and, here, the
+    right partition annotation) sends no write at all."""
+    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    assert Agent(settings, reload_settings=lambda: settings).run_pass()
+    patches = api.count("PATCH")
+    restarted = Agent(settings, reload_settings=lambda: settings)
+    assert restarted.run_pass()
+    assert api.count("PATCH") == patches
+    assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
+
+
 def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> None:
     settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
     agent = Agent(settings, reload_settings=lambda: settings)

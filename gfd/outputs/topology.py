@@ -46,19 +46,32 @@ class PartitionsAnnotation:
         value = dumps(table) if table else None
         if value == self._published:
             return False
+        if self._published is False and self._current() == value:
+            # a restart on a node that already carries this table writes nothing
+            self._published = value
+            return False
         self._patch(value)
         self._published = value
         self._log.info("patched the gpu partitions annotation", partitions=bool(value))
         return True
 
+    def _current(self) -> str | None:
+        """The annotation's value on the node now (None: absent)."""
+        from gfd.outputs.kube import string_map
+
+        def read() -> str | None:
+            node = self._client.request("GET", self._path)
+            return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
+
+        return self._client.run(f"read node {self.node_name}", read)
+
     def cleanup(self) -> None:
         """Remove the annotation if it is there (a node without it is not written to)."""
-        from gfd.outputs.kube import MERGE_PATCH
+        from gfd.outputs.kube import MERGE_PATCH, string_map
 
         def remove() -> None:
             node = self._client.request("GET", self._path)
-            annotations = (node.get("metadata") or {}).get("annotations") or {}
-            if PARTITIONS_ANNOTATION in annotations:
+            if PARTITIONS_ANNOTATION in string_map(node, "metadata", "annotations"):
                 patch = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: None}}}
                 self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
 
