@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+from gfd import interrupt
 from gfd import labels as labelling
 from gfd.errors import (
     ConfigError,
@@ -28,6 +29,7 @@ from gfd.errors import (
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
 from gfd.outputs.registry import output_identity
+from gfd.outputs.topology import TopologyOutputs, make_topology_outputs
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -101,6 +103,7 @@ class Agent:
         self._sleep = self._sleep_until_woken if wait is None else wait
         self.metrics: Metrics = start_metrics(settings) if metrics is None else metrics
         self.output: Output = build_output(settings) if output is None else output
+        self.topology_outputs = make_topology_outputs(settings)  # besides the labels; or None
         # what was in force before the last reload, until the reloaded settings proved good
         self._previous: tuple[Settings, Output] | None = None
         self._started = False  # becomes True after the process's first pass
@@ -116,6 +119,8 @@ class Agent:
             self.request_reload()
         else:
             self.request_stop(signal.Signals(signum).name)
+            # cut an API request or a wait between retries short (raises there)
+            interrupt.request_stop(self._signals.name)
 
     def request_reload(self) -> None:
         """What SIGHUP does: reload the settings after the current pass or wait."""
@@ -160,6 +165,7 @@ class Agent:
                 self.settings.mig_strategy,
                 self.settings.config,
                 None if self.settings.no_timestamp else self.timestamp,
+                topology_labels=self.settings.topology_labels,
             )
             for warning in result.warnings:
                 self.log.warning("label warning", detail=warning)
@@ -168,6 +174,8 @@ class Agent:
             label_count = len(result.labels)
             self._offer_features(snapshot)
             changed = self._publish(result.labels)
+            if self.topology_outputs is not None:
+                self.topology_outputs.publish(snapshot, self.settings.config.partitions)
         except (SnapshotError, ConfigError) as exc:
             if not self._started:
                 # bad input at start: one line on stderr (by the CLI) and exit 2, nothing else
@@ -318,8 +326,25 @@ class Agent:
     def _switch(self, settings: Settings, output: Output) -> None:
         self.settings = settings
         self.output = output
+        self._switch_topology_outputs(make_topology_outputs(settings))
         self.metrics.set_sleep_interval(settings.sleep_interval)
         self._new_run()
+
+    def _switch_topology_outputs(self, new: TopologyOutputs | None) -> None:
+        """Reloaded settings that no longer want the partitions annotation or the koordlet
+        file (or want it elsewhere) remove what the old ones wrote."""
+        old, self.topology_outputs = self.topology_outputs, new
+        if old is None:
+            return
+        try:
+            if old.annotation is not None and (new is None or new.annotation is None):
+                old.annotation.cleanup()
+            if old.koordlet is not None and (
+                new is None or new.koordlet is None or new.koordlet.path != old.koordlet.path
+            ):
+                old.koordlet.cleanup()
+        except PublishError as exc:
+            self.log.error("removing what gfd published beside the labels failed", error=str(exc))
 
     def _exit_output(self) -> None:
         try:

@@ -84,10 +84,19 @@ def _build_command() -> click.Command:
         default=False,
         help="remove what gfd published for this node with the selected output, and exit",
     )
+    @click.option(
+        "--dump-partitions",
+        is_flag=True,
+        default=False,
+        help="discover once (or read --snapshot-file), print the GPU partition table as "
+        "Koordinator's JSON and exit",
+    )
     @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
-    def command(dump_snapshot: bool, cleanup: bool, **values: Any) -> int:
+    def command(dump_snapshot: bool, cleanup: bool, dump_partitions: bool, **values: Any) -> int:
         given = {name: value for name, value in values.items() if value is not None}
-        return run(given, dump_snapshot=dump_snapshot, cleanup=cleanup)
+        return run(
+            given, dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions
+        )
 
     for option in reversed(OPTIONS):
         if option.flag:
@@ -100,12 +109,20 @@ def _fail(message: str, status: int) -> int:
     return status
 
 
-def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> int:
+def run(
+    cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool, dump_partitions: bool = False
+) -> int:
     from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
     from gfd.observability import configure_logging, get_logger
 
     def load() -> Settings:
-        return resolve(cli_values, os.environ, dump_snapshot=dump_snapshot, cleanup=cleanup)
+        return resolve(
+            cli_values,
+            os.environ,
+            dump_snapshot=dump_snapshot,
+            cleanup=cleanup,
+            dump_partitions=dump_partitions,
+        )
 
     try:
         settings = load()
@@ -127,6 +144,8 @@ def run(cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool) -> in
 
     if dump_snapshot:
         return _dump_snapshot(settings, preloaded)
+    if dump_partitions:
+        return _dump_partitions(settings, preloaded)
     if cleanup:
         return _cleanup(settings)
 
@@ -163,15 +182,42 @@ def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
     return 0
 
 
+def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
+    from gfd import partitions
+    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
+    from gfd.discovery import read_snapshot
+    from gfd.errors import ConfigError, DiscoveryError, NvmlUnavailableError
+    from gfd.labels.partitions import partition_table
+    from gfd.observability import NullMetrics, get_logger
+
+    found = preloaded
+    try:
+        if found is None:
+            found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
+        table = partition_table(found, settings.config.partitions)
+    except (NvmlUnavailableError, DiscoveryError) as exc:
+        return _fail(str(exc), EXIT_RUNTIME)
+    except ConfigError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    if found.topology is None and settings.config.partitions is None:
+        get_logger().warning("the snapshot has no topology section; the table is empty")
+    sys.stdout.write(partitions.dumps(table, pretty=True) + "\n")
+    return 0
+
+
 def _cleanup(settings: Settings) -> int:
     from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
     from gfd.errors import PublishError
     from gfd.observability import get_logger
     from gfd.outputs import make_output
+    from gfd.outputs.topology import make_topology_outputs
 
     try:
         output = make_output(settings)
         output.cleanup()
+        extras = make_topology_outputs(settings, cleanup=True)
+        if extras is not None:
+            extras.cleanup()
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except PublishError as exc:

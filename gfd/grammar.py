@@ -14,6 +14,8 @@ PREFIX = "nvidia.com/"
 #: a label name (the part after the prefix) and a label value are at most this long
 MAX_NAME_LENGTH = 63
 _LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+#: a resource name as the config allows it (SPEC §4.1: a lowercase DNS label with dots)
+RESOURCE_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 #: the per-resource label suffix "<resource>.sharing-strategy" (labels/keys.py names it)
 SHARING_STRATEGY = "sharing-strategy"
 #: the longest per-resource suffix: a resource name must leave room for it in a label name

@@ -18,8 +18,10 @@ from typing import Any
 from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
-from gfd.grammar import LONGEST_RESOURCE_SUFFIX, PREFIX, is_valid_label_name
+from gfd.grammar import LONGEST_RESOURCE_SUFFIX, PREFIX, RESOURCE_NAME, is_valid_label_name
 from gfd.outputs.registry import output_kind_of
+from gfd.partitions import PartitionTable
+from gfd.partitions import parse_table as parse_partition_table
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 #: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
@@ -296,6 +298,27 @@ OPTIONS: tuple[Option, ...] = (
         "host:port for /metrics, /healthz and /readyz (empty: off)",
     ),
     Option(
+        "topology_labels",
+        "--topology-labels",
+        ("GFD_TOPOLOGY_LABELS",),
+        ("flags", "gfd", "topologyLabels"),
+        False,
+        parse_bool,
+        "discover the GPU interconnect and publish the nvidia.com/gpu.interconnect, "
+        "gpu.nvlink.*, gpu.partition-sizes and gpu.numa.* labels",
+        is_bool=True,
+    ),
+    Option(
+        "koordlet_device_infos_dir",
+        "--koordlet-device-infos-dir",
+        ("GFD_KOORDLET_DEVICE_INFOS_DIR",),
+        ("flags", "gfd", "koordletDeviceInfosDir"),
+        "",
+        _parse_str,
+        "also write koordlet device-info JSON (GPUs and NVLink partitions) into this "
+        "directory (empty: off)",
+    ),
+    Option(
         "log_format",
         "--log-format",
         ("GFD_LOG_FORMAT",),
@@ -376,6 +399,7 @@ class Config:
     gpu_patterns: tuple[ResourcePattern, ...] = ()
     mig_patterns: tuple[ResourcePattern, ...] = ()
     sharing: Sharing = field(default_factory=Sharing)
+    partitions: PartitionTable | None = None  # `partitions:`: replaces the computed table
 
 
 @dataclass(frozen=True)
@@ -385,7 +409,6 @@ class LoadedConfig:
     warnings: tuple[str, ...]
 
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -405,7 +428,7 @@ def _sequence(value: Any, where: str) -> list[Any]:
 
 
 def _resource_name_error(name: str) -> str | None:
-    if not _DNS_LABEL.fullmatch(name):
+    if not RESOURCE_NAME.fullmatch(name):
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
     longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
     if not is_valid_label_name(longest):
@@ -573,13 +596,25 @@ def parse_config_text(text: str, source: str) -> LoadedConfig:
         raise ConfigError(f"config file {source}: {exc}") from None
 
 
+_KNOWN_TOP_KEYS = ("version", "flags", "resources", "sharing", "partitions")
+
+
+def _parse_partitions(value: Any) -> PartitionTable | None:
+    if value is None:
+        return None
+    try:
+        return parse_partition_table(value, "partitions")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
     warnings: list[str] = []
     version = document.get("version")
     if version not in (None, "", "v1"):
         raise ConfigError(f"version: unsupported config version {_describe(version)} (expected v1)")
     for key in document:
-        if key not in ("version", "flags", "resources", "sharing") and key not in _IGNORED_TOP_KEYS:
+        if key not in _KNOWN_TOP_KEYS and key not in _IGNORED_TOP_KEYS:
             warnings.append(f"{key}: unknown key, ignored")
     flags = _parse_flags(document.get("flags"), warnings)
     resources = _mapping(document.get("resources"), "resources")
@@ -590,6 +625,7 @@ def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
         gpu_patterns=_parse_patterns(resources.get("gpus"), "resources.gpus"),
         mig_patterns=_parse_patterns(resources.get("mig"), "resources.mig"),
         sharing=_parse_sharing(document.get("sharing"), warnings),
+        partitions=_parse_partitions(document.get("partitions")),
     )
     return LoadedConfig(config=config, flags=flags, warnings=tuple(warnings))
 
@@ -625,11 +661,14 @@ class Settings:
     use_node_labels: bool = _DEFAULTS["use_node_labels"]
     snapshot_file: str | None = _DEFAULTS["snapshot_file"]
     metrics_address: str = _DEFAULTS["metrics_address"]
+    topology_labels: bool = _DEFAULTS["topology_labels"]
+    koordlet_device_infos_dir: str = _DEFAULTS["koordlet_device_infos_dir"]
     log_format: str | None = _DEFAULTS["log_format"]
     log_level: str = _DEFAULTS["log_level"]
     # actions (command line only)
     dump_snapshot: bool = False
     cleanup: bool = False
+    dump_partitions: bool = False
     # test seam: where sysfs is mounted (GFD_SYSFS_ROOT); not a public option
     sysfs_root: str = "/sys"
     config: Config = field(default_factory=Config)
@@ -663,6 +702,11 @@ class Settings:
         return None if math.isinf(horizon) else horizon
 
     @property
+    def wants_topology(self) -> bool:
+        """Discovery reads the interconnect only when something will use it."""
+        return self.topology_labels or self.dump_partitions or bool(self.koordlet_device_infos_dir)
+
+    @property
     def sleep_interval_text(self) -> str:
         return format_duration(self.sleep_interval)
 
@@ -684,6 +728,7 @@ def resolve(
     *,
     dump_snapshot: bool = False,
     cleanup: bool = False,
+    dump_partitions: bool = False,
 ) -> Settings:
     """Merge command line > environment > config file > defaults into validated Settings.
 
@@ -724,6 +769,7 @@ def resolve(
         **values,
         dump_snapshot=dump_snapshot,
         cleanup=cleanup,
+        dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
         warnings=loaded.warnings,
@@ -750,3 +796,5 @@ def _validate(settings: Settings) -> None:
             )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
+    if settings.dump_partitions and (settings.dump_snapshot or settings.cleanup):
+        raise UsageError("--dump-partitions, --dump-snapshot and --cleanup: choose one")

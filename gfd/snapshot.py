@@ -9,6 +9,7 @@ document, e.g. ``gpus[3].mig.devices[0].slices.gi: expected an integer, got 'x'`
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -103,6 +104,43 @@ class Driver:
     cuda: int
 
 
+# The GPU interconnect (optional ``topology`` section; README "Snapshot format").
+NVLINK_REMOTES = ("gpu", "nvswitch", "other")  # nvmlDeviceGetNvLinkRemoteDeviceType
+PCIE_LEVELS = ("internal", "single", "multiple", "hostbridge", "node", "system")
+
+
+@dataclass(frozen=True)
+class NvLink:
+    """One active NVLink of a GPU; a field NVML did not answer is None."""
+
+    link: int
+    version: int | None = None  # NVLink generation (1, 2, 3, ...), not NVML's enum
+    remote: str | None = None  # one of NVLINK_REMOTES
+    remote_pci_bus_id: str | None = None  # sysfs form; an NVSwitch's own id on NVSwitch boards
+
+
+@dataclass(frozen=True)
+class GpuTopology:
+    index: int
+    minor: int | None = None  # /dev/nvidia<minor> (nvmlDeviceGetMinorNumber)
+    numa_node: int | None = None  # /sys/bus/pci/devices/<bus id>/numa_node; None: none/unknown
+    cpu_affinity: str | None = None  # Linux CPU list, e.g. "0-47,96-143"
+    nvlinks: tuple[NvLink, ...] = ()  # active links only
+
+
+@dataclass(frozen=True)
+class GpuPair:
+    gpus: tuple[int, int]  # GPU indices, ascending
+    pcie: str | None = None  # nvmlDeviceGetTopologyCommonAncestor, one of PCIE_LEVELS
+    nvlink_p2p: bool | None = None  # nvmlDeviceGetP2PStatus(..., NVLINK) == OK
+
+
+@dataclass(frozen=True)
+class Topology:
+    gpus: tuple[GpuTopology, ...] = ()
+    pairs: tuple[GpuPair, ...] = ()
+
+
 @dataclass(frozen=True)
 class LostGpu:
     """A GPU that did not answer: NVML said GPU_IS_LOST (or that it needs a reset) for it,
@@ -129,6 +167,7 @@ class Snapshot:
     gpus: tuple[Gpu, ...] = ()
     #: GPUs that did not answer this time (``lost_gpus`` in the file, written when any)
     lost: tuple[LostGpu, ...] = ()
+    topology: Topology | None = None  # None: not discovered (older snapshots, option off)
 
 
 # --------------------------------------------------------------------------- loading
@@ -320,6 +359,106 @@ _lost_gpu = _record(
 _driver = _record(Driver, version=_Field(_str), cuda=_COUNT)
 
 
+_CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def _choice(*allowed: str) -> Callable[[Any, str], str]:
+    def parse(value: Any, path: str) -> str:
+        text = _str(value, path)
+        if text not in allowed:
+            raise SnapshotError(f"{path}: expected one of {', '.join(allowed)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def _cpu_list(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if not _CPU_LIST.match(text):
+        raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {text[:100]!r}")
+    return text
+
+
+def _nvlink(value: Any, path: str) -> NvLink:
+    r = _Reader(value, path)
+    link = NvLink(
+        link=r.required("link", _non_negative_int),
+        version=r.optional("version", _nullable(_non_negative_int), None),
+        remote=r.optional("remote", _nullable(_choice(*NVLINK_REMOTES)), None),
+        remote_pci_bus_id=r.optional("remote_pci_bus_id", _nullable(_str), None),
+    )
+    r.finish()
+    if link.version == 0:
+        raise SnapshotError(f"{path}.version: NVLink generations start at 1")
+    return link
+
+
+def _gpu_topology(value: Any, path: str) -> GpuTopology:
+    r = _Reader(value, path)
+    raw_links: list[Any] = r.optional("nvlinks", _list, [])
+    gpu = GpuTopology(
+        index=r.required("index", _non_negative_int),
+        minor=r.optional("minor", _nullable(_non_negative_int), None),
+        numa_node=r.optional("numa_node", _nullable(_non_negative_int), None),
+        cpu_affinity=r.optional("cpu_affinity", _nullable(_cpu_list), None),
+        nvlinks=tuple(_nvlink(item, f"{path}.nvlinks[{i}]") for i, item in enumerate(raw_links)),
+    )
+    r.finish()
+    seen: set[int] = set()
+    for i, link in enumerate(gpu.nvlinks):
+        if link.link in seen:
+            raise SnapshotError(f"{path}.nvlinks[{i}].link: duplicate link {link.link}")
+        seen.add(link.link)
+    return gpu
+
+
+def _gpu_pair(value: Any, path: str) -> GpuPair:
+    r = _Reader(value, path)
+    raw = r.required("gpus", _list)
+    pair = GpuPair(
+        gpus=(0, 0),
+        pcie=r.optional("pcie", _nullable(_choice(*PCIE_LEVELS)), None),
+        nvlink_p2p=r.optional("nvlink_p2p", _nullable(_bool), None),
+    )
+    r.finish()
+    ends = [_non_negative_int(item, f"{path}.gpus[{i}]") for i, item in enumerate(raw)]
+    if len(ends) != 2 or ends[0] >= ends[1]:
+        raise SnapshotError(f"{path}.gpus: expected two GPU indices in ascending order")
+    return GpuPair(gpus=(ends[0], ends[1]), pcie=pair.pcie, nvlink_p2p=pair.nvlink_p2p)
+
+
+def _topology(value: Any, path: str) -> Topology:
+    r = _Reader(value, path)
+    raw_gpus: list[Any] = r.optional("gpus", _list, [])
+    raw_pairs: list[Any] = r.optional("pairs", _list, [])
+    r.finish()
+    return Topology(
+        gpus=tuple(_gpu_topology(item, f"{path}.gpus[{i}]") for i, item in enumerate(raw_gpus)),
+        pairs=tuple(_gpu_pair(item, f"{path}.pairs[{i}]") for i, item in enumerate(raw_pairs)),
+    )
+
+
+def _check_topology(topology: Topology, indices: set[int]) -> None:
+    """Every GPU the topology names is one of ``gpus``, once per entry kind."""
+    seen: set[int] = set()
+    for i, gpu in enumerate(topology.gpus):
+        where = f"topology.gpus[{i}].index"
+        if gpu.index not in indices:
+            raise SnapshotError(f"{where}: no GPU has index {gpu.index}")
+        if gpu.index in seen:
+            raise SnapshotError(f"{where}: duplicate index {gpu.index}")
+        seen.add(gpu.index)
+    pairs: set[tuple[int, int]] = set()
+    for i, pair in enumerate(topology.pairs):
+        where = f"topology.pairs[{i}].gpus"
+        missing = [end for end in pair.gpus if end not in indices]
+        if missing:
+            raise SnapshotError(f"{where}: no GPU has index {missing[0]}")
+        if pair.gpus in pairs:
+            raise SnapshotError(f"{where}: duplicate pair {list(pair.gpus)}")
+        pairs.add(pair.gpus)
+
+
 def from_dict(document: Any) -> Snapshot:
     """Validate a parsed YAML/JSON document and build the snapshot it describes."""
     r = _Reader(document, "")
@@ -332,6 +471,7 @@ def from_dict(document: Any) -> Snapshot:
     vgpu = r.optional("vgpu", _nullable(_vgpu), no_vgpu)
     raw_gpus: list[Any] = r.optional("gpus", _list, [])
     raw_lost: list[Any] = r.optional("lost_gpus", _list, [])
+    topology = r.optional("topology", _nullable(_topology), None)
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))
@@ -352,7 +492,11 @@ def from_dict(document: Any) -> Snapshot:
             )
     if lost and driver is None:
         raise SnapshotError("driver: required when the snapshot lists lost GPUs")
-    return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, lost=lost)
+    if topology is not None:
+        _check_topology(topology, set(seen))
+    return Snapshot(
+        driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost
+    )
 
 
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
@@ -387,6 +531,17 @@ def _represent_hex(dumper: yaml.SafeDumper, value: _HexInt) -> yaml.Node:
 
 
 _Dumper.add_representer(_HexInt, _represent_hex)
+
+
+class _Flow(dict):  # type: ignore[type-arg]
+    """A small mapping YAML writes on one line (an NVLink, a GPU pair)."""
+
+
+def _represent_flow(dumper: yaml.SafeDumper, value: _Flow) -> yaml.Node:
+    return dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True)
+
+
+_Dumper.add_representer(_Flow, _represent_flow)
 
 # Characters PyYAML writes raw in plain or single-quoted scalars but reads back as line
 # breaks; a string holding one must be double-quoted (escaped) to survive a round trip.
@@ -446,9 +601,48 @@ def _gpu_dict(gpu: Gpu, hex_class: bool) -> dict[str, Any]:
     }
 
 
+def _without_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _topology_dict(topology: Topology) -> dict[str, Any]:
+    """Unknown fields and empty link lists are left out (they load back as None / [])."""
+    gpus = []
+    for gpu in topology.gpus:
+        entry = _without_none(
+            {
+                "index": gpu.index,
+                "minor": gpu.minor,
+                "numa_node": gpu.numa_node,
+                "cpu_affinity": gpu.cpu_affinity,
+            }
+        )
+        if gpu.nvlinks:
+            entry["nvlinks"] = [
+                _Flow(
+                    _without_none(
+                        {
+                            "link": link.link,
+                            "version": link.version,
+                            "remote": link.remote,
+                            "remote_pci_bus_id": link.remote_pci_bus_id,
+                        }
+                    )
+                )
+                for link in gpu.nvlinks
+            ]
+        gpus.append(entry)
+    pairs = [
+        _Flow(_without_none({"gpus": list(p.gpus), "pcie": p.pcie, "nvlink_p2p": p.nvlink_p2p}))
+        for p in topology.pairs
+    ]
+    return {"gpus": gpus, "pairs": pairs}
+
+
 def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
     """The snapshot as plain data in the v1 layout (every key present, but ``lost_gpus``
-    only when a GPU was lost: a healthy node's snapshot stays as it was)."""
+    only when a GPU was lost and ``topology`` only when discovered: a healthy node's
+    snapshot, and an older one, dump as they were)."""
     document = {
         "version": SNAPSHOT_VERSION,
         "driver": None
@@ -473,6 +667,8 @@ def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
             {"index": gone.index, "pci_bus_id": gone.pci_bus_id, "reason": gone.reason}
             for gone in snapshot.lost
         ]
+    if snapshot.topology is not None:
+        document["topology"] = _topology_dict(snapshot.topology)
     return document
 
 

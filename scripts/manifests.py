@@ -44,7 +44,13 @@ NODE_PLACEHOLDER = "TARGET_NODE"
 SAMPLE_NODE = "gpu-node-1"
 
 # Components that apply to any overlay that runs the gfd container (DaemonSet or Job).
-WORKLOAD_COMPONENTS = ("mig-single", "mig-mixed", "vgpu-privileged", "runtime-class-nvidia")
+WORKLOAD_COMPONENTS = (
+    "mig-single",
+    "mig-mixed",
+    "vgpu-privileged",
+    "runtime-class-nvidia",
+    "koordlet",
+)
 # Components that are themselves a way of running (used by an overlay already).
 USE_COMPONENTS = ("nfd-worker-sidecar",)
 

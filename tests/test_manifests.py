@@ -17,10 +17,12 @@ import http.client
 import importlib
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +33,7 @@ import pytest
 
 from gfd import __version__
 from gfd.errors import UsageError
+from gfd.labels import keys
 from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -361,17 +364,10 @@ def test_security_context_is_least_privilege(
     assert security.get("privileged", False) is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
-    writes_host = FEATURES_DIR in mounts(container) and not mounts(container)[FEATURES_DIR].get(
-        "readOnly", False
-    )
-    if writes_host:
-        # The host's features.d belongs to root: its writer is uid 0 without a single
-        # capability (see manifests/overlays/nfd-features-file/features-file.yaml).
-        assert security["runAsUser"] == 0
-        assert security["runAsNonRoot"] is False
-    else:
-        assert security["runAsNonRoot"] is True
-        assert security["runAsUser"] != 0
+    # gfd never runs as root, not even where it writes the root-owned host features.d
+    # (an init container makes that directory group-writable: see features-file.yaml)
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
     assert pod_spec(obj).get("hostNetwork", False) is False
     assert pod_spec(obj).get("hostPID", False) is False
 
@@ -544,11 +540,93 @@ def test_mig_components_set_the_strategy_and_the_monitor_device(
     assert gfd_settings(obj, container).mig_strategy == strategy
     assert container_environment(obj, container)["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
     security = effective_security(obj, container)
-    # The runtime only grants the monitor device to a container holding SYS_ADMIN; the
-    # process itself stays as it was.
+    # The runtime only grants the monitor device to a container whose bounding set holds
+    # SYS_ADMIN; the process is not root, so it never holds the capability itself.
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
     assert security["allowPrivilegeEscalation"] is False
     assert security.get("privileged", False) is False
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
+
+
+def all_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod_spec(obj)
+    return [*spec.get("initContainers", []), *spec["containers"]]
+
+
+@pytest.mark.parametrize("component", ["", "+mig-single", "+mig-mixed", "+runtime-class-nvidia"])
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_no_container_runs_as_root_with_a_capability(
+    overlay: str, component: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    """Root appears only in the features.d init container, and there with no capability;
+    a capability (the MIG components' SYS_ADMIN) appears only in a non-root container."""
+    obj = workload(overlay, rendered(overlay + component))
+    for container in all_containers(obj):
+        security = effective_security(obj, container)
+        # runAsNonRoot without a user: the kubelet refuses an image whose user is root
+        root = security.get("runAsUser") == 0 or not security.get("runAsNonRoot", False)
+        assert security.get("privileged", False) is False, container["name"]
+        assert security.get("allowPrivilegeEscalation") is False, container["name"]
+        assert "ALL" in security["capabilities"]["drop"], container["name"]
+        if root:
+            assert container["name"] == "features-d-group", container["name"]
+            assert security["capabilities"] == {"drop": ["ALL"]}
+        if container["name"] == "gfd":
+            assert not root
+
+
+@pytest.mark.parametrize("overlay", sorted(WORKLOADS))
+def test_features_d_is_made_group_writable_for_gfd_by_an_init_container(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    obj = workload(overlay, rendered(overlay))
+    gfd = gfd_container(obj)
+    inits = {c["name"]: c for c in pod_spec(obj).get("initContainers", [])}
+    writes_host = FEATURES_DIR in mounts(gfd) and not mounts(gfd)[FEATURES_DIR].get("readOnly")
+    assert ("features-d-group" in inits) == writes_host
+    if not writes_host:
+        return
+    init = inits["features-d-group"]
+    security = effective_security(obj, init)
+    gfd_security = effective_security(obj, gfd)
+    # the directory goes to gfd's group, which the init container holds as its own
+    assert security["runAsUser"] == 0
+    assert security["runAsGroup"] == gfd_security["runAsGroup"] == 65532
+    assert "65532" in init["args"][0]
+    assert init["args"][1] == FEATURES_DIR
+    assert mounts(init)[FEATURES_DIR]["name"] == mounts(gfd)[FEATURES_DIR]["name"]
+    assert init["image"] == gfd["image"]
+
+
+def test_the_init_script_needs_no_capability(
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    """Run the init container's script as uid 0 in group 65532 with every capability
+    dropped (setpriv), on a root-owned 0755 directory: it becomes root:65532 0775, and gfd's
+    user can then replace a file in it."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("needs root and setpriv to drop every capability")
+    init = pod_spec(workload("nfd-features-file", rendered("nfd-features-file")))["initContainers"][
+        0
+    ]
+    # outside pytest's own (0700) tmp tree, so that uid 65532 can reach it
+    top = Path(tempfile.mkdtemp(prefix="gfd-features-"))
+    top.chmod(0o755)
+    directory = top / "features.d"
+    directory.mkdir(mode=0o755)
+    os.chown(directory, 0, 0)
+    no_caps = [setpriv, "--clear-groups", "--bounding-set", "-all", "--inh-caps", "-all"]
+    script = init["args"][0]
+    as_init = [*no_caps, "--reuid", "0", "--regid", "65532"]
+    subprocess.run([*as_init, sys.executable, "-c", script, str(directory)], check=True)
+    assert (directory.stat().st_gid, directory.stat().st_mode & 0o777) == (65532, 0o775)
+    as_gfd = [*no_caps, "--reuid", "65532", "--regid", "65532"]
+    replace = f"echo a=b > {directory}/.gfd-x && mv {directory}/.gfd-x {directory}/gfd"
+    subprocess.run([*as_gfd, "sh", "-c", replace], check=True)
+    assert (directory / "gfd").read_text() == "a=b\n"
+    shutil.rmtree(top)
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
@@ -603,7 +681,6 @@ def test_nodefeature_rbac_is_namespaced_and_minimal(
         ("nfd.k8s-sigs.io", "nodefeatures", "create"),
         ("nfd.k8s-sigs.io", "nodefeatures", "update"),
         ("", "pods", "get"),
-        ("apps", "daemonsets", "get"),
     }
     binding = only(objects, "RoleBinding")
     namespace, name = service_account_of("nodefeature", objects)
@@ -838,6 +915,73 @@ POLICY_CASES: list[tuple[str, str | None, dict[str, Any], dict[str, Any], bool]]
 ]
 
 
+def set_label(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
+    def change(obj: dict[str, Any]) -> None:
+        if value is None:
+            obj["metadata"]["labels"].pop(key, None)
+        else:
+            obj["metadata"]["labels"][key] = value
+
+    return change
+
+
+OLD_WITH_OPERATOR_LABELS = with_changes(
+    GOOD,
+    lambda n: n["metadata"]["labels"].update(
+        {
+            "nvidia.com/mig.config": "all-1g.5gb",
+            "nvidia.com/gpu.deploy.device-plugin": "true",
+            "nvidia.com/device-plugin.config": "a100",
+        }
+    ),
+)
+for _key in (
+    "nvidia.com/mig.config",
+    "nvidia.com/gpu.deploy.device-plugin",
+    "nvidia.com/gpu.present",
+    "nvidia.com/device-plugin.config",
+):
+    POLICY_CASES += [
+        (
+            f"change {_key}",
+            "gpu-node-1",
+            OLD_WITH_OPERATOR_LABELS,
+            with_changes(OLD_WITH_OPERATOR_LABELS, set_label(_key, "changed")),
+            False,
+        ),
+        (
+            f"remove {_key}",
+            "gpu-node-1",
+            OLD_WITH_OPERATOR_LABELS,
+            with_changes(OLD_WITH_OPERATOR_LABELS, set_label(_key, None)),
+            False,
+        ),
+    ]
+POLICY_CASES += [
+    (
+        "add a nvidia.com/ key gfd cannot produce",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, set_label("nvidia.com/gpu.deploy.gpu-feature-discovery", "false")),
+        False,
+    ),
+    (
+        "add gfd keys of a renamed MIG resource",
+        "gpu-node-1",
+        OLD,
+        with_changes(GOOD, set_label("nvidia.com/mig-1g.5gb.me.slices.gi", "1")),
+        True,
+    ),
+    (
+        "gfd keys change while operator labels stay",
+        "gpu-node-1",
+        OLD_WITH_OPERATOR_LABELS,
+        with_changes(OLD_WITH_OPERATOR_LABELS, set_label("nvidia.com/gpu.count", "4")),
+        True,
+    ),
+]
+
+
 @pytest.fixture(scope="module")
 def node_policy(rendered: Callable[[str], list[dict[str, Any]]]) -> tuple[Policy, str]:
     objects = rendered("node-labels")
@@ -887,6 +1031,141 @@ def test_admission_policy_is_bound_and_denies(
     assert policy["spec"]["matchConstraints"]["resourceRules"] == [
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}
     ]
+
+
+SAMPLE_KEYS = [
+    *(keys.full_key(name) for name in keys.NODE_WIDE),
+    *(
+        keys.full_key(f"{r}.{s}")
+        for r in ("gpu", "mig-1g.5gb.me", "a100")
+        for s in keys.PER_RESOURCE
+    ),
+    *(keys.full_key(name) for name in keys.FOREIGN_NAMES),
+    *(keys.full_key(p + "x") for p in keys.FOREIGN_NAME_PREFIXES),
+    "nvidia.com/gpu.deploy.product",
+    "nvidia.com/mig.config.state",
+    "nvidia.com/gpu.count.extra",
+    "nvidia.com/GPU.count",
+    "nvidia.com/-gpu.count",
+    "nvidia.com/.count",
+    "nvidia.com/count",
+    "nvidia.com/gpu.",
+    "nvidia.com.evil/gpu.count",
+    "example.com/gpu.count",
+    "kubernetes.io/hostname",
+]
+
+
+@pytest.mark.parametrize("overlay", ["node-labels", "nodefeature"])
+def test_the_policies_admit_exactly_the_keys_gfd_can_produce(
+    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+) -> None:
+    """The CEL spelling of "a key gfd can produce" agrees with gfd/labels/keys.py."""
+    policy = Policy(only(rendered(overlay), "ValidatingAdmissionPolicy"))
+    variables = dict(policy.variables)
+    node_wide = {str(k) for k in variables["nodeWideKeys"].evaluate({})}
+    assert node_wide == {keys.full_key(name) for name in keys.NODE_WIDE}
+    celtypes = policy.celpy.celtypes
+    computed = celtypes.MapType(
+        {
+            celtypes.StringType(name): variables[name].evaluate({})
+            for name in ("nodeWideKeys", "perResourceKey", "foreignKey")
+        }
+    )
+    # the test each validation applies to a key (CEL's own matches(), RE2 syntax)
+    ours = policy._program(
+        "(k in variables.nodeWideKeys || k.matches(variables.perResourceKey))"
+        " && !k.matches(variables.foreignKey)"
+    )
+    for key in SAMPLE_KEYS:
+        admitted = bool(ours.evaluate({"k": celtypes.StringType(key), "variables": computed}))
+        assert admitted == keys.can_produce(key), key
+
+
+def nodefeature_request(
+    requester: str | None, name: str, node_label: str, labels: dict[str, str]
+) -> dict[str, Any]:
+    obj = {
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+        "kind": "NodeFeature",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"nfd.node.kubernetes.io/node-name": node_label},
+        },
+        "spec": {"features": {}, "labels": labels},
+    }
+    return request_from(f"system:serviceaccount:{NAMESPACE}:gfd", requester, obj, obj)
+
+
+NODEFEATURE_CASES = [
+    ("own node", "gpu-node-1", "nvidia-features-for-gpu-node-1", "gpu-node-1", {}, True),
+    (
+        "own node with gfd labels",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {"nvidia.com/gpu.count": "8", "nvidia.com/gfd.timestamp": "1"},
+        True,
+    ),
+    (
+        "another node's object",
+        "gpu-node-2",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {},
+        False,
+    ),
+    (
+        "own name, other node's label",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-2",
+        {},
+        False,
+    ),
+    ("token without a node", None, "nvidia-features-for-gpu-node-1", "gpu-node-1", {}, False),
+    ("another object name", "gpu-node-1", "gpu-node-1", "gpu-node-1", {}, False),
+    (
+        "an operator control label",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {"nvidia.com/mig.config": "all-disabled"},
+        False,
+    ),
+    (
+        "a label outside nvidia.com/",
+        "gpu-node-1",
+        "nvidia-features-for-gpu-node-1",
+        "gpu-node-1",
+        {"node-role.kubernetes.io/control-plane": ""},
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("requester", "name", "node_label", "labels", "allowed"),
+    [case[1:] for case in NODEFEATURE_CASES],
+    ids=[case[0] for case in NODEFEATURE_CASES],
+)
+def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
+    requester: str | None,
+    name: str,
+    node_label: str,
+    labels: dict[str, str],
+    allowed: bool,
+    rendered: Callable[[str], list[dict[str, Any]]],
+) -> None:
+    objects = rendered("nodefeature")
+    policy = Policy(only(objects, "ValidatingAdmissionPolicy"))
+    namespace, account = service_account_of("nodefeature", objects)
+    assert (namespace, account) == (NAMESPACE, "gfd")
+    denials = policy.denials(nodefeature_request(requester, name, node_label, labels))
+    assert (denials == []) == allowed, denials
+    binding = only(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": "gfd-nodefeature", "validationActions": ["Deny"]}
 
 
 # ---------------------------------------------------------------------- probes, for real

@@ -35,6 +35,7 @@ from typing import Any
 
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
+from gfd.discovery import topology as topology_source
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
 from gfd.observability import Metrics, get_logger
 from gfd.settings import DISCOVERY_STRATEGIES, Settings
@@ -75,7 +76,11 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
         )
     module = nvml_source.load_module() if nvml is None else nvml
-    reading = nvml_source.read(module)
+    topology = None
+    if settings.wants_topology:
+        reading, topology = nvml_source.read_with_topology(module)
+    else:
+        reading = nvml_source.read(module)
     gpus = tuple(
         dataclasses.replace(
             gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id)
@@ -87,6 +92,9 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
         machine=sysfs.read_machine_type(settings.machine_type_file),
         vgpu=sysfs.scan_vgpu(settings.sysfs_root),
         gpus=gpus,
+        topology=None
+        if topology is None
+        else topology_source.with_numa_nodes(topology, gpus, settings.sysfs_root),
         lost=reading.lost + missing_from_nvml(settings.sysfs_root, reading, gpus),
     )
 

@@ -37,6 +37,7 @@ from gfd.snapshot import (
     MigDevice,
     MigEngines,
     MigSlices,
+    Topology,
 )
 
 # nvml.h return codes (pynvml.NVML_ERROR_*); numeric so a stand-in module needs only .value.
@@ -153,6 +154,15 @@ def read(nvml: Any) -> NvmlReading:
     """One pass over NVML (see :class:`NvmlReading`)."""
     with session(nvml):
         return _NvmlReader(nvml).read()
+
+
+def read_with_topology(nvml: Any) -> tuple[NvmlReading, Topology]:
+    """:func:`read` plus the interconnect, in the same NVML session (never fails on it)."""
+    from gfd.discovery.topology import TopologyReader
+
+    with session(nvml):
+        reading = _NvmlReader(nvml).read()
+        return reading, TopologyReader(nvml, normalize_bus_id).read(reading.gpus)
 
 
 class _NvmlReader:

@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError, LabelError
-from gfd.labels import devices, keys, node
+from gfd.labels import devices, keys, node, partitions, topology
 from gfd.labels.resources import (
     DEFAULT_GPU_RESOURCE,
     Contribution,
@@ -168,7 +168,14 @@ def _resource_labels(
     return resources
 
 
-def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int | None) -> LabelSet:
+def build(
+    snapshot: Snapshot,
+    mig_strategy: str,
+    config: Config,
+    timestamp: int | None,
+    *,
+    topology_labels: bool = False,
+) -> LabelSet:
     """All labels for the node described by ``snapshot``.
 
     Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
@@ -200,6 +207,10 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
             labels[keys.MIG_STRATEGY] = mig_strategy
         labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
         labels.update(node.clique_label(tuple(gpus), warnings))
+        if topology_labels:
+            graph = partitions.link_graph(snapshot)
+            table = partitions.partition_table(snapshot, config.partitions)
+            labels.update(topology.topology_labels(snapshot, graph, table))
         resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
         warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
         for resource in sorted(resources):
@@ -209,13 +220,13 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
     published: dict[str, str] = {}
     for name in sorted(labels):
         if not is_valid_label_name(name):
-            warnings.append(f"label nvidia.com/{name} is not a valid label key; left out")
+            warnings.append(f"label {keys.PREFIX}{name} is not a valid label key; left out")
             continue
         if not keys.is_name_valued(name):
             # numbers, versions, UUIDs: a cut value would be a wrong fact on the node
             if not is_valid_label_value(labels[name]):
                 warnings.append(
-                    f"label nvidia.com/{name}: value {_quoted(labels[name])} does not fit a "
+                    f"label {keys.PREFIX}{name}: value {_quoted(labels[name])} does not fit a "
                     "label value; left out (such a value is never cut)"
                 )
                 continue
@@ -224,7 +235,7 @@ def build(snapshot: Snapshot, mig_strategy: str, config: Config, timestamp: int 
         value, changed = valid_label_value(labels[name])
         if changed:
             warnings.append(
-                f"label nvidia.com/{name}: value {_quoted(labels[name])} is not a valid label "
+                f"label {keys.PREFIX}{name}: value {_quoted(labels[name])} is not a valid label "
                 f"value; published as {value!r}"
             )
         published[keys.full_key(name)] = value

@@ -5,6 +5,7 @@ from __future__ import annotations
 # the prefix and the sharing-strategy suffix are part of the label grammar that settings
 # checks resource names against; they are spelled there (gfd/grammar.py)
 from gfd.grammar import PREFIX as PREFIX
+from gfd.grammar import RESOURCE_NAME
 from gfd.grammar import SHARING_STRATEGY as SHARING_STRATEGY
 
 TIMESTAMP = "gfd.timestamp"
@@ -85,3 +86,94 @@ def resource_key(resource: str, suffix: str) -> str:
 
 def full_key(name: str) -> str:
     return PREFIX + name
+
+
+# Interconnect labels, published only with --topology-labels (README "GPU topology").
+GPU_INTERCONNECT = "gpu.interconnect"
+GPU_NVLINK_VERSION = "gpu.nvlink.version"
+GPU_NVLINK_LINKS = "gpu.nvlink.links"
+GPU_NVLINK_LARGEST_GROUP = "gpu.nvlink.largest-group"
+GPU_PARTITION_SIZES = "gpu.partition-sizes"
+GPU_NUMA_NODES = "gpu.numa.nodes"
+GPU_NUMA_GPUS_PER_NODE = "gpu.numa.gpus-per-node"
+
+
+# ----------------------------------------------------------------- what gfd can produce
+# The one definition of "a key gfd can produce", used to decide what gfd may ever own
+# (node-labels output) and mirrored, key for key, by the admission policy in manifests/
+# (tests/test_manifests.py checks the two agree).
+
+#: every node-wide key (name after the prefix)
+NODE_WIDE = (
+    TIMESTAMP,
+    MIG_CAPABLE,
+    MIG_STRATEGY,
+    MPS_CAPABLE,
+    GPU_CLIQUE,
+    VGPU_PRESENT,
+    VGPU_HOST_DRIVER_VERSION,
+    VGPU_HOST_DRIVER_BRANCH,
+    CUDA_DRIVER_MAJOR,
+    CUDA_DRIVER_MINOR,
+    CUDA_DRIVER_REV,
+    CUDA_DRIVER_VERSION_MAJOR,
+    CUDA_DRIVER_VERSION_MINOR,
+    CUDA_DRIVER_VERSION_REVISION,
+    CUDA_DRIVER_VERSION_FULL,
+    CUDA_RUNTIME_MAJOR,
+    CUDA_RUNTIME_MINOR,
+    CUDA_RUNTIME_VERSION_MAJOR,
+    CUDA_RUNTIME_VERSION_MINOR,
+    CUDA_RUNTIME_VERSION_FULL,
+    GPU_LOST,
+    GPU_INTERCONNECT,
+    GPU_NVLINK_VERSION,
+    GPU_NVLINK_LINKS,
+    GPU_NVLINK_LARGEST_GROUP,
+    GPU_PARTITION_SIZES,
+    GPU_NUMA_NODES,
+    GPU_NUMA_GPUS_PER_NODE,
+)
+
+#: every per-resource suffix: a key is "<resource>.<suffix>"
+PER_RESOURCE = (
+    PRODUCT,
+    COUNT,
+    REPLICAS,
+    SHARING_STRATEGY,
+    MEMORY,
+    MACHINE,
+    MODE,
+    FAMILY,
+    COMPUTE_MAJOR,
+    COMPUTE_MINOR,
+    MULTIPROCESSORS,
+    SLICES_GI,
+    SLICES_CI,
+    ENGINES_COPY,
+    ENGINES_DECODER,
+    ENGINES_ENCODER,
+    ENGINES_JPEG,
+    ENGINES_OFA,
+)
+
+#: names other NVIDIA components control (GPU Operator, device plugin, MIG manager): never
+#: gfd's, even where a renamed resource could spell them
+FOREIGN_NAMES = ("gpu.present", "device-plugin.config", "mig.config")
+FOREIGN_NAME_PREFIXES = ("gpu.deploy.", "mig.config.", "device-plugin.", "gfd.managed-labels")
+
+
+def can_produce(key: str) -> bool:
+    """Whether ``key`` (``nvidia.com/...``) is a label key gfd itself can publish."""
+    if not key.startswith(PREFIX):
+        return False
+    name = key[len(PREFIX) :]
+    if name in FOREIGN_NAMES or name.startswith(FOREIGN_NAME_PREFIXES):
+        return False
+    if name in NODE_WIDE:
+        return True
+    return any(
+        name.endswith("." + suffix)
+        and RESOURCE_NAME.fullmatch(name[: -len(suffix) - 1]) is not None
+        for suffix in PER_RESOURCE
+    )

@@ -12,17 +12,33 @@ object, which is how a conflict is resolved.  Waits grow exponentially with jitt
 own retries are switched off: this is the only retry policy.  Anything else (403, 404 where an
 object must exist, 422, ...) fails at once.  A final failure is a :class:`PublishError` whose
 message says what was attempted, what went wrong and for how long it was tried.
+
+What a hostile or broken server cannot do (each is an error of that attempt, retried as a
+5xx is; one log line, no traceback):
+
+- hold a request open: every request has a *total* deadline (the time left in its budget,
+  at most ``REQUEST_TIMEOUT_SECONDS``), enforced on every read of the socket, so headers
+  trickled a line at a time end like a silent server does;
+- make the agent read a huge answer: answers over ``MAX_ANSWER_BYTES`` are refused from
+  their ``Content-Length`` or once that many bytes arrived, never read whole; compressed
+  answers (never asked for) are refused;
+- pass off a non-JSON answer, or JSON of the wrong shape, as an object;
+- delay a stop: SIGTERM ends a request or a wait between retries at once (gfd.interrupt).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import random
+import re
+import socket
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
 
-from gfd import __version__
+from gfd import __version__, interrupt
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
 
@@ -31,17 +47,25 @@ JSON = dict[str, Any]
 
 #: most seconds one operation may take (requests and waits) when the interval allows it
 MAX_BUDGET_SECONDS = 30.0
-#: most seconds one request may take
+#: most seconds one request may take, from connecting to the last byte of the answer
 REQUEST_TIMEOUT_SECONDS = 10.0
 #: shortest timeout a request is given, however little budget is left
 MIN_REQUEST_TIMEOUT_SECONDS = 0.1
 #: first wait between attempts, and the most any wait may grow to
 INITIAL_WAIT_SECONDS = 0.1
 MAX_WAIT_SECONDS = 5.0
+#: the largest answer read: etcd refuses objects over ~1.5 MiB, so no real Node or
+#: NodeFeature comes near this
+MAX_ANSWER_BYTES = 3 * 1024 * 1024
+#: how much of an error answer is read (a Status object is a few hundred bytes)
+MAX_ERROR_BYTES = 64 * 1024
+#: how many characters of anything a server sent may appear in a message
+MAX_QUOTED_CHARS = 100
 
 MERGE_PATCH = "application/merge-patch+json"
 
 _TRANSIENT_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+_CHUNK_BYTES = 64 * 1024
 
 
 def retry_budget(sleep_interval: float | None) -> float:
@@ -51,8 +75,17 @@ def retry_budget(sleep_interval: float | None) -> float:
     return min(sleep_interval / 2, MAX_BUDGET_SECONDS)
 
 
+def path_segment(value: str) -> str:
+    """``value`` as one URL path segment (names are validated earlier; this is a second
+    guard that no ``/``, ``?`` or ``#`` can change which object a request addresses)."""
+    return quote(value, safe="")
+
+
 class KubeError(Exception):
-    """One failed attempt.  ``status`` is the HTTP status, or None when no answer came."""
+    """One failed attempt.  ``status`` is the HTTP status, or None when no answer came.
+
+    ``server_fault`` marks an answer that is not what the API returns (not JSON, the wrong
+    shape, too large): retried like a 5xx."""
 
     def __init__(
         self,
@@ -61,23 +94,25 @@ class KubeError(Exception):
         status: int | None = None,
         reason: str = "",
         retry_after: float | None = None,
+        server_fault: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.reason = reason
         self.retry_after = retry_after
+        self.server_fault = server_fault
 
     @property
     def transient(self) -> bool:
-        return self.status is None or self.status in _TRANSIENT_STATUSES
+        return self.server_fault or self.status is None or self.status in _TRANSIENT_STATUSES
 
     @property
     def not_found(self) -> bool:
-        return self.status == 404
+        return self.status == 404 and not self.server_fault
 
     def describe(self) -> str:
-        if self.status is None:
+        if self.status is None or self.server_fault:
             return self.message
         text = f"{self.status} {self.reason}".rstrip()
         if self.message:
@@ -85,6 +120,48 @@ class KubeError(Exception):
         if self.status in (401, 403):
             text += " (check the service account's credentials and RBAC rules)"
         return text
+
+
+def bad_answer(what: str) -> KubeError:
+    """An answer of the wrong shape (a server fault: retried, one line)."""
+    return KubeError(f"the API server sent {what}", server_fault=True)
+
+
+def string_map(obj: Mapping[str, Any], *path: str) -> dict[str, str]:
+    """The string-to-string map at ``path`` in ``obj`` (absent or null: empty).
+
+    Anything else — a list, a string, a number among the values — is a bad answer."""
+    current: Any = obj
+    for depth, key in enumerate(path):
+        if current is None:
+            return {}
+        if not isinstance(current, dict):
+            return _wrong_shape(".".join(path[:depth]) or "the object", current)
+        current = current.get(key)
+    if current is None:
+        return {}
+    if not isinstance(current, dict) or not all(
+        isinstance(key, str) and isinstance(value, str) for key, value in current.items()
+    ):
+        return _wrong_shape(".".join(path), current)
+    return dict(current)
+
+
+def _wrong_shape(where: str, value: Any) -> dict[str, str]:
+    raise bad_answer(f"{where} as {type(value).__name__}, not a map of strings")
+
+
+def redact_url(url: str) -> str:
+    """``url`` without a user name or password (``https://***@host``)."""
+    return re.sub(r"(?<=://)[^/?#@]*@", "***@", url)
+
+
+def _quote(text: str) -> str:
+    """At most ~100 characters of something a server sent, on one line."""
+    flat = " ".join(text.split())
+    if len(flat) > MAX_QUOTED_CHARS:
+        flat = flat[:MAX_QUOTED_CHARS] + "..."
+    return flat
 
 
 class KubeClient:
@@ -98,7 +175,7 @@ class KubeClient:
         *,
         budget: float,
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = interrupt.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import kubernetes.client
@@ -111,23 +188,33 @@ class KubeClient:
         config: Any = kubernetes.config
 
         configuration = client.Configuration()
+        where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
         try:
             if kubeconfig:
                 config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
             else:
                 config.load_incluster_config(client_configuration=configuration)
         except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
-            where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
             hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
-            detail = " ".join(str(exc).split())  # YAML errors span several lines
+            detail = _quote(redact_url(str(exc)))  # YAML errors span several lines
             raise UsageError(
                 f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
             ) from None
+        host = str(configuration.host or "")
+        self._secrets = _userinfo(host)
+        self.server: str = redact_url(host)
+        if not _is_http_url(host):
+            raise UsageError(
+                f"{where}: the API server address {_quote(self.server)!r} is not an "
+                "http:// or https:// URL"
+            )
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
         configuration.retries = False
-        self.server: str = configuration.host
         self._api: Any = client.ApiClient(configuration)
         self._api.user_agent = f"gfd/{__version__}"
+        # every read of the socket honours the request's total deadline
+        self._request_deadline: float | None = None
+        _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
         self._budget = budget
         self._request_timeout = request_timeout
         self._sleep = sleep
@@ -142,6 +229,12 @@ class KubeClient:
     def close(self) -> None:
         self._api.close()
 
+    def scrub(self, text: str) -> str:
+        """``text`` without the credentials of the server URL."""
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
     # ------------------------------------------------------------- one request
 
     def timeout(self) -> float:
@@ -152,18 +245,26 @@ class KubeClient:
         return max(MIN_REQUEST_TIMEOUT_SECONDS, min(self._request_timeout, left))
 
     def invoke(self, call: Callable[[float], T]) -> T:
-        """Run one client call (given its timeout), turning every failure into a KubeError."""
+        """Run one client call (given its timeout) under a total deadline, turning every
+        failure into a KubeError.  A stop request ends it with ``interrupt.Interrupted``."""
+        import http.client
+
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
+        timeout = self.timeout()
+        self._request_deadline = time.monotonic() + timeout
         try:
-            return call(self.timeout())
+            with interrupt.interruptible():
+                return call(timeout)
         except ApiException as exc:
             raise _from_api_exception(exc, self.server) from None
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
+        except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
             raise KubeError(
-                f"cannot reach the API server at {self.server}: {_short(exc)}"
+                f"cannot reach the API server at {self.server}: {self.scrub(_short(exc))}"
             ) from None
+        finally:
+            self._request_deadline = None
 
     def request(
         self,
@@ -173,11 +274,11 @@ class KubeClient:
         *,
         content_type: str = "application/json",
     ) -> JSON:
-        """One raw request to ``path`` (e.g. ``/api/v1/nodes/n1``); the decoded JSON answer.
+        """One raw request to ``path`` (e.g. ``/api/v1/nodes/n1``); the decoded JSON object.
 
-        Used for core objects: the generated ``CoreV1Api`` module alone costs ~20 MB of
-        memory, more than the whole rest of the agent."""
-        headers = {"Accept": "application/json"}
+        Used for every object: the generated API modules cost ~20 MB of memory (more than
+        the rest of the agent) and read answers whole; here an answer is read under a cap."""
+        headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if body is not None:
             headers["Content-Type"] = content_type
         serialized = self._api.param_serialize(
@@ -189,14 +290,12 @@ class KubeClient:
         )
 
         def call(timeout: float) -> JSON:
-            response: Any = self._api.call_api(*serialized, _request_timeout=timeout)
-            data = response.read()
-            if not 200 <= response.status <= 299:
-                from kubernetes.client.exceptions import ApiException
-
-                raise ApiException(http_resp=response)
-            decoded = json.loads(data) if data else {}
-            return decoded if isinstance(decoded, dict) else {}
+            wrapped: Any = self._api.call_api(*serialized, _request_timeout=timeout)
+            response: Any = wrapped.response  # the urllib3 response, not yet read
+            status = int(response.status)
+            if not 200 <= status <= 299:
+                raise _error_from_answer(response, status)
+            return _decode_object(_read_capped(response, MAX_ANSWER_BYTES))
 
         return self.invoke(call)
 
@@ -212,6 +311,7 @@ class KubeClient:
 
         def counted() -> T:
             nonlocal attempts
+            interrupt.check()
             attempts += 1
             return operation()
 
@@ -226,7 +326,7 @@ class KubeClient:
                 operation=what,
                 attempt=state.attempt_number,
                 wait_seconds=round(state.upcoming_sleep, 3),
-                error=error.describe() if isinstance(error, KubeError) else str(error),
+                error=self.scrub(error.describe() if isinstance(error, KubeError) else str(error)),
             )
 
         retrying = Retrying(
@@ -244,9 +344,93 @@ class KubeClient:
             tried = (
                 f" (gave up after {attempts} attempts in {elapsed:.1f}s)" if error.transient else ""
             )
-            raise PublishError(f"{what}: {error.describe()}{tried}") from None
+            raise PublishError(self.scrub(f"{what}: {error.describe()}{tried}")) from None
+        except interrupt.Interrupted as stopped:
+            raise PublishError(f"{what}: {stopped}") from None
         finally:
             self._deadline = None
+
+
+# ----------------------------------------------------------------- answers
+
+
+def _read_capped(response: Any, limit: int) -> bytes:
+    """The body of ``response``; a KubeError when it is larger than ``limit`` or compressed.
+
+    A refused answer's connection is closed, never drained."""
+    try:
+        encoding = str(response.headers.get("Content-Encoding") or "identity").strip().lower()
+        if encoding != "identity":
+            raise bad_answer(f"a compressed answer ({_quote(encoding)}), which gfd never asks for")
+        declared = response.headers.get("Content-Length")
+        if declared is not None and declared.strip().isdigit() and int(declared) > limit:
+            raise bad_answer(
+                f"an answer of {int(declared)} bytes; no object is larger than {limit} bytes"
+            )
+        buffer = io.BytesIO()
+        while True:
+            chunk = response.read(_CHUNK_BYTES, decode_content=False)
+            if not chunk:
+                break
+            buffer.write(chunk)
+            if buffer.tell() > limit:
+                raise bad_answer(f"an answer of more than {limit} bytes")
+    except KubeError:
+        response.close()
+        raise
+    response.release_conn()
+    return buffer.getvalue()
+
+
+def _decode_object(data: bytes) -> JSON:
+    try:
+        decoded = json.loads(data) if data else None
+    except (ValueError, RecursionError):
+        raise bad_answer(f"an answer that is not JSON: {_quote(_text(data))!r}") from None
+    if not isinstance(decoded, dict):
+        raise bad_answer(f"{type(decoded).__name__} where an object was expected")
+    metadata = decoded.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise bad_answer(f"metadata as {type(metadata).__name__}, not an object")
+    return decoded
+
+
+def _error_from_answer(response: Any, status: int) -> KubeError:
+    """A KubeError from a non-2xx answer: the Status object's message when there is one."""
+    try:
+        data = _read_capped(response, MAX_ERROR_BYTES)
+    except KubeError:
+        data = b""
+    reason = str(getattr(response, "reason", "") or "")
+    message = ""
+    try:
+        body = json.loads(data) if data else None
+    except (ValueError, RecursionError):
+        body = None
+        message = _quote(_text(data))
+    if isinstance(body, dict):
+        message = _quote(str(body.get("message") or ""))
+        reason = _quote(str(body.get("reason") or reason))
+    return KubeError(
+        message,
+        status=status,
+        reason=_quote(reason),
+        retry_after=_retry_after(response.headers.get("Retry-After")),
+    )
+
+
+def _retry_after(raw: Any) -> float | None:
+    if not raw:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < float("inf") else None
+
+
+def _text(data: bytes) -> str:
+    return data[: MAX_QUOTED_CHARS * 4].decode("utf-8", "replace")
 
 
 def _backoff(state: Any) -> float:
@@ -265,30 +449,140 @@ def _short(exc: BaseException) -> str:
     while seen is not None:
         if isinstance(seen, OSError) and seen.strerror:
             return seen.strerror
+        if isinstance(seen, TimeoutError | socket.timeout):
+            return "no complete answer before the request's deadline"
         seen = seen.__cause__ or seen.__context__
     reason = getattr(exc, "reason", None)
-    return str(reason if reason is not None else exc) or type(exc).__name__
+    return _quote(str(reason if reason is not None else exc) or type(exc).__name__)
 
 
 def _from_api_exception(exc: Any, server: str) -> KubeError:
+    """The client raises ApiException itself only for TLS failures (status 0)."""
     status = exc.status or None
     if status is None:
-        return KubeError(f"cannot reach the API server at {server}: {exc.reason}")
-    message = ""
-    reason = str(exc.reason or "")
+        return KubeError(f"cannot reach the API server at {server}: {_quote(str(exc.reason))}")
+    return KubeError(_quote(str(exc.reason or "")), status=int(status))
+
+
+# ----------------------------------------------------------------- the server address
+
+
+def _is_http_url(url: str) -> bool:
     try:
-        body = json.loads(exc.body) if exc.body else None
+        parts = urlsplit(url)
+        port_ok = parts.port is None or parts.port > 0
     except ValueError:
-        body = None
-    if isinstance(body, dict):
-        message = str(body.get("message") or "")
-        reason = str(body.get("reason") or reason)
-    retry_after: float | None = None
-    headers = exc.headers or {}
-    raw_retry = headers.get("Retry-After") if hasattr(headers, "get") else None
-    if raw_retry:
-        try:
-            retry_after = float(raw_retry)
-        except ValueError:
-            retry_after = None
-    return KubeError(message, status=int(status), reason=reason, retry_after=retry_after)
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and port_ok
+
+
+def _userinfo(url: str) -> list[str]:
+    """The credentials in ``url`` (``user:pass`` and ``pass``), to keep out of messages."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return []
+    secrets = []
+    if parts.password:
+        secrets.append(parts.password)
+    if "@" in parts.netloc:
+        secrets.append(parts.netloc.rsplit("@", 1)[0])
+    return sorted((s for s in secrets if s), key=len, reverse=True)
+
+
+# ----------------------------------------------------------------- the total deadline
+
+
+class _DeadlineSocket:
+    """A connected socket whose every read and write ends by the request's deadline.
+
+    urllib3 gives each *read* a timeout; a server that trickles its headers a line at a
+    time never trips it.  Before each call this lowers the socket's timeout to what is left
+    of the request's total deadline, so the request as a whole ends on time."""
+
+    def __init__(self, sock: Any, deadline: Callable[[], float | None]) -> None:
+        self._sock = sock
+        self._deadline = deadline
+        self._timeout: float | None = sock.gettimeout()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+    # the files made by makefile() are counted on the socket, so that close() waits for the
+    # answer to be read: count them on the real socket
+    @property
+    def _io_refs(self) -> int:
+        return int(self._sock._io_refs)
+
+    @_io_refs.setter
+    def _io_refs(self, value: int) -> None:
+        self._sock._io_refs = value
+
+    def _arm(self) -> None:
+        deadline = self._deadline()
+        if deadline is None:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's deadline passed")
+        self._sock.settimeout(left if self._timeout is None else min(self._timeout, left))
+
+    def settimeout(self, value: float | None) -> None:
+        self._timeout = value
+        self._sock.settimeout(value)
+
+    def gettimeout(self) -> float | None:
+        return self._timeout
+
+    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
+        self._arm()
+        return int(self._sock.recv_into(buffer, nbytes, flags))
+
+    def recv(self, size: int, flags: int = 0) -> bytes:
+        self._arm()
+        return bytes(self._sock.recv(size, flags))
+
+    def sendall(self, data: Any, flags: int = 0) -> None:
+        self._arm()
+        self._sock.sendall(data, flags)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self._arm()
+        return int(self._sock.send(data, flags))
+
+    def makefile(self, mode: str = "r", buffering: int | None = None, **_: Any) -> Any:
+        # http.client reads the answer through makefile("rb"): through this object's reads
+        del buffering
+        raw = socket.SocketIO(self, "rb" if "b" in mode else "r")  # type: ignore[arg-type]
+        self._io_refs += 1  # as socket.makefile does; SocketIO.close() gives it back
+        return io.BufferedReader(raw)
+
+
+def _guard_connections(pool_manager: Any, deadline: Callable[[], float | None]) -> None:
+    """Make every connection ``pool_manager`` opens a :class:`_DeadlineSocket` one."""
+    import urllib3.connectionpool
+
+    stock = {
+        "http": urllib3.connectionpool.HTTPConnectionPool,
+        "https": urllib3.connectionpool.HTTPSConnectionPool,
+    }
+    classes = getattr(pool_manager, "pool_classes_by_scheme", None)
+    if classes != stock:  # e.g. a SOCKS proxy: keep its own classes
+        return
+    guarded = {}
+    pool: Any
+    for scheme, pool in stock.items():
+        connection: Any = pool.ConnectionCls
+
+        def connect(self: Any, _base: Any = connection) -> None:
+            _base.connect(self)
+            if self.sock is not None and not isinstance(self.sock, _DeadlineSocket):
+                self.sock = _DeadlineSocket(self.sock, deadline)
+
+        guarded_connection = type(
+            f"Deadline{connection.__name__}", (connection,), {"connect": connect}
+        )
+        guarded[scheme] = type(
+            f"Deadline{pool.__name__}", (pool,), {"ConnectionCls": guarded_connection}
+        )
+    pool_manager.pool_classes_by_scheme = guarded

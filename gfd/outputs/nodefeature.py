@@ -18,7 +18,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.observability import get_logger
-from gfd.outputs.kube import JSON, KubeClient, KubeError, retry_budget
+from gfd.outputs.kube import (
+    JSON,
+    KubeClient,
+    KubeError,
+    bad_answer,
+    path_segment,
+    retry_budget,
+    string_map,
+)
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -38,14 +46,30 @@ def empty_features() -> JSON:
     return {"flags": {}, "attributes": {}, "instances": {}}
 
 
-def _normalized_features(features: Any) -> JSON:
-    # the API server may drop empty maps; an absent map and an empty one mean the same
-    result = empty_features()
-    if isinstance(features, dict):
-        for key, value in features.items():
-            if value:
-                result[key] = value
-    return result
+def desired_spec(labels: Mapping[str, str], features: JSON | None = None) -> JSON:
+    """The object's ``spec`` for ``labels`` and NFD ``features`` (gfd.labels.features):
+    the one place its content is built."""
+    return {
+        "features": _normalized_spec({"features": features})["features"],
+        "labels": dict(sorted(labels.items())),
+    }
+
+
+def _normalized_spec(spec: Any) -> JSON:
+    """``spec`` as read back, in the form :func:`desired_spec` builds (the API server drops
+    empty maps: an absent map and an empty one mean the same)."""
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise bad_answer(f"spec as {type(spec).__name__}, not an object")
+    features = spec.get("features")
+    if features is not None and not isinstance(features, dict):
+        raise bad_answer(f"spec.features as {type(features).__name__}, not an object")
+    normalized = empty_features()
+    for key, value in (features or {}).items():
+        if value:
+            normalized[key] = copy.deepcopy(value)
+    return {"features": normalized, "labels": string_map(spec, "labels")}
 
 
 class NodeFeatureOutput:
@@ -65,9 +89,9 @@ class NodeFeatureOutput:
         #: NFD Features for ``spec.features`` (gfd.labels.features), set by the agent
         self.features: JSON = empty_features()
         self._log = get_logger(output=self.kind, node=self.node_name)
-        from kubernetes.client import CustomObjectsApi
-
-        self._api = CustomObjectsApi(self._client.api_client)
+        namespace = path_segment(settings.namespace)
+        self._collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+        self._path = f"{self._collection}/{path_segment(self.object_name)}"
 
     # ------------------------------------------------------------- the Output protocol
 
@@ -103,16 +127,7 @@ class NodeFeatureOutput:
     def cleanup(self) -> None:
         def delete() -> None:
             try:
-                self._client.invoke(
-                    lambda timeout: self._api.delete_namespaced_custom_object(
-                        GROUP,
-                        VERSION,
-                        self.namespace,
-                        PLURAL,
-                        self.object_name,
-                        _request_timeout=timeout,
-                    )
-                )
+                self._client.request("DELETE", self._path)
             except KubeError as error:
                 if error.not_found:
                     self._log.info("no NodeFeature object to delete", object=self.object_name)
@@ -126,30 +141,29 @@ class NodeFeatureOutput:
 
     def _get(self) -> JSON | None:
         try:
-            obj = self._client.invoke(
-                lambda timeout: self._api.get_namespaced_custom_object(
-                    GROUP,
-                    VERSION,
-                    self.namespace,
-                    PLURAL,
-                    self.object_name,
-                    _request_timeout=timeout,
-                )
-            )
+            obj = self._client.request("GET", self._path)
         except KubeError as error:
             if error.not_found:
                 return None
             raise
-        return obj if isinstance(obj, dict) else None
+        return self._checked(obj)
+
+    def _checked(self, obj: JSON) -> JSON:
+        """``obj`` when it is this NodeFeature object in a shape gfd can compare."""
+        if (obj.get("metadata") or {}).get("name") != self.object_name:
+            raise bad_answer(f"an object that is not NodeFeature {self.object_name}")
+        string_map(obj, "metadata", "labels")
+        _normalized_spec(obj.get("spec"))
+        references = (obj.get("metadata") or {}).get("ownerReferences")
+        if references is not None and not isinstance(references, list):
+            raise bad_answer("metadata.ownerReferences that is not a list")
+        return obj
 
     def _differs(self, current: JSON, desired: Mapping[str, str]) -> bool:
         metadata = current.get("metadata") or {}
-        spec = current.get("spec") or {}
-        if (metadata.get("labels") or {}) != {NODE_NAME_LABEL: self.node_name}:
+        if string_map(current, "metadata", "labels") != {NODE_NAME_LABEL: self.node_name}:
             return True
-        if (spec.get("labels") or {}) != desired:
-            return True
-        if _normalized_features(spec.get("features")) != _normalized_features(self.features):
+        if _normalized_spec(current.get("spec")) != desired_spec(desired, self.features):
             return True
         owners = self._owner_references
         return owners is not None and _owner_keys(metadata.get("ownerReferences")) != _owner_keys(
@@ -168,15 +182,11 @@ class NodeFeatureOutput:
                     "namespace": self.namespace,
                     "labels": {NODE_NAME_LABEL: self.node_name},
                 },
-                "spec": {"features": copy.deepcopy(self.features), "labels": dict(desired)},
+                "spec": desired_spec(desired, self.features),
             }
             if owners:
                 body["metadata"]["ownerReferences"] = owners
-            self._client.invoke(
-                lambda timeout: self._api.create_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, body, _request_timeout=timeout
-                )
-            )
+            self._checked(self._client.request("POST", self._collection, body))
             self._log.info(
                 "created NodeFeature object", object=self.object_name, labels=len(desired)
             )
@@ -192,20 +202,10 @@ class NodeFeatureOutput:
                 metadata["ownerReferences"] = owners
             else:
                 metadata.pop("ownerReferences", None)
-        updated["spec"] = {"features": copy.deepcopy(self.features), "labels": dict(desired)}
+        updated["spec"] = desired_spec(desired, self.features)
         # metadata.resourceVersion stays as read: a concurrent write answers 409 and the
         # retry policy re-runs the whole read-compare-write
-        self._client.invoke(
-            lambda timeout: self._api.replace_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                self.namespace,
-                PLURAL,
-                self.object_name,
-                updated,
-                _request_timeout=timeout,
-            )
-        )
+        self._checked(self._client.request("PUT", self._path, updated))
         self._log.info("updated NodeFeature object", object=self.object_name, labels=len(desired))
         return True
 
@@ -219,7 +219,9 @@ class NodeFeatureOutput:
         assert self.pod_name
         try:
             pod = self._client.request(
-                "GET", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod_name}"
+                "GET",
+                f"/api/v1/namespaces/{path_segment(self.namespace)}"
+                f"/pods/{path_segment(self.pod_name)}",
             )
         except KubeError as error:
             if error.transient:

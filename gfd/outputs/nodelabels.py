@@ -7,6 +7,19 @@ JSON merge patch that sets the new labels, sets ``null`` for owned keys that dis
 rewrites the annotation — so no label anyone else set is ever touched, ``nvidia.com/`` ones
 included.  Labels stay when the agent restarts (the next agent reads the annotation to learn
 what it owns); ``--cleanup`` removes exactly the owned labels and the annotation.
+
+What keeps ownership honest:
+
+- Only keys gfd can produce (``gfd.labels.keys.can_produce``) are ever taken from the
+  annotation: a hand-edited annotation listing ``nvidia.com/gpu.present`` owns nothing.
+- Keys NFD's master records as its own (annotation ``nfd.node.kubernetes.io/feature-labels``,
+  also with an ``<instance>.`` prefix) are NFD's: never set, removed or claimed here; which
+  keys were left to NFD is logged once.
+- After a write whose answer did not arrive (a 504 from a proxy, a timeout), the node is
+  read again before the next write, and every key that write tried to set counts as owned
+  until a later write is confirmed — so a write that landed unseen never leaves labels
+  nobody owns.
+- A start on a node that already carries the right labels and annotation writes nothing.
 """
 
 from __future__ import annotations
@@ -15,29 +28,53 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
+from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
-from gfd.outputs.kube import JSON, MERGE_PATCH, KubeClient, retry_budget
+from gfd.outputs.kube import (
+    JSON,
+    MERGE_PATCH,
+    KubeClient,
+    bad_answer,
+    path_segment,
+    retry_budget,
+    string_map,
+)
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
 
 MANAGED_LABELS_ANNOTATION = f"{PREFIX}gfd.managed-labels"
-#: only keys under this prefix are ever taken from the annotation (a hand-edited annotation
-#: must not make the agent delete somebody else's label)
-OWNED_PREFIX = PREFIX
+#: NFD master's record of the labels it manages (nfd-master.go, updateNodeFeatures)
+NFD_FEATURE_LABELS_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
+#: the namespace NFD leaves out of the names in that record
+NFD_DEFAULT_NAMESPACE = "feature.node.kubernetes.io/"
 #: seconds between verification reads at steady state (SPEC §6.4)
 VERIFY_INTERVAL_SECONDS = 600.0
 
 
 def owned_keys_from(node: Mapping[str, Any]) -> frozenset[str]:
-    """The keys the annotation on ``node`` says gfd owns."""
-    annotations = (node.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(MANAGED_LABELS_ANNOTATION) or ""
-    return frozenset(
-        key.strip()
-        for key in str(value).split(",")
-        if key.strip().startswith(OWNED_PREFIX) and key.strip() != OWNED_PREFIX
-    )
+    """The keys the annotation on ``node`` says gfd owns — only those gfd can produce."""
+    value = string_map(node, "metadata", "annotations").get(MANAGED_LABELS_ANNOTATION, "")
+    return frozenset(key for key in (part.strip() for part in value.split(",")) if can_produce(key))
+
+
+def nfd_keys_from(node: Mapping[str, Any]) -> frozenset[str]:
+    """The label keys NFD's master records as its own on ``node``.
+
+    nfd-master writes them sorted and comma-separated, dropping the default namespace
+    ``feature.node.kubernetes.io/`` (other keys, e.g. ``nvidia.com/gpu.count``, keep theirs);
+    with ``-instance=<name>`` the annotation is ``<name>.nfd.node.kubernetes.io/...``."""
+    keys: set[str] = set()
+    for name, value in string_map(node, "metadata", "annotations").items():
+        if name != NFD_FEATURE_LABELS_ANNOTATION and not name.endswith(
+            "." + NFD_FEATURE_LABELS_ANNOTATION
+        ):
+            continue
+        for part in value.split(","):
+            key = part.strip()
+            if key:
+                keys.add(key if "/" in key else NFD_DEFAULT_NAMESPACE + key)
+    return frozenset(keys)
 
 
 def managed_labels_value(keys: Iterable[str]) -> str:
@@ -64,37 +101,51 @@ class NodeLabelsOutput:
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
         # the registry checked the node name once, where the output kind was chosen
         self.node_name = settings.node_name or ""
-        self._path = f"/api/v1/nodes/{self.node_name}"
+        self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
         self._client = client or KubeClient(
             settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
         )
-        # the keys we own; None until read from the node's annotation (first publish)
+        # the keys we own as last confirmed by the server; None: read the node first
+        # (the first publish, and after any write whose outcome is unknown)
         self._owned: frozenset[str] | None = None
+        # keys a write tried to set whose outcome is unknown: owned until a write is confirmed
+        self._unconfirmed: frozenset[str] = frozenset()
+        # the keys NFD's master claims, as last read from the node
+        self._nfd: frozenset[str] = frozenset()
+        self._logged_left_out: frozenset[str] = frozenset()
         self._log = get_logger(output=self.kind, node=self.node_name)
 
     # ------------------------------------------------------------- the Output protocol
 
     def publish(self, labels: Mapping[str, str]) -> None:
-        desired = dict(sorted(labels.items()))
-
         def attempt() -> None:
             if self._owned is None:
-                self._owned = owned_keys_from(self._get_node())
-            self._patch(desired, self._owned)
+                node = self._get_node()
+                desired = self._ours(labels)
+                recorded = owned_keys_from(node) - self._nfd
+                if not self._differences(node, desired, recorded | self._unconfirmed):
+                    self._owned = frozenset(desired)
+                    self._unconfirmed = frozenset()
+                    self._log.info("node labels already up to date", labels=len(desired))
+                    return
+                self._patch(desired, recorded)
+            else:
+                self._patch(self._ours(labels), self._owned)
 
         self._client.run(f"patch labels of node {self.node_name}", attempt)
 
     def verify(self, labels: Mapping[str, str]) -> bool:
-        desired = dict(sorted(labels.items()))
         wrote = False
 
         def check() -> None:
             nonlocal wrote
             node = self._get_node()
-            recorded = owned_keys_from(node)
-            problems = self._differences(node, desired, recorded)
+            desired = self._ours(labels)
+            recorded = owned_keys_from(node) - self._nfd
+            problems = self._differences(node, desired, recorded | self._unconfirmed)
             if not problems:
                 self._owned = frozenset(desired)
+                self._unconfirmed = frozenset()
                 return
             self._log.warning(
                 "node labels were removed or edited, publishing again", problems=problems
@@ -111,8 +162,9 @@ class NodeLabelsOutput:
     def cleanup(self) -> None:
         def remove() -> None:
             node = self._get_node()
-            owned = owned_keys_from(node)
-            annotations = (node.get("metadata") or {}).get("annotations") or {}
+            owned = (owned_keys_from(node) | self._unconfirmed) - self._nfd
+            annotations = string_map(node, "metadata", "annotations")
+            self._note_left_out(owned_keys_from(node) & self._nfd)
             if not owned and MANAGED_LABELS_ANNOTATION not in annotations:
                 self._log.info("no gfd labels on the node, nothing to remove")
                 return
@@ -122,8 +174,16 @@ class NodeLabelsOutput:
                     "annotations": {MANAGED_LABELS_ANNOTATION: None},
                 }
             }
-            self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+            self._unconfirmed |= owned
+            self._owned = None
+            answer = self._checked_node(
+                self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+            )
+            left = sorted(owned & set(string_map(answer, "metadata", "labels")))
+            if left or MANAGED_LABELS_ANNOTATION in string_map(answer, "metadata", "annotations"):
+                raise bad_answer(f"a node that still carries {left or MANAGED_LABELS_ANNOTATION}")
             self._owned = frozenset()
+            self._unconfirmed = frozenset()
             self._log.info("removed gfd labels from the node", removed=len(owned))
 
         self._client.run(f"remove gfd labels from node {self.node_name}", remove)
@@ -131,28 +191,73 @@ class NodeLabelsOutput:
     # ------------------------------------------------------------- internals
 
     def _get_node(self) -> JSON:
-        return self._client.request("GET", self._path)
+        node = self._checked_node(self._client.request("GET", self._path))
+        self._nfd = nfd_keys_from(node)
+        return node
+
+    def _checked_node(self, node: JSON) -> JSON:
+        """``node`` when it is this node with well-formed labels and annotations."""
+        name = (node.get("metadata") or {}).get("name")
+        if name != self.node_name:
+            raise bad_answer(f"an object that is not node {self.node_name}")
+        string_map(node, "metadata", "labels")
+        string_map(node, "metadata", "annotations")
+        return node
+
+    def _ours(self, labels: Mapping[str, str]) -> dict[str, str]:
+        """The labels this output may set: those gfd can own, less those NFD claims."""
+        self._note_left_out(
+            frozenset(key for key in labels if key in self._nfd),
+            frozenset(key for key in labels if not can_produce(key)),
+        )
+        return {
+            key: value
+            for key, value in sorted(labels.items())
+            if key not in self._nfd and can_produce(key)
+        }
+
+    def _note_left_out(self, to_nfd: frozenset[str], foreign: frozenset[str] = frozenset()) -> None:
+        """Say once (per change) which keys this output leaves alone, and why."""
+        if (to_nfd | foreign) == self._logged_left_out:
+            return
+        self._logged_left_out = to_nfd | foreign
+        if to_nfd:
+            self._log.warning(
+                "labels left to NFD: its master records them as its own on this node; "
+                "run one publisher of these labels per node",
+                keys=sorted(to_nfd),
+            )
+        if foreign:
+            self._log.warning(
+                "labels not published: gfd may not own these keys", keys=sorted(foreign)
+            )
 
     def _patch(self, desired: Mapping[str, str], previously_owned: frozenset[str]) -> None:
-        patch = labels_patch(desired, previously_owned)
-        self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
-        removed = sorted(previously_owned - set(desired))
+        owned = (previously_owned | self._unconfirmed) - self._nfd
+        patch = labels_patch(desired, owned)
+        # until the answer arrives, what this write sets may or may not be on the node
+        self._unconfirmed = owned | frozenset(desired)
+        self._owned = None
+        self._checked_node(
+            self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+        )
         self._owned = frozenset(desired)
+        self._unconfirmed = frozenset()
+        removed = sorted(owned - set(desired))
         self._log.info("patched node labels", labels=len(desired), removed=len(removed))
 
     @staticmethod
     def _differences(
-        node: Mapping[str, Any], desired: Mapping[str, str], recorded: frozenset[str]
+        node: Mapping[str, Any], desired: Mapping[str, str], owned: frozenset[str]
     ) -> list[str]:
-        metadata = node.get("metadata") or {}
-        current = metadata.get("labels") or {}
-        annotations = metadata.get("annotations") or {}
+        current = string_map(node, "metadata", "labels")
+        annotations = string_map(node, "metadata", "annotations")
         problems = [
             f"{key} missing" if key not in current else f"{key} changed"
             for key, value in desired.items()
             if current.get(key) != value
         ]
-        problems += [f"{key} stale" for key in sorted(recorded - set(desired)) if key in current]
+        problems += [f"{key} stale" for key in sorted(owned - set(desired)) if key in current]
         if annotations.get(MANAGED_LABELS_ANNOTATION) != (managed_labels_value(desired) or None):
             problems.append(f"annotation {MANAGED_LABELS_ANNOTATION} differs")
         return problems

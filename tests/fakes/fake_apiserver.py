@@ -14,6 +14,9 @@ Nodes, Pods, DaemonSets and NFD NodeFeatures:
 - Faults on demand: an HTTP status (5xx, 429 with Retry-After), a delay, a dropped connection
   (the socket is closed without a response), or the whole server going "down" (the listening
   socket is closed: connection refused) and coming back on the same port.
+- Misbehaviour a real API server shows only behind a broken proxy or under attack: a request
+  applied whose answer is lost, raw non-JSON or wrongly shaped answers, headers trickled a
+  line at a time, a server that never answers, answers of hundreds of MiB (:class:`Fault`).
 
 Each connection serves one request (HTTP/1.0 style), so going down never leaves a
 half-open keep-alive connection behind.
@@ -24,6 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import select
 import socket
 import threading
 import time
@@ -85,15 +89,27 @@ class Request:
 
 @dataclass
 class Fault:
-    """Applied to the next ``count`` matching requests (forever when ``count`` is None)."""
+    """Applied to the next ``count`` matching requests (forever when ``count`` is None).
 
-    status: int | None = None  # answer with this status (a Status object)
+    Besides clean API errors, a fault can misbehave at the HTTP level: answer raw bytes
+    (``body``: not JSON, or JSON of the wrong shape), apply the request and then lose its
+    answer (``after_apply``), trickle the headers forever (``trickle``), accept and never
+    answer (``hang``), or send an answer of ``huge`` bytes."""
+
+    status: int | None = None  # answer with this status (a Status object, or ``body``)
     delay: float = 0.0  # sleep this long first
     drop: bool = False  # close the connection without a response
     retry_after: int | None = None  # Retry-After header (seconds) with the status
     method: str | None = None  # only requests with this verb
     path_contains: str | None = None  # only requests whose path contains this
     count: int | None = 1
+    body: bytes | None = None  # answer these bytes (status: ``status`` or 200)
+    content_type: str = "application/json"  # with ``body``
+    after_apply: bool = False  # carry the request out first, then misbehave (a lost answer)
+    trickle: float | None = None  # send one header line every this many seconds, forever
+    hang: bool = False  # read the request, then never answer
+    huge: int | None = None  # answer 200 with this many bytes
+    declare_length: bool = True  # with ``huge``: send Content-Length (else: until close)
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method != method:
@@ -145,6 +161,8 @@ class _State:
     faults: list[Fault] = field(default_factory=list)
     versions: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
     lock: threading.RLock = field(default_factory=threading.RLock)
+    closing: threading.Event = field(default_factory=threading.Event)  # ends hung answers
+    huge_bytes_sent: int = 0
 
 
 class FakeApiServer:
@@ -165,6 +183,7 @@ class FakeApiServer:
             pass
 
         Handler.state = state
+        state.closing.clear()
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
         self._server = server
@@ -176,6 +195,7 @@ class FakeApiServer:
         return self
 
     def stop(self) -> None:
+        self._state.closing.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -357,6 +377,12 @@ class FakeApiServer:
             result[key] = result.get(key, 0) + 1
         return result
 
+    @property
+    def huge_bytes_sent(self) -> int:
+        """How many bytes of ``Fault(huge=...)`` answers the clients took."""
+        with self._state.lock:
+            return self._state.huge_bytes_sent
+
     def clear_requests(self) -> None:
         with self._state.lock:
             self._state.requests.clear()
@@ -445,11 +471,21 @@ class _Handler(BaseHTTPRequestHandler):
                 body = raw.decode("utf-8", "replace")
 
         fault = self._take_fault(method, path)
+        if fault is not None and fault.after_apply:
+            # the server does the work; then the answer is lost (a proxy's 504, a timeout)
+            try:
+                code, _ = self._dispatch(method, path, content_type, body)
+            except ApiStatusError as error:
+                code = error.code
+            self._record(method, path, code, content_type, body)
         if fault is not None:
             if fault.delay:
                 time.sleep(fault.delay)
+            if self._misbehave(fault, method, path, content_type, body):
+                return
             if fault.drop:
-                self._record(method, path, 0, content_type, body)
+                if not fault.after_apply:
+                    self._record(method, path, 0, content_type, body)
                 self.close_connection = True
                 with suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -458,7 +494,8 @@ class _Handler(BaseHTTPRequestHandler):
                 reason = _REASONS.get(fault.status, "InternalError")
                 headers = {"Retry-After": str(fault.retry_after)} if fault.retry_after else {}
                 # recorded before answering, so a client that has its answer sees it counted
-                self._record(method, path, fault.status, content_type, body)
+                if not fault.after_apply:
+                    self._record(method, path, fault.status, content_type, body)
                 self._send(
                     fault.status,
                     status_object(fault.status, reason, f"injected fault {fault.status}"),
@@ -473,6 +510,77 @@ class _Handler(BaseHTTPRequestHandler):
             answer = status_object(error.code, error.reason, error.message, error.details)
         self._record(method, path, code, content_type, body)
         self._send(code, answer)
+
+    def _misbehave(
+        self, fault: Fault, method: str, path: str, content_type: str | None, body: Any
+    ) -> bool:
+        """HTTP-level misbehaviour; True when the request was answered (or never will be)."""
+        record = not fault.after_apply
+        if fault.hang:
+            if record:
+                self._record(method, path, -1, content_type, body)
+            self._wait_for_client_or_shutdown(lambda: None)
+            self.close_connection = True
+            return True
+        if fault.trickle is not None:
+            if record:
+                self._record(method, path, -1, content_type, body)
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            lines = (f"X-Trickle-{n}: {'x' * 10}\r\n".encode() for n in itertools.count())
+            self._wait_for_client_or_shutdown(lambda: self.wfile.write(next(lines)), fault.trickle)
+            self.close_connection = True
+            return True
+        if fault.huge is not None:
+            if record:
+                self._record(method, path, 200, content_type, body)
+            self._send_huge(fault.huge, fault.declare_length)
+            self.close_connection = True
+            return True
+        if fault.body is not None:
+            status = fault.status or 200
+            if record:
+                self._record(method, path, status, content_type, body)
+            with suppress(OSError):
+                self.send_response(status)
+                self.send_header("Content-Type", fault.content_type)
+                self.send_header("Content-Length", str(len(fault.body)))
+                self.end_headers()
+                self.wfile.write(fault.body)
+            return True
+        return False
+
+    def _wait_for_client_or_shutdown(self, tick: Callable[[], object], every: float = 0.1) -> None:
+        """Call ``tick`` every ``every`` seconds until the client goes or the server stops."""
+        while not self.state.closing.wait(every):
+            try:
+                tick()
+                self.wfile.flush()
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                    return  # the client closed its end
+            except OSError:
+                return
+
+    def _send_huge(self, size: int, declare_length: bool) -> None:
+        """200 with a JSON string of ``size`` bytes, counted in ``state.huge_bytes_sent``."""
+        chunk = b"x" * (1024 * 1024)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declare_length:
+                self.send_header("Content-Length", str(size))
+            self.end_headers()
+            self.wfile.write(b'"')
+            left = size - 2
+            while left > 0:
+                piece = chunk[: min(left, len(chunk))]
+                self.wfile.write(piece)
+                left -= len(piece)
+                with self.state.lock:
+                    self.state.huge_bytes_sent += len(piece)
+            self.wfile.write(b'"')
+        except OSError:
+            pass
 
     def _take_fault(self, method: str, path: str) -> Fault | None:
         with self.state.lock:

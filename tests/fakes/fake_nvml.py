@@ -144,6 +144,34 @@ class FakeFabric:
 
 
 @dataclass
+class FakeNvLink:
+    """One NVLink as NVML answers for it; ``None`` fields answer NOT_SUPPORTED."""
+
+    active: bool = True
+    version: int | None = None  # the raw value nvmlDeviceGetNvLinkVersion returns
+    remote_type: int | None = None  # NVML_NVLINK_DEVICE_TYPE_*
+    remote_bus_id: str | None = None  # NVML form
+
+
+# NVLink generation -> what a real driver's nvmlDeviceGetNvLinkVersion returns (the
+# nvmlNvlinkVersion_t enum: A100 reports 5, H100 7); NVIDIA's mock returns the generation.
+DRIVER_NVLINK_VERSION = {1: 1, 2: 2, 3: 5, 4: 7, 5: 8}
+REMOTE_TYPE = {
+    "gpu": real.NVML_NVLINK_DEVICE_TYPE_GPU,
+    "nvswitch": real.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+    "other": real.NVML_NVLINK_DEVICE_TYPE_UNKNOWN,
+}
+TOPOLOGY_LEVEL = {
+    "internal": real.NVML_TOPOLOGY_INTERNAL,
+    "single": real.NVML_TOPOLOGY_SINGLE,
+    "multiple": real.NVML_TOPOLOGY_MULTIPLE,
+    "hostbridge": real.NVML_TOPOLOGY_HOSTBRIDGE,
+    "node": real.NVML_TOPOLOGY_NODE,
+    "system": real.NVML_TOPOLOGY_SYSTEM,
+}
+
+
+@dataclass
 class FakeGpu:
     uuid: str
     name: str
@@ -157,6 +185,13 @@ class FakeGpu:
     fabric: FakeFabric | None = None  # None: NOT_SUPPORTED
     supported_profile_enums: frozenset[int] = BASE_PROFILE_ENUMS
     lost: bool = False  # fell off the bus: every call touching it answers GPU_IS_LOST
+    # topology: the minor number and CPU affinity (None: NOT_SUPPORTED); NVLink slots
+    # 0..nvlink_count-1 (0: GetNvLinkState answers NOT_SUPPORTED, as on a PCIe-only GPU;
+    # past the last slot INVALID_ARGUMENT); slots not in ``nvlinks`` are inactive
+    minor: int | None = None
+    cpus: tuple[int, ...] | None = None
+    nvlink_count: int = 0
+    nvlinks: dict[int, FakeNvLink] = field(default_factory=dict)
 
 
 class _DeviceHandle:
@@ -211,6 +246,14 @@ FUNCTIONS = (
     "nvmlDeviceGetGpuInstanceProfileInfo",
     "nvmlDeviceGetGpuFabricInfoV",
     "nvmlDeviceGetGpuFabricInfo",
+    "nvmlDeviceGetMinorNumber",
+    "nvmlDeviceGetCpuAffinity",
+    "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkVersion",
+    "nvmlDeviceGetNvLinkRemoteDeviceType",
+    "nvmlDeviceGetNvLinkRemotePciInfo",
+    "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetP2PStatus",
 )
 
 # Real pynvml names copied as they are: error classes, constants, structs.
@@ -237,6 +280,10 @@ class FakeNvml:
         self.init_error = init_error
         self.bytes_strings = bytes_strings
         self.missing_symbols = set(missing_symbols)  # FUNCTION_NOT_FOUND (old driver)
+        # GPU index pairs (low, high) -> NVML_TOPOLOGY_* / NVML_P2P_STATUS_* for NVLink;
+        # a pair not listed answers NOT_SUPPORTED
+        self.common_ancestor: dict[tuple[int, int], int] = {}
+        self.p2p_nvlink: dict[tuple[int, int], int] = {}
         self.calls: Counter[str] = Counter()
         self.init_depth = 0
         self._lost: dict[int, int] = {}  # gpu -> calls left before it is lost
@@ -451,6 +498,73 @@ class FakeNvml:
     def _nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
         return self._fill_fabric(device, gpuFabricInfo)
 
+    # ------------------------------------------------------------- topology
+
+    def _nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu.minor is None:
+            raise _error(NOT_SUPPORTED)
+        return gpu.minor
+
+    def _nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> Any:
+        gpu = self._gpu(handle)
+        if gpu.cpus is None:
+            raise _error(NOT_SUPPORTED)
+        words = (ctypes.c_ulonglong * cpuSetSize)()
+        for cpu in gpu.cpus:
+            if cpu // 64 < cpuSetSize:
+                words[cpu // 64] |= 1 << (cpu % 64)
+        return words
+
+    def _link(self, device: Any, link: int) -> FakeNvLink | None:
+        gpu = self._gpu(device)
+        if gpu.nvlink_count == 0:
+            raise _error(NOT_SUPPORTED)
+        if not 0 <= link < gpu.nvlink_count:
+            raise _error(INVALID_ARGUMENT)
+        return gpu.nvlinks.get(link)
+
+    def _nvmlDeviceGetNvLinkState(self, device: Any, link: int) -> int:
+        found = self._link(device, link)
+        active = found is not None and found.active
+        return real.NVML_FEATURE_ENABLED if active else real.NVML_FEATURE_DISABLED
+
+    def _link_field(self, device: Any, link: int, name: str) -> Any:
+        found = self._link(device, link)
+        value = None if found is None else getattr(found, name)
+        if value is None:
+            raise _error(NOT_SUPPORTED)
+        return value
+
+    def _nvmlDeviceGetNvLinkVersion(self, device: Any, link: int) -> int:
+        return int(self._link_field(device, link, "version"))
+
+    def _nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int) -> int:
+        return int(self._link_field(handle, link, "remote_type"))
+
+    def _nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int) -> Any:
+        bus_id = self._link_field(device, link, "remote_bus_id")
+        info = real.nvmlPciInfo_t()
+        info.busId = bus_id.encode()
+        info.busIdLegacy = bus_id.encode()[:15]
+        return info
+
+    def _pair(self, device1: Any, device2: Any, table: dict[tuple[int, int], int]) -> int:
+        self._gpu(device1)
+        self._gpu(device2)
+        first, second = sorted((device1._gpu, device2._gpu))
+        if (first, second) not in table:
+            raise _error(NOT_SUPPORTED)
+        return table[(first, second)]
+
+    def _nvmlDeviceGetTopologyCommonAncestor(self, device1: Any, device2: Any) -> int:
+        return self._pair(device1, device2, self.common_ancestor)
+
+    def _nvmlDeviceGetP2PStatus(self, device1: Any, device2: Any, p2pIndex: int) -> int:
+        if p2pIndex != real.NVML_P2P_CAPS_INDEX_NVLINK:
+            raise _error(NOT_SUPPORTED)  # only the NVLink capability is modelled
+        return self._pair(device1, device2, self.p2p_nvlink)
+
     # ------------------------------------------------------------- from a snapshot
 
     @classmethod
@@ -474,12 +588,16 @@ class FakeNvml:
             devices[gone.index] = FakeGpu(uuid="", name="", bus_id="", memory_total=None, lost=True)
         if sorted(devices) != list(range(len(devices))):
             raise UnrealizableSnapshot("NVML numbers GPUs 0..n-1")
-        return cls(
+        version_style = options.pop("nvlink_version_style", "driver")
+        fake = cls(
             [devices[index] for index in sorted(devices)],
             driver_version=snapshot.driver.version,
             cuda_version=snapshot.driver.cuda,
             **options,
         )
+        if snapshot.topology is not None:
+            apply_topology(fake, snapshot, version_style)
+        return fake
 
 
 # --------------------------------------------------------------------------- inversion
@@ -589,6 +707,58 @@ def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
     fake.mig_slots = dict(zip(spread_slots(len(migs), fake.max_mig_devices), migs, strict=True))
     fake.supported_profile_enums = BASE_PROFILE_ENUMS | {m.gi_profile_enum for m in migs}
     return fake
+
+
+def _cpus(cpu_list: str | None) -> tuple[int, ...] | None:
+    if cpu_list is None:
+        return None
+    cpus: list[int] = []
+    for part in cpu_list.split(","):
+        low, _, high = part.partition("-")
+        cpus.extend(range(int(low), int(high or low) + 1))
+    return tuple(cpus)
+
+
+def apply_topology(fake: FakeNvml, snapshot: Snapshot, version_style: str = "driver") -> None:
+    """Give ``fake`` the NVML answers from which discovery reads ``snapshot.topology``.
+
+    ``version_style``: ``driver`` answers nvmlDeviceGetNvLinkVersion with the enum real
+    drivers return, ``mock`` with the generation (as NVIDIA's mock NVML does)."""
+    topology = snapshot.topology
+    assert topology is not None
+    indices = [gpu.index for gpu in sorted(snapshot.gpus, key=lambda g: g.index)]
+    if [entry.index for entry in topology.gpus] != indices:
+        raise UnrealizableSnapshot("discovery lists every GPU's topology, in index order")
+    every_pair = [(a, b) for i, a in enumerate(indices) for b in indices[i + 1 :]]
+    if [pair.gpus for pair in topology.pairs] != every_pair:
+        raise UnrealizableSnapshot("discovery lists every GPU pair, in order")
+    for entry in topology.gpus:
+        gpu = fake.gpus[entry.index]
+        gpu.minor = entry.minor
+        gpu.cpus = _cpus(entry.cpu_affinity)
+        gpu.nvlink_count = max((link.link for link in entry.nvlinks), default=-1) + 1
+        for link in entry.nvlinks:
+            if link.link >= real.NVML_NVLINK_MAX_LINKS:
+                raise UnrealizableSnapshot(f"NVLink {link.link} is past NVML_NVLINK_MAX_LINKS")
+            version = link.version
+            if version is not None and version_style == "driver":
+                if version not in DRIVER_NVLINK_VERSION:
+                    raise UnrealizableSnapshot(f"no driver reports NVLink generation {version}")
+                version = DRIVER_NVLINK_VERSION[version]
+            gpu.nvlinks[link.link] = FakeNvLink(
+                version=version,
+                remote_type=None if link.remote is None else REMOTE_TYPE[link.remote],
+                remote_bus_id=None
+                if link.remote_pci_bus_id is None
+                else nvml_bus_id(link.remote_pci_bus_id),
+            )
+    for pair in topology.pairs:
+        if pair.pcie is not None:
+            fake.common_ancestor[pair.gpus] = TOPOLOGY_LEVEL[pair.pcie]
+        if pair.nvlink_p2p is not None:
+            fake.p2p_nvlink[pair.gpus] = (
+                real.NVML_P2P_STATUS_OK if pair.nvlink_p2p else real.NVML_P2P_STATUS_NOT_SUPPORTED
+            )
 
 
 def dgx_a100_mig_node(gpu_count: int = 8, migs_per_gpu: int = 7) -> FakeNvml:

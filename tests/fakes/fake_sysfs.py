@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from gfd.snapshot import Snapshot
 
@@ -104,7 +105,7 @@ class FakeSysfs:
         return directory
 
 
-def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, str]:
+def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, Any]:
     """The sysfs tree and machine-type file of ``snapshot``; returns Settings overrides.
 
     GPUs become NVIDIA functions with their class (none written when null); each vGPU
@@ -152,7 +153,17 @@ def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, str]:
             sysfs.add_device(
                 f"ffff:{number // 32:02x}:{number % 32:02x}.0", pci_class=None, config=config
             )
-    settings = {"sysfs_root": str(sysfs.root)}
+    settings: dict[str, Any] = {"sysfs_root": str(sysfs.root)}
+    if snapshot.topology is not None:
+        # the interconnect is discovered only when asked for; its NUMA nodes live in sysfs
+        settings["topology_labels"] = True
+        bus_ids = {gpu.index: gpu.pci_bus_id for gpu in snapshot.gpus}
+        for entry in snapshot.topology.gpus:
+            if entry.numa_node is not None:
+                if not bus_ids.get(entry.index):
+                    raise UnrealizableSnapshot(f"GPU {entry.index}: a NUMA node without a bus id")
+                node_file = sysfs.devices / bus_ids[entry.index] / "numa_node"
+                node_file.write_text(f"{entry.numa_node}\n")
     if snapshot.machine is None:
         settings["machine_type_file"] = str(root / "no-such-product-name")
     else:

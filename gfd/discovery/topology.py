@@ -1,0 +1,224 @@
+"""The GPU interconnect: NVLinks, PCIe distance, P2P, NUMA and CPU affinity.
+
+Read inside the NVML session of :mod:`gfd.discovery.nvml` (``read_with_topology``), after
+the GPUs themselves.  Everything here is optional: an NVML call that fails, for whatever
+reason, leaves its field out (``None``) and is logged at debug level — topology never fails
+a pass that would otherwise succeed.
+
+Facts relied on (README "GPU topology"):
+
+- ``nvmlDeviceGetNvLinkState`` answers NOT_SUPPORTED on a GPU without NVLink and
+  INVALID_ARGUMENT past the GPU's last link (GB200 has 18 of the 36 ``NVML_NVLINK_MAX_LINKS``),
+  so the walk stops at either.
+- ``nvmlDeviceGetNvLinkVersion`` returns the ``nvmlNvlinkVersion_t`` enum on real drivers
+  (A100 reports 5, H100 7: open-mpi/hwloc#658, TensorRT-LLM ``cluster_info.py``), while
+  NVIDIA's mock NVML returns the generation itself; :func:`nvlink_generation` maps both.
+- On NVSwitch boards a link's remote PCI id is the switch's, never the peer GPU's, so an
+  NVSwitch is recognised from ``nvmlDeviceGetNvLinkRemoteDeviceType`` only.
+- The NUMA node is the kernel's ``/sys/bus/pci/devices/<bus id>/numa_node`` (what
+  ``nvidia-smi topo -m`` shows as NUMA affinity); ``nvmlDeviceGetNumaNodeId`` answers only on
+  platforms where GPU memory is itself a NUMA node (Grace Hopper), so it is not used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gfd.observability import get_logger
+from gfd.snapshot import Gpu, GpuPair, GpuTopology, NvLink, Topology
+
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_FUNCTION_NOT_FOUND = 13
+FEATURE_ENABLED = 1
+P2P_STATUS_OK = 0
+P2P_CAPS_INDEX_NVLINK = 2
+MAX_LINKS_FALLBACK = 36  # pynvml.NVML_NVLINK_MAX_LINKS in current bindings
+#: 64-bit words asked of nvmlDeviceGetCpuAffinity: room for 2048 CPUs
+CPU_SET_WORDS = 32
+
+#: nvmlNvlinkVersion_t as real drivers return it -> NVLink generation.  The enum's names
+#: (2_2, 3_1, ...) do not follow the marketing generations: A100 (NVLink 3) reports 5 and
+#: H100 (NVLink 4) reports 7; 8 is taken to be Blackwell's NVLink 5.
+ENUM_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4, 8: 5}
+#: the NVLink generation of each architecture (compute capability major)
+ARCH_GENERATION = {6: 1, 7: 2, 8: 3, 9: 4, 10: 5}
+
+#: nvmlDeviceGetNvLinkRemoteDeviceType -> snapshot value (IBM NPU and unknown are "other")
+REMOTE_TYPES = {0x00: "gpu", 0x02: "nvswitch"}
+#: nvmlGpuTopologyLevel_t -> snapshot value
+PCIE_LEVELS = {
+    0: "internal",
+    10: "single",
+    20: "multiple",
+    30: "hostbridge",
+    40: "node",
+    50: "system",
+}
+
+
+def nvlink_generation(raw: int, compute_major: int) -> int | None:
+    """The NVLink generation for what ``nvmlDeviceGetNvLinkVersion`` returned.
+
+    A real driver's enum is mapped through :data:`ENUM_GENERATION`; a value that is
+    exactly the generation of the GPU's architecture while the enum would say otherwise is
+    a mock's generation and is taken as it is.  None when the value means nothing known.
+    """
+    expected = ARCH_GENERATION.get(compute_major)
+    from_enum = ENUM_GENERATION.get(raw)
+    if expected is not None and raw == expected and from_enum != expected:
+        return raw
+    return from_enum
+
+
+def cpu_list(words: Sequence[int]) -> str | None:
+    """64-bit affinity words (CPU 0 is bit 0 of word 0) as a Linux CPU list: ``0-3,8``."""
+    cpus = [
+        64 * position + bit
+        for position, word in enumerate(words)
+        for bit in range(64)
+        if int(word) >> bit & 1
+    ]
+    if not cpus:
+        return None
+    ranges: list[str] = []
+    start = previous = cpus[0]
+    for cpu in [*cpus[1:], -2]:
+        if cpu == previous + 1:
+            previous = cpu
+            continue
+        ranges.append(str(start) if start == previous else f"{start}-{previous}")
+        start = previous = cpu
+    return ",".join(ranges)
+
+
+def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
+    """``<root>/bus/pci/devices/<bus id>/numa_node``; None when absent, unreadable or -1."""
+    if not bus_id:
+        return None
+    path = os.path.join(sysfs_root, "bus", "pci", "devices", bus_id, "numa_node")
+    try:
+        with open(path, encoding="ascii") as handle:
+            node = int(handle.read().strip())
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return node if node >= 0 else None
+
+
+def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
+    bus_ids = {gpu.index: gpu.pci_bus_id for gpu in gpus}
+    return dataclasses.replace(
+        topology,
+        gpus=tuple(
+            dataclasses.replace(
+                entry, numa_node=read_numa_node(sysfs_root, bus_ids.get(entry.index, ""))
+            )
+            for entry in topology.gpus
+        ),
+    )
+
+
+class _Unanswered(Exception):
+    """An NVML call that gave no answer; the field it was for stays out."""
+
+    def __init__(self, code: int | None) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+class TopologyReader:
+    """One topology read over GPUs already discovered (inside an open NVML session)."""
+
+    def __init__(self, nvml: Any, normalize_bus_id: Callable[[str], str]) -> None:
+        self._nvml = nvml
+        self._normalize = normalize_bus_id
+        self._error_type: type[BaseException] = nvml.NVMLError
+        self._log = get_logger(component="discovery.topology")
+
+    def _call(self, name: str, *args: Any) -> Any:
+        function = getattr(self._nvml, name, None)
+        if function is None:  # bindings too old for this entry point
+            raise _Unanswered(ERROR_FUNCTION_NOT_FOUND)
+        try:
+            return function(*args)
+        except self._error_type as err:
+            code = getattr(err, "value", None)
+            self._log.debug("topology fact unknown", call=name, error=str(err))
+            raise _Unanswered(code if isinstance(code, int) else None) from None
+
+    def _optional(self, name: str, *args: Any) -> Any:
+        try:
+            return self._call(name, *args)
+        except _Unanswered:
+            return None
+
+    def read(self, gpus: Sequence[Gpu]) -> Topology:
+        handles: dict[int, Any] = {}
+        entries = []
+        for gpu in gpus:
+            handle = self._optional("nvmlDeviceGetHandleByIndex", gpu.index)
+            if handle is None:
+                entries.append(GpuTopology(index=gpu.index))
+                continue
+            handles[gpu.index] = handle
+            entries.append(self._gpu(gpu, handle))
+        pairs = []
+        ordered = sorted(handles)
+        for position, first in enumerate(ordered):
+            for second in ordered[position + 1 :]:
+                pairs.append(self._pair(first, second, handles[first], handles[second]))
+        return Topology(gpus=tuple(entries), pairs=tuple(pairs))
+
+    def _gpu(self, gpu: Gpu, handle: Any) -> GpuTopology:
+        minor = self._optional("nvmlDeviceGetMinorNumber", handle)
+        words = self._optional("nvmlDeviceGetCpuAffinity", handle, CPU_SET_WORDS)
+        return GpuTopology(
+            index=gpu.index,
+            minor=None if minor is None else int(minor),
+            cpu_affinity=None if words is None else cpu_list(list(words)),
+            nvlinks=self._nvlinks(gpu, handle),
+        )
+
+    def _nvlinks(self, gpu: Gpu, handle: Any) -> tuple[NvLink, ...]:
+        links = []
+        for link in range(int(getattr(self._nvml, "NVML_NVLINK_MAX_LINKS", MAX_LINKS_FALLBACK))):
+            try:
+                state = self._call("nvmlDeviceGetNvLinkState", handle, link)
+            except _Unanswered as missing:
+                if link == 0 or missing.code in (ERROR_INVALID_ARGUMENT, ERROR_FUNCTION_NOT_FOUND):
+                    break  # no NVLink at all, or past the GPU's last link
+                continue
+            if int(state) != FEATURE_ENABLED:
+                continue
+            links.append(self._link(gpu, handle, link))
+        return tuple(links)
+
+    def _link(self, gpu: Gpu, handle: Any, link: int) -> NvLink:
+        raw_version = self._optional("nvmlDeviceGetNvLinkVersion", handle, link)
+        remote_type = self._optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        remote_pci = self._optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
+        bus_id = None
+        if remote_pci is not None:
+            raw = remote_pci.busId
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            bus_id = self._normalize(text) or None
+        return NvLink(
+            link=link,
+            version=None
+            if raw_version is None
+            else nvlink_generation(int(raw_version), gpu.compute_capability.major),
+            remote=None if remote_type is None else REMOTE_TYPES.get(int(remote_type), "other"),
+            remote_pci_bus_id=bus_id,
+        )
+
+    def _pair(self, first: int, second: int, handle_a: Any, handle_b: Any) -> GpuPair:
+        level = self._optional("nvmlDeviceGetTopologyCommonAncestor", handle_a, handle_b)
+        status = self._optional("nvmlDeviceGetP2PStatus", handle_a, handle_b, P2P_CAPS_INDEX_NVLINK)
+        return GpuPair(
+            gpus=(first, second),
+            pcie=None if level is None else PCIE_LEVELS.get(int(level)),
+            nvlink_p2p=None if status is None else int(status) == P2P_STATUS_OK,
+        )

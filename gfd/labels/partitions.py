@@ -1,0 +1,259 @@
+"""The GPU partition table computed from the snapshot's topology (pure).
+
+The rules (README "GPU topology"), in one place:
+
+- A GPU is named by its minor number (``/dev/nvidia<minor>``, what Koordinator calls a
+  minor); when any GPU's minor is unknown, every GPU is named by its NVML index instead.
+- A *hop* between two GPUs carries ``direct + via_switch`` NVLinks: ``direct`` is the number
+  of active links between them (counted on both ends; the smaller count wins), ``via_switch``
+  the smaller of the two GPUs' link counts to NVSwitches.  A pair whose NVLink P2P status
+  says "not OK" has no hop, whatever the links say.
+- A hop's bandwidth is its links times the per-link, per-direction bandwidth of the older
+  of the two GPUs' NVLink generations (:data:`NVLINK_LINK_BANDWIDTH`); unknown when a
+  generation is.
+- For each size 2, 4, 8, ... up to the GPU count, the candidate groups are buddy-aligned:
+  minors ``[k*size, (k+1)*size)``.  A candidate is a partition when its GPUs can form an
+  NVLink ring: a cycle through every member in which every hop has at least one link.
+  Its ``ringBusBandwidth`` is the best such ring's bottleneck hop (the ring whose slowest
+  hop is fastest).
+- ``allocationScore`` (1 is best; Koordinator takes the lowest first): within one size, 1 +
+  the number of distinct bandwidths above the partition's own (unknown counts as lowest).
+- Size 1 is listed only when the node has at least one partition of size 2 or more: every
+  GPU, without ``ringBusBandwidth`` (there is no ring); a GPU that belongs to no 2-GPU
+  partition scores 1 (giving it away breaks no pair) and the others 2 — or 1 when every GPU
+  is in a pair (the same rank rule as above: the best present is 1).
+- No NVLink partition at all (PCIe-only nodes, or no topology in the snapshot): the table
+  is empty — Koordinator's only link type is NVLink.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gfd.errors import ConfigError
+from gfd.partitions import (
+    NVLINK,
+    Partition,
+    PartitionTable,
+    check_against_minors,
+    format_quantity,
+)
+from gfd.snapshot import GpuTopology, Snapshot
+
+GB = 10**9
+#: Per-link, per-direction NVLink bandwidth in bytes/s, by generation.
+#: 1: P100, 4 links = 160 GB/s both ways (Pascal P100 white paper) -> 20 GB/s.
+#: 2: V100, 6 links = 300 GB/s both ways (Volta white paper; DGX-1 white paper) -> 25 GB/s.
+#: 3: A100, 12 links = 600 GB/s both ways (A100 datasheet) -> 25 GB/s.
+#: 4: H100 SXM, 18 links = 900 GB/s both ways (H100 datasheet, HGX H100) -> 25 GB/s.
+#: 5: B200, 18 links = 1.8 TB/s both ways (Blackwell datasheet, HGX B200) -> 50 GB/s.
+NVLINK_LINK_BANDWIDTH = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 50 * GB}
+
+
+@dataclass(frozen=True)
+class Hop:
+    links: int
+    bandwidth: int | None  # bytes/s; None when a generation is unknown
+
+
+@dataclass(frozen=True)
+class LinkGraph:
+    """The NVLink hops between the node's GPUs, by minor."""
+
+    minors: tuple[int, ...]
+    hops: dict[tuple[int, int], Hop]  # (low minor, high minor) -> hop; absent: no NVLink
+    link_bandwidth: dict[int, int]  # minor -> all its active links x per-link bandwidth
+
+    def hop(self, a: int, b: int) -> Hop | None:
+        return self.hops.get((a, b) if a < b else (b, a))
+
+
+def _names(entries: Sequence[GpuTopology]) -> dict[int, int]:
+    """GPU index -> the number it goes by in the table (minor when all minors are known)."""
+    minors = [entry.minor for entry in entries]
+    if all(m is not None for m in minors) and len(set(minors)) == len(minors):
+        return {entry.index: int(entry.minor or 0) for entry in entries}
+    return {entry.index: entry.index for entry in entries}
+
+
+def link_graph(snapshot: Snapshot) -> LinkGraph | None:
+    """The NVLink graph of the node; None when the snapshot has no topology."""
+    topology = snapshot.topology
+    if topology is None:
+        return None
+    entries = {entry.index: entry for entry in topology.gpus}
+    for gpu in snapshot.gpus:  # a GPU the topology does not mention has no known links
+        entries.setdefault(gpu.index, GpuTopology(index=gpu.index))
+    ordered = [entries[index] for index in sorted(entries)]
+    name = _names(ordered)
+    by_bus = {gpu.pci_bus_id: gpu.index for gpu in snapshot.gpus if gpu.pci_bus_id}
+    direct: Counter[tuple[int, int]] = Counter()  # (from, to) indices -> links
+    to_switch: Counter[int] = Counter()
+    generation: dict[int, int | None] = {}
+    link_bandwidth: dict[int, int] = {}
+    for entry in ordered:
+        versions = [link.version for link in entry.nvlinks]
+        known = [v for v in versions if v is not None]
+        generation[entry.index] = min(known) if known and len(known) == len(versions) else None
+        per_link = NVLINK_LINK_BANDWIDTH.get(generation[entry.index] or 0, 0)
+        link_bandwidth[name[entry.index]] = per_link * len(entry.nvlinks)
+        for link in entry.nvlinks:
+            if link.remote == "nvswitch":
+                to_switch[entry.index] += 1
+            elif link.remote == "gpu" and link.remote_pci_bus_id in by_bus:
+                peer = by_bus[link.remote_pci_bus_id]
+                if peer != entry.index:
+                    direct[(entry.index, peer)] += 1
+    no_p2p = {pair.gpus for pair in topology.pairs if pair.nvlink_p2p is False}
+    hops: dict[tuple[int, int], Hop] = {}
+    for position, a in enumerate(ordered):
+        for b in ordered[position + 1 :]:
+            if (a.index, b.index) in no_p2p:
+                continue
+            links = min(direct[(a.index, b.index)], direct[(b.index, a.index)]) + min(
+                to_switch[a.index], to_switch[b.index]
+            )
+            if links == 0:
+                continue
+            gens = (generation[a.index], generation[b.index])
+            bandwidth: int | None = None
+            if gens[0] is not None and gens[1] is not None:
+                hop_link = NVLINK_LINK_BANDWIDTH.get(min(gens[0], gens[1]))
+                bandwidth = None if hop_link is None else links * hop_link
+            low, high = sorted((name[a.index], name[b.index]))
+            hops[(low, high)] = Hop(links=links, bandwidth=bandwidth)
+    return LinkGraph(minors=tuple(sorted(name.values())), hops=hops, link_bandwidth=link_bandwidth)
+
+
+# ----------------------------------------------------------------------------- rings
+
+
+def _has_cycle(members: Sequence[int], connected: Callable[[int, int], bool]) -> bool:
+    """Whether a cycle runs through every member (a Hamiltonian cycle), for 3+ members."""
+    n = len(members)
+    adjacency = [0] * n
+    for i in range(n):
+        for j in range(n):
+            if i != j and connected(members[i], members[j]):
+                adjacency[i] |= 1 << j
+    degrees = [bin(mask).count("1") for mask in adjacency]
+    if min(degrees) < 2:
+        return False
+    if min(degrees) * 2 >= n:  # Dirac's theorem: such a graph always has one
+        return True
+    full = (1 << n) - 1
+    dead: set[tuple[int, int]] = set()
+
+    def extend(node: int, visited: int) -> bool:
+        if visited == full:
+            return bool(adjacency[node] & 1)
+        if (node, visited) in dead:
+            return False
+        candidates = adjacency[node] & ~visited
+        while candidates:
+            low = candidates & -candidates
+            candidates ^= low
+            if extend(low.bit_length() - 1, visited | low):
+                return True
+        dead.add((node, visited))
+        return False
+
+    return extend(0, 1)
+
+
+def ring(graph: LinkGraph, members: Sequence[int]) -> tuple[bool, int | None]:
+    """(whether ``members`` form an NVLink ring, the best ring's bottleneck bandwidth)."""
+    if len(members) < 2:
+        return True, None
+    hops = {
+        (a, b): hop
+        for i, a in enumerate(members)
+        for b in members[i + 1 :]
+        if (hop := graph.hop(a, b)) is not None
+    }
+    if len(members) == 2:
+        only = hops.get((members[0], members[1]))
+        return (only is not None), (None if only is None else only.bandwidth)
+    known = all(hop.bandwidth is not None for hop in hops.values())
+
+    def weight(hop: Hop) -> int:
+        return hop.bandwidth if known and hop.bandwidth is not None else hop.links
+
+    for threshold in sorted({weight(hop) for hop in hops.values()}, reverse=True):
+
+        def strong(a: int, b: int, t: int = threshold) -> bool:
+            hop = hops.get((a, b) if a < b else (b, a))
+            return hop is not None and weight(hop) >= t
+
+        if _has_cycle(members, strong):
+            return True, (threshold if known else None)
+    return False, None
+
+
+# ----------------------------------------------------------------------------- table
+
+
+def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
+    """The partition table the topology allows (module docstring for the rules)."""
+    if graph is None or not graph.minors:
+        return {}
+    present = set(graph.minors)
+    table: dict[int, tuple[Partition, ...]] = {}
+    size = 2
+    while size <= len(present):
+        found: list[tuple[tuple[int, ...], int | None]] = []
+        for start in range(0, max(present) + 1, size):
+            members = tuple(range(start, start + size))
+            if not present.issuperset(members):
+                continue
+            ok, bandwidth = ring(graph, members)
+            if ok:
+                found.append((members, bandwidth))
+        if found:
+            table[size] = _scored(found)
+        size *= 2
+    if not table:
+        return {}
+    paired = {m for p in table.get(2, ()) for m in p.minors}
+    some_unpaired = bool(present - paired)
+    table[1] = tuple(
+        Partition(
+            minors=(m,),
+            allocation_score=2 if m in paired and some_unpaired else 1,
+            gpu_link_type=NVLINK,
+        )
+        for m in sorted(present)
+    )
+    return dict(sorted(table.items()))
+
+
+def _scored(found: list[tuple[tuple[int, ...], int | None]]) -> tuple[Partition, ...]:
+    distinct = sorted({bw for _, bw in found if bw is not None}, reverse=True)
+    partitions = []
+    for members, bandwidth in found:
+        rank = len(distinct) if bandwidth is None else distinct.index(bandwidth)
+        partitions.append(
+            Partition(
+                minors=members,
+                allocation_score=1 + rank,
+                gpu_link_type=NVLINK,
+                ring_bus_bandwidth=None if bandwidth is None else format_quantity(bandwidth),
+            )
+        )
+    return tuple(partitions)
+
+
+def partition_table(snapshot: Snapshot, override: PartitionTable | None) -> PartitionTable:
+    """The table to publish: the operator's (checked against this node) or the computed one.
+
+    Raises ConfigError when the operator's table names GPUs the node does not have."""
+    graph = link_graph(snapshot)
+    if override is None:
+        return computed_table(graph)
+    minors = set(graph.minors) if graph is not None else {gpu.index for gpu in snapshot.gpus}
+    problem = check_against_minors(override, minors)
+    if problem is not None:
+        raise ConfigError(problem)
+    return override

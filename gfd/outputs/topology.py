@@ -1,0 +1,127 @@
+"""What gfd publishes besides the labels when asked to (README "GPU topology"):
+
+- in node-labels mode with ``--topology-labels``, the partition table (Koordinator's JSON)
+  in the Node annotation :data:`PARTITIONS_ANNOTATION`.  gfd owns that one key: it is set
+  while the table is not empty, removed (``null`` in the merge patch) when it becomes empty,
+  and by ``--cleanup``; nothing else on the node is touched;
+- with ``--koordlet-device-infos-dir``, koordlet's device-info file (:mod:`.koordlet`).
+
+Both are written only when their content changes; a failure fails the pass like a label
+publish does (logged, counted, retried next pass).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from gfd.grammar import PREFIX
+from gfd.labels.partitions import partition_table
+from gfd.observability import get_logger
+from gfd.outputs.koordlet import KoordletDeviceInfos
+from gfd.partitions import PartitionTable, dumps
+
+if TYPE_CHECKING:
+    from gfd.outputs.kube import KubeClient
+    from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
+
+PARTITIONS_ANNOTATION = f"{PREFIX}gfd.gpu-partitions"
+
+
+class PartitionsAnnotation:
+    """The partition table as one gfd-owned annotation on the Node."""
+
+    def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
+        from gfd.outputs.kube import KubeClient, retry_budget
+
+        assert settings.node_name
+        self.node_name = settings.node_name
+        self._path = f"/api/v1/nodes/{settings.node_name}"
+        self._client = client or KubeClient(
+            settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
+        )
+        self._published: str | bool | None = False  # False: nothing written by this process
+        self._log = get_logger(output="node-annotation", node=self.node_name)
+
+    def publish(self, table: PartitionTable) -> bool:
+        value = dumps(table) if table else None
+        if value == self._published:
+            return False
+        if self._published is False and self._current() == value:
+            # a restart on a node that already carries this table writes nothing
+            self._published = value
+            return False
+        self._patch(value)
+        self._published = value
+        self._log.info("patched the gpu partitions annotation", partitions=bool(value))
+        return True
+
+    def _current(self) -> str | None:
+        """The annotation's value on the node now (None: absent)."""
+        from gfd.outputs.kube import string_map
+
+        def read() -> str | None:
+            node = self._client.request("GET", self._path)
+            return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
+
+        return self._client.run(f"read node {self.node_name}", read)
+
+    def cleanup(self) -> None:
+        """Remove the annotation if it is there (a node without it is not written to)."""
+        from gfd.outputs.kube import MERGE_PATCH, string_map
+
+        def remove() -> None:
+            node = self._client.request("GET", self._path)
+            if PARTITIONS_ANNOTATION in string_map(node, "metadata", "annotations"):
+                patch = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: None}}}
+                self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+
+        self._client.run(f"remove the gpu partitions annotation of {self.node_name}", remove)
+        self._published = None
+
+    def _patch(self, value: str | None) -> None:
+        from gfd.outputs.kube import MERGE_PATCH
+
+        patch: dict[str, Any] = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: value}}}
+        self._client.run(
+            f"annotate node {self.node_name}",
+            lambda: self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH),
+        )
+
+
+class TopologyOutputs:
+    def __init__(
+        self,
+        annotation: PartitionsAnnotation | None,
+        koordlet: KoordletDeviceInfos | None,
+    ) -> None:
+        self.annotation = annotation
+        self.koordlet = koordlet
+
+    def publish(self, snapshot: Snapshot, override: PartitionTable | None) -> None:
+        table = partition_table(snapshot, override)
+        if self.annotation is not None:
+            self.annotation.publish(table)
+        if self.koordlet is not None:
+            self.koordlet.publish(snapshot, table)
+
+    def cleanup(self) -> None:
+        if self.annotation is not None:
+            self.annotation.cleanup()
+        if self.koordlet is not None:
+            self.koordlet.cleanup()
+
+
+def make_topology_outputs(settings: Settings, *, cleanup: bool = False) -> TopologyOutputs | None:
+    """The extra outputs the settings ask for; None when there are none.  For ``--cleanup``
+    the annotation is removed in node-labels mode whether or not topology labels are on."""
+    annotation = None
+    wanted = settings.topology_labels or cleanup
+    if settings.use_node_labels and wanted and settings.node_name:
+        annotation = PartitionsAnnotation(settings)
+    koordlet = None
+    if settings.koordlet_device_infos_dir:
+        koordlet = KoordletDeviceInfos(settings.koordlet_device_infos_dir)
+    if annotation is None and koordlet is None:
+        return None
+    return TopologyOutputs(annotation, koordlet)

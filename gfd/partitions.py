@@ -1,0 +1,189 @@
+"""The GPU partition table in Koordinator's shape, as plain data (no I/O).
+
+Koordinator (``apis/extension/device_share.go``, proposal "GPU Partitioning APIs") reads
+``map[int][]GPUPartition`` from JSON: keys are the partition sizes as strings ("1", "2",
+...), each partition has ``minors`` (ints), ``gpuLinkType`` ("NVLink"),
+``ringBusBandwidth`` (a Kubernetes quantity) and ``allocationScore`` (a JSON int: Go's
+``int`` rejects a string).  This module holds the value types, the quantity text, the JSON
+form and the validation of an operator's own table (config file ``partitions:``).  The
+table computed from the topology is in :mod:`gfd.labels.partitions`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+NVLINK = "NVLink"
+#: Koordinator's annotation on its Device object, reused as-is on the Node (node-labels mode)
+ANNOTATION = "scheduling.koordinator.sh/gpu-partitions"
+
+
+@dataclass(frozen=True)
+class Partition:
+    minors: tuple[int, ...]
+    allocation_score: int = 1
+    gpu_link_type: str = NVLINK
+    ring_bus_bandwidth: str | None = None  # a Kubernetes quantity, bytes per second
+
+
+#: size -> partitions of that size, sizes ascending, partitions ordered by minors
+PartitionTable = Mapping[int, tuple[Partition, ...]]
+
+_SUFFIXES = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+def format_quantity(value: int) -> str:
+    """Bytes as Kubernetes writes a decimal quantity: ``450000000000`` -> ``450G``."""
+    if value < 0:
+        raise ValueError("a bandwidth is never negative")
+    for suffix in ("E", "P", "T", "G", "M", "k"):
+        scale = _SUFFIXES[suffix]
+        if value and value % scale == 0:
+            return f"{value // scale}{suffix}"
+    return str(value)
+
+
+def parse_quantity(text: str) -> int:
+    """A quantity with an optional SI or binary suffix, as a whole number of bytes."""
+    match = _QUANTITY.match(text.strip())
+    if match is None:
+        raise ValueError(f"{text[:100]!r} is not a quantity like 450G or 400Gi")
+    number, suffix = match.groups()
+    try:
+        value = Decimal(number) * _SUFFIXES[suffix or ""]
+    except InvalidOperation:
+        raise ValueError(f"{text[:100]!r} is not a quantity") from None
+    if value != value.to_integral_value():
+        raise ValueError(f"{text[:100]!r} is not a whole number of bytes")
+    return int(value)
+
+
+def to_json_document(table: PartitionTable) -> dict[str, list[dict[str, Any]]]:
+    document: dict[str, list[dict[str, Any]]] = {}
+    for size in sorted(table):
+        entries = []
+        for partition in table[size]:
+            entry: dict[str, Any] = {
+                "minors": list(partition.minors),
+                "gpuLinkType": partition.gpu_link_type,
+            }
+            if partition.ring_bus_bandwidth is not None:
+                entry["ringBusBandwidth"] = partition.ring_bus_bandwidth
+            entry["allocationScore"] = partition.allocation_score
+            entries.append(entry)
+        document[str(size)] = entries
+    return document
+
+
+def dumps(table: PartitionTable, *, pretty: bool = False) -> str:
+    """The table as Koordinator's JSON: compact (an annotation value), or ``pretty`` with
+    one partition per line (``--dump-partitions``)."""
+    document = to_json_document(table)
+    if not pretty:
+        return json.dumps(document, separators=(",", ":"))
+    if not document:
+        return "{}"
+    sizes = []
+    for size, entries in document.items():
+        rows = ",\n".join(f"    {json.dumps(entry)}" for entry in entries)
+        sizes.append(f'  "{size}": [\n{rows}\n  ]')
+    return "{\n" + ",\n".join(sizes) + "\n}"
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def parse_table(value: Any, where: str) -> dict[int, tuple[Partition, ...]]:
+    """An operator's table (config ``partitions:``), checked for shape; ValueError names
+    the exact place.  Whether the minors exist is checked against the node at label time
+    (:func:`check_against_minors`)."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected a mapping of sizes to lists, got {_describe(value)}")
+    table: dict[int, tuple[Partition, ...]] = {}
+    for key, raw in value.items():
+        key_where = f"{where}.{key}"
+        text = str(key)
+        if isinstance(key, bool) or not text.isdigit() or int(text) < 1:
+            raise ValueError(f"{key_where}: a size is a positive integer, got {_describe(key)}")
+        size = int(text)
+        if size in table:
+            raise ValueError(f"{key_where}: size {size} is given twice")
+        if not isinstance(raw, list):
+            raise ValueError(f"{key_where}: expected a list of partitions, got {_describe(raw)}")
+        table[size] = tuple(
+            _parse_partition(item, f"{key_where}[{i}]", size) for i, item in enumerate(raw)
+        )
+    return dict(sorted(table.items()))
+
+
+def _parse_partition(value: Any, where: str, size: int) -> Partition:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}: expected a mapping with minors, got {_describe(value)}")
+    known = {"minors", "gpuLinkType", "ringBusBandwidth", "allocationScore"}
+    for key in value:
+        if key not in known:
+            raise ValueError(f"{where}.{key}: unknown key")
+    minors = value.get("minors")
+    if not isinstance(minors, list) or not all(
+        isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in minors
+    ):
+        raise ValueError(f"{where}.minors: expected a list of GPU minors, got {_describe(minors)}")
+    if len(set(minors)) != len(minors) or len(minors) != size:
+        raise ValueError(f"{where}.minors: expected {size} different minors, got {minors}")
+    link_type = value.get("gpuLinkType", NVLINK)
+    if not isinstance(link_type, str) or not link_type:
+        raise ValueError(f"{where}.gpuLinkType: expected a string, got {_describe(link_type)}")
+    score = value.get("allocationScore", 1)
+    if isinstance(score, bool) or not isinstance(score, int) or score < 1:
+        raise ValueError(
+            f"{where}.allocationScore: expected an integer >= 1 (1 is best), got {_describe(score)}"
+        )
+    bandwidth = value.get("ringBusBandwidth")
+    if bandwidth is not None:
+        if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, str)):
+            raise ValueError(f"{where}.ringBusBandwidth: expected a quantity like 450G")
+        try:
+            parse_quantity(str(bandwidth))
+        except ValueError as exc:
+            raise ValueError(f"{where}.ringBusBandwidth: {exc}") from None
+        bandwidth = str(bandwidth)
+    return Partition(
+        minors=tuple(sorted(minors)),
+        allocation_score=score,
+        gpu_link_type=link_type,
+        ring_bus_bandwidth=bandwidth,
+    )
+
+
+def check_against_minors(table: PartitionTable, minors: set[int]) -> str | None:
+    """Why an operator's table does not fit a node with these GPU minors (None: it fits)."""
+    for size in sorted(table):
+        if size > len(minors):
+            return f"partitions.{size}: the node has only {len(minors)} GPUs"
+        for i, partition in enumerate(table[size]):
+            unknown = sorted(set(partition.minors) - minors)
+            if unknown:
+                return f"partitions.{size}[{i}].minors: no GPU has minor {unknown[0]}"
+    return None

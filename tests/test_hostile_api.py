@@ -1,0 +1,482 @@
+"""A broken or hostile API server, in-process: the real client and outputs against the fake
+misbehaving at the HTTP level (issues 10 and 19).  Nothing owned is orphaned, nothing foreign
+is touched, no answer is trusted for more than it is, and no request outlives its deadline.
+Signals and exit statuses are in tests/test_hostile_api_process.py."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import structlog
+from hypothesis import given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
+
+from gfd import observability
+from gfd.errors import PublishError, UsageError
+from gfd.labels import build, keys
+from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient
+from gfd.outputs.nodefeature import NodeFeatureOutput
+from gfd.outputs.nodelabels import (
+    MANAGED_LABELS_ANNOTATION,
+    NFD_FEATURE_LABELS_ANNOTATION,
+    NodeLabelsOutput,
+    owned_keys_from,
+)
+from gfd.settings import Settings
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
+from tests.strategies import configs, snapshots
+
+pytestmark = pytest.mark.timeout(120)
+
+NODE = "/api/v1/nodes/n1"
+FOREIGN = {
+    "kubernetes.io/hostname": "n1",
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/device-plugin.config": "a100",
+    "nvidia.com/mig.config": "all-1g.5gb",
+    "nvidia.com/gpu.deploy.device-plugin": "true",
+}
+A = {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.product": "A"}
+B = {
+    "nvidia.com/gpu.count": "1",
+    "nvidia.com/gpu.memory": "40960",
+    "nvidia.com/mig.capable": "false",
+}
+C = {"nvidia.com/gpu.count": "2"}
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.add_node("n1", labels=FOREIGN)
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
+    return str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+
+
+def settings(kubeconfig: str, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {"node_name": "n1", "kubeconfig": kubeconfig, "sleep_interval": 1.0}
+    values.update(overrides)
+    return Settings(**values)
+
+
+def node_labels(kubeconfig: str) -> NodeLabelsOutput:
+    return NodeLabelsOutput(settings(kubeconfig, use_node_labels=True))
+
+
+def node_feature(kubeconfig: str) -> NodeFeatureOutput:
+    return NodeFeatureOutput(settings(kubeconfig, use_node_feature_api=True))
+
+
+def gfd_keys_on(api: FakeApiServer) -> dict[str, str]:
+    return {k: v for k, v in api.node_labels("n1").items() if k not in FOREIGN}
+
+
+# ----------------------------------------------------------------- lost answers
+
+
+@pytest.mark.parametrize(
+    "lost",
+    [
+        pytest.param(Fault(status=504, after_apply=True), id="504-from-a-proxy"),
+        pytest.param(Fault(drop=True, after_apply=True), id="connection-dropped"),
+        pytest.param(Fault(delay=1.5, after_apply=True), id="slower-than-the-timeout"),
+    ],
+)
+def test_a_write_applied_but_unanswered_orphans_nothing(
+    api: FakeApiServer, kubeconfig: str, lost: Fault
+) -> None:
+    output = node_labels(kubeconfig)
+    output.publish(A)
+    # every write of B lands on the node, no answer ever comes back, and the node cannot be
+    # read again within the pass: the pass fails, not knowing what it left on the node
+    lost.method, lost.count = "PATCH", None
+    api.inject(lost)
+    api.fail(503, count=None, method="GET")
+    with pytest.raises(PublishError):
+        output.publish(B)
+    assert gfd_keys_on(api) == B  # it did land
+    api.clear_faults()
+
+    output.publish(C)
+    assert gfd_keys_on(api) == C
+    assert api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION] == "nvidia.com/gpu.count"
+
+    output.cleanup()
+    assert api.node_labels("n1") == FOREIGN
+
+
+def test_cleanup_after_an_unanswered_write_removes_what_it_wrote(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    output = node_labels(kubeconfig)
+    output.publish(A)
+    api.inject(Fault(status=504, after_apply=True, method="PATCH", count=None))
+    api.fail(503, count=None, method="GET")
+    with pytest.raises(PublishError):
+        output.publish(B)
+    api.clear_faults()
+    node_labels(kubeconfig).cleanup()  # a fresh process, as the cleanup Job is
+    assert api.node_labels("n1") == FOREIGN
+
+
+def test_verification_after_an_unanswered_write_removes_stale_keys(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    output = node_labels(kubeconfig)
+    output.publish(A)
+    api.inject(Fault(status=504, after_apply=True, method="PATCH", count=None))
+    api.fail(503, count=None, method="GET")
+    with pytest.raises(PublishError):
+        output.publish(B)
+    api.clear_faults()
+    # the next pass's labels equal what was published before, so the agent only verifies
+    assert output.verify(A) is True
+    assert gfd_keys_on(api) == A
+
+
+# ----------------------------------------------------------------- foreign keys
+
+
+def test_only_keys_gfd_can_produce_count_as_owned() -> None:
+    produced = [
+        *(keys.full_key(name) for name in keys.NODE_WIDE),
+        *(keys.full_key(f"gpu.{suffix}") for suffix in keys.PER_RESOURCE),
+        *(keys.full_key(f"mig-1g.5gb.me.{suffix}") for suffix in keys.PER_RESOURCE),
+        "nvidia.com/a100-40gb.product",
+    ]
+    foreign = [
+        "nvidia.com/gpu.present",
+        "nvidia.com/device-plugin.config",
+        "nvidia.com/mig.config",
+        "nvidia.com/mig.config.state",
+        "nvidia.com/gpu.deploy.driver",
+        "nvidia.com/gpu.deploy.product",
+        "nvidia.com/gfd.managed-labels",
+        "nvidia.com/gpu.count.extra",
+        "nvidia.com/GPU.count",
+        "nvidia.com/.count",
+        "nvidia.com/",
+        "feature.node.kubernetes.io/gpu.count",
+        "kubernetes.io/hostname",
+    ]
+    node = {"metadata": {"annotations": {MANAGED_LABELS_ANNOTATION: ",".join(produced + foreign)}}}
+    assert owned_keys_from(node) == set(produced)
+
+
+@pytest.mark.parametrize("step", ["publish", "cleanup"])
+def test_a_hand_edited_annotation_never_deletes_foreign_labels(
+    api: FakeApiServer, kubeconfig: str, step: str
+) -> None:
+    api.edit(
+        "Node",
+        "n1",
+        "",
+        lambda node: node["metadata"].update(
+            labels={**FOREIGN, **A},
+            annotations={MANAGED_LABELS_ANNOTATION: ",".join(sorted({*FOREIGN, *A}))},
+        ),
+    )
+    output = node_labels(kubeconfig)
+    if step == "publish":
+        output.publish(C)
+        assert api.node_labels("n1") == {**FOREIGN, **C}
+    else:
+        output.cleanup()
+        assert api.node_labels("n1") == FOREIGN
+
+
+# ----------------------------------------------------------------- NFD's keys
+
+NFD_LABELS = {
+    "nvidia.com/gpu.count": "8",
+    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/cuda.driver.major": "550",
+    "feature.node.kubernetes.io/pci-10de.present": "true",
+}
+# as nfd-master writes it: sorted, the default namespace left out, other namespaces kept
+NFD_RECORD = (
+    "nvidia.com/cuda.driver.major,nvidia.com/gpu.count,nvidia.com/gpu.product,pci-10de.present"
+)
+
+
+@pytest.mark.parametrize(
+    "annotation", [NFD_FEATURE_LABELS_ANNOTATION, "gpu." + NFD_FEATURE_LABELS_ANNOTATION]
+)
+def test_keys_nfd_records_as_its_own_are_never_claimed_nor_removed(
+    api: FakeApiServer, kubeconfig: str, annotation: str
+) -> None:
+    api.edit(
+        "Node",
+        "n1",
+        "",
+        lambda node: node["metadata"].update(
+            labels={**FOREIGN, **NFD_LABELS}, annotations={annotation: NFD_RECORD}
+        ),
+    )
+    ours = {
+        "nvidia.com/gpu.count": "7",  # NFD says 8: NFD's value stays
+        "nvidia.com/gpu.product": "other",
+        "nvidia.com/gpu.memory": "40960",
+    }
+    observability._structlog()
+    with structlog.testing.capture_logs() as logs:
+        output = node_labels(kubeconfig)
+        output.publish(ours)
+        output.publish({**ours, "nvidia.com/gpu.family": "ampere"})
+    assert api.node_labels("n1") == {
+        **FOREIGN,
+        **NFD_LABELS,
+        "nvidia.com/gpu.memory": "40960",
+        "nvidia.com/gpu.family": "ampere",
+    }
+    assert api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION] == (
+        "nvidia.com/gpu.family,nvidia.com/gpu.memory"
+    )
+    left = [entry for entry in logs if "left to NFD" in entry["event"]]
+    assert len(left) == 1
+    assert left[0]["keys"] == ["nvidia.com/gpu.count", "nvidia.com/gpu.product"]
+
+    node_labels(kubeconfig).cleanup()
+    assert api.node_labels("n1") == {**FOREIGN, **NFD_LABELS}
+
+
+def test_cleanup_leaves_nfd_keys_even_when_gfd_once_recorded_them(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    api.edit(
+        "Node",
+        "n1",
+        "",
+        lambda node: node["metadata"].update(
+            labels={**FOREIGN, **NFD_LABELS},
+            annotations={
+                NFD_FEATURE_LABELS_ANNOTATION: NFD_RECORD,
+                MANAGED_LABELS_ANNOTATION: "nvidia.com/gpu.count,nvidia.com/gpu.product",
+            },
+        ),
+    )
+    node_labels(kubeconfig).cleanup()
+    assert api.node_labels("n1") == {**FOREIGN, **NFD_LABELS}
+    assert MANAGED_LABELS_ANNOTATION not in api.node_annotations("n1")
+
+
+# ----------------------------------------------------------------- nothing to write
+
+
+def test_a_start_on_a_correctly_labelled_node_writes_nothing(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    node_labels(kubeconfig).publish(A)
+    api.clear_requests()
+    node_labels(kubeconfig).publish(A)  # the next agent, after a restart
+    assert api.count("PATCH") == 0
+    assert api.count("GET", NODE) == 1
+
+
+def test_a_start_with_a_correct_nodefeature_object_writes_nothing(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    node_feature(kubeconfig).publish(A)
+    api.clear_requests()
+    node_feature(kubeconfig).publish(A)
+    assert [r.method for r in api.requests] == ["GET"]
+
+
+# ----------------------------------------------------------------- answers of the wrong kind
+
+NOT_JSON = b"<html><body>502 Bad Gateway</body></html>"
+BAD_ANSWERS = [
+    pytest.param(Fault(body=NOT_JSON, content_type="text/html"), id="non-json-200"),
+    pytest.param(Fault(status=500, body=NOT_JSON, content_type="text/html"), id="non-json-500"),
+    pytest.param(Fault(body=b"[]"), id="a-list"),
+    pytest.param(Fault(body=b"{}"), id="an-empty-object"),
+    pytest.param(Fault(body=b'{"kind":"Node","metadata":"n1"}'), id="metadata-a-string"),
+    pytest.param(
+        Fault(body=b'{"kind":"Node","metadata":{"name":"n1","annotations":["a"]}}'),
+        id="annotations-a-list",
+    ),
+    pytest.param(
+        Fault(body=b'{"kind":"Node","metadata":{"name":"n1","labels":{"a":1}}}'),
+        id="a-label-value-a-number",
+    ),
+    pytest.param(Fault(body=b"[" * 100_000 + b"]" * 100_000), id="nested-100000-deep"),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_ANSWERS)
+def test_a_bad_answer_is_a_server_error_that_is_retried(
+    api: FakeApiServer, kubeconfig: str, bad: Fault
+) -> None:
+    output = node_labels(kubeconfig)
+    bad.method = "GET"
+    api.inject(bad)
+    observability._structlog()
+    with structlog.testing.capture_logs() as logs:
+        output.publish(A)
+    assert gfd_keys_on(api) == A
+    retries = [entry for entry in logs if entry["log_level"] == "warning"]
+    assert len(retries) == 1
+    assert "retrying" in retries[0]["event"]
+    assert len(retries[0]["error"]) < 300
+    assert "exc_info" not in retries[0]
+
+
+@pytest.mark.parametrize("bad", BAD_ANSWERS)
+def test_cleanup_against_bad_answers_fails_and_says_so(
+    api: FakeApiServer, kubeconfig: str, bad: Fault
+) -> None:
+    node_labels(kubeconfig).publish(A)
+    bad.method, bad.count = "GET", None
+    api.inject(bad)
+    with pytest.raises(PublishError) as raised:
+        node_labels(kubeconfig).cleanup()
+    assert "\n" not in str(raised.value)
+    assert len(str(raised.value)) < 400
+    assert gfd_keys_on(api) == A
+
+
+def test_cleanup_whose_patch_is_not_applied_fails(api: FakeApiServer, kubeconfig: str) -> None:
+    node_labels(kubeconfig).publish(A)
+    # the server answers 200 with the node as it was, and changes nothing
+    unchanged = json.dumps(api.node("n1")).encode()
+    api.inject(Fault(body=unchanged, method="PATCH", count=None))
+    with pytest.raises(PublishError, match="still carries"):
+        node_labels(kubeconfig).cleanup()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[]", b'{"metadata":"x"}', b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":[]}'],
+    ids=["a-list", "metadata-a-string", "spec-a-list"],
+)
+def test_nodefeature_bad_answers_are_retried_server_errors(
+    api: FakeApiServer, kubeconfig: str, body: bytes
+) -> None:
+    output = node_feature(kubeconfig)
+    api.inject(Fault(body=body, method="GET", count=None))
+    with pytest.raises(PublishError, match="the API server sent"):
+        output.publish(A)
+    assert api.count("GET") > 1
+    api.clear_faults()
+    output.publish(A)
+    stored = api.get("NodeFeature", "nvidia-features-for-n1", "default")
+    assert stored is not None and stored["spec"]["labels"] == A
+
+
+# ----------------------------------------------------------------- deadlines and sizes
+
+
+@pytest.fixture
+def quick_client(kubeconfig: str) -> KubeClient:
+    return KubeClient(kubeconfig, budget=1.0, request_timeout=0.5)
+
+
+@pytest.mark.parametrize(
+    "stall",
+    [
+        pytest.param(Fault(trickle=0.1, count=None), id="headers-trickled-forever"),
+        pytest.param(Fault(hang=True, count=None), id="accepts-and-never-answers"),
+    ],
+)
+def test_a_stalling_server_cannot_hold_a_request(
+    api: FakeApiServer, quick_client: KubeClient, stall: Fault
+) -> None:
+    api.inject(stall)
+    with pytest.raises(PublishError, match=r"deadline|timed out") as raised:
+        quick_client.run("get node n1", lambda: quick_client.request("GET", NODE))
+    assert "gave up after" in str(raised.value)
+
+
+@pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "until-close"])
+def test_an_answer_larger_than_any_object_is_refused_unread(
+    api: FakeApiServer, quick_client: KubeClient, declare_length: bool
+) -> None:
+    size = 300 * 1024 * 1024
+    api.inject(Fault(huge=size, declare_length=declare_length, count=None))
+    tracemalloc.start()
+    try:
+        with pytest.raises(PublishError, match="bytes"):
+            quick_client.run("get node n1", lambda: quick_client.request("GET", NODE))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * MAX_ANSWER_BYTES
+    assert api.huge_bytes_sent < size / 10
+
+
+# ----------------------------------------------------------------- the server address
+
+
+@pytest.mark.parametrize(
+    "server",
+    ["ftp://127.0.0.1:6443", "127.0.0.1:6443", "unix:///run/kube.sock", "http://", "https://:0"],
+)
+def test_a_server_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path, server: str) -> None:
+    path = tmp_path / "kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": server}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    path.write_text(json.dumps(config))
+    with pytest.raises(UsageError, match="not an http:// or https:// URL"):
+        KubeClient(str(path), budget=1.0)
+
+
+def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> None:
+    path = tmp_path / "kubeconfig"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "http://admin:s3cr3t@127.0.0.1:9"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    path.write_text(json.dumps(config))
+    client = KubeClient(str(path), budget=0.3)
+    observability._structlog()
+    with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
+        client.run("get node n1", lambda: client.request("GET", NODE))
+    assert "s3cr3t" not in str(raised.value)
+    assert "admin" not in str(raised.value)
+    assert "***@127.0.0.1:9" in str(raised.value)
+    assert logs and "s3cr3t" not in repr(logs)
+
+
+def test_every_key_gfd_publishes_is_one_it_can_own() -> None:
+    """The key table of can_produce covers every key the labellers publish (a new label
+    key must be added to gfd/labels/keys.py's NODE_WIDE or PER_RESOURCE)."""
+    expected = Path(__file__).parent / "fixtures" / "expected"
+    published = {
+        line.split("=", 1)[0]
+        for path in expected.glob("*.labels")
+        for line in path.read_text().splitlines()
+        if "=" in line
+    }
+    assert len(published) > 40
+    assert sorted(key for key in published if not keys.can_produce(key)) == []
+
+
+@settings_(max_examples=150, deadline=None)
+@given(snapshots(), st.sampled_from(["none", "single", "mixed"]), configs())
+def test_any_snapshot_and_config_publish_only_keys_gfd_can_own(
+    snap: Any, strategy: str, config: Any
+) -> None:
+    if config.sharing.strategy == "mps" and any(g.mig and g.mig.enabled for g in snap.gpus):
+        return  # the documented ConfigError
+    labels = build(snap, strategy, config, 1).labels
+    assert [key for key in labels if not keys.can_produce(key)] == []

@@ -1,0 +1,297 @@
+"""The partition table beside the labels: koordlet device-info files and the Node annotation.
+
+koordlet's side is modelled by :func:`koordlet_partition_table`, a line-by-line Python
+reading of koordinator's ``getPartitionTableFromXPUDevices`` and ``buildXPUDeviceLabels``
+(``pkg/koordlet/statesinformer/impl/states_device_linux.go``): the test asserts koordlet
+would derive exactly our buddy groups from the files gfd writes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gfd import snapshot as snapshot_io
+from gfd.agent import Agent
+from gfd.labels.partitions import partition_table
+from gfd.outputs.koordlet import FILE_NAME, KoordletDeviceInfos, device_infos
+from gfd.outputs.topology import PARTITIONS_ANNOTATION
+from gfd.settings import Settings
+from tests.fakes.fake_apiserver import FakeApiServer
+from tests.process import run_gfd
+from tests.test_manifests import (  # the manifest helpers and their fixture
+    DAEMONSETS,
+    effective_security,
+    gfd_container,
+    gfd_settings,
+    mounts,
+    rendered,  # noqa: F401 -- a fixture, requested by name below
+    volumes,
+    workload,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples" / "snapshots"
+TOPOLOGY_EXAMPLES = [
+    EXAMPLES / name
+    for name in (
+        "dgx1-v100-cube-mesh.yaml",
+        "hgx-h100-nvswitch.yaml",
+        "a100-pcie-nvlink-bridges.yaml",
+        "l40s-pcie.yaml",
+    )
+]
+
+
+def koordlet_partition_table(
+    devices: list[dict[str, Any]],
+) -> tuple[dict[int, list[list[int]]] | None, str | None]:
+    """(koordlet's partition table or None, its gpu-partition-policy label or None)."""
+    policy = None
+    first = devices[0].get("topology") or {}
+    if devices and first.get("p2pLinks") is not None:
+        policy = "Honor" if first.get("mustHonorPartition") else "Prefer"
+    table: dict[int, list[list[int]]] = {}
+    for device in devices:
+        topology = device.get("topology")
+        if topology is None or topology.get("p2pLinks") is None:
+            return None, policy
+        for link in topology["p2pLinks"]:
+            if not link.get("peerMinor") or not link.get("type"):
+                continue  # "has invalid p2p link"
+            minors = sorted(int(m) for m in [*link["peerMinor"].split(","), device["minor"]])
+            table.setdefault(len(minors), []).append(minors)
+    return table, policy
+
+
+def load(path: Path) -> snapshot_io.Snapshot:
+    return snapshot_io.load(str(path))
+
+
+@pytest.mark.parametrize("path", TOPOLOGY_EXAMPLES, ids=lambda p: p.stem)
+def test_koordlet_derives_exactly_our_groups(path: Path) -> None:
+    snap = load(path)
+    table = partition_table(snap, None)
+    derived, policy = koordlet_partition_table(device_infos(snap, table))
+    ours = {size: [list(p.minors) for p in items] for size, items in table.items() if size > 1}
+    if not ours:
+        assert (derived, policy) == (None, None)  # no table, no policy label: as without gfd
+        return
+    assert derived is not None
+    assert {size: sorted(groups) for size, groups in derived.items()} == ours
+    assert policy == "Prefer"
+
+
+def test_device_infos_describe_each_gpu() -> None:
+    snap = load(EXAMPLES / "hgx-h100-nvswitch.yaml")
+    infos = device_infos(snap, partition_table(snap, None))
+    assert infos[3] == {
+        "vendor": "nvidia",
+        "model": "H100-80GB-HBM3",
+        "uuid": snap.gpus[3].uuid,
+        "minor": "3",
+        "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "81559Mi"},
+        "topology": {"p2pLinks": [], "nodeID": "0", "busID": "0000:61:00.0"},
+        "status": {"healthy": True},
+    }
+    assert infos[0]["topology"]["p2pLinks"] == [
+        {"peerMinor": "1", "type": "NVLink"},
+        {"peerMinor": "1,2,3", "type": "NVLink"},
+        {"peerMinor": "1,2,3,4,5,6,7", "type": "NVLink"},
+    ]
+
+
+def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -> None:
+    snap = load(EXAMPLES / "a100-pcie-nvlink-bridges.yaml")
+    output = KoordletDeviceInfos(str(tmp_path))
+    table = partition_table(snap, None)
+    assert output.publish(snap, table) is True
+    path = tmp_path / FILE_NAME
+    written = json.loads(path.read_text())
+    assert [d["minor"] for d in written] == ["0", "1", "2", "3"]
+    assert oct(path.stat().st_mode & 0o777) == "0o644"
+    # koordlet reads every regular file: only ours is there (the temp dir is a directory)
+    assert [p.name for p in tmp_path.iterdir() if p.is_file()] == [FILE_NAME]
+    assert output.publish(snap, table) is False
+    path.unlink()
+    assert output.publish(snap, table) is True  # someone removed it: written again
+    output.cleanup()
+    assert not path.exists()
+    output.cleanup()  # nothing there: fine
+
+
+def test_koordlet_flag_writes_the_file_in_a_oneshot_run(tmp_path: Path) -> None:
+    result = run_gfd(
+        "--oneshot",
+        "--no-timestamp",
+        "--snapshot-file",
+        str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"),
+        "--koordlet-device-infos-dir",
+        str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert "gpu.interconnect" not in result.stdout  # the labels stay opt-in
+    derived, _ = koordlet_partition_table(json.loads((tmp_path / FILE_NAME).read_text()))
+    assert derived is not None and sorted(derived) == [2, 4, 8]
+    missing = run_gfd(
+        "--oneshot",
+        "--snapshot-file",
+        str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"),
+        "--koordlet-device-infos-dir",
+        str(tmp_path / "nope" / "deeper"),
+    )
+    assert missing.returncode == 1
+    assert "cannot write koordlet device infos" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+# ----------------------------------------------------------------------------- annotation
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.add_node("n1", annotations={"someone/else": "x"})
+        yield server
+
+
+def settings_for(api: FakeApiServer, tmp_path: Path, snapshot: Path, **extra: Any) -> Settings:
+    values: dict[str, Any] = {
+        "use_node_labels": True,
+        "node_name": "n1",
+        "kubeconfig": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
+        "sleep_interval": 1.0,
+        "snapshot_file": str(snapshot),
+        "no_timestamp": True,
+        "topology_labels": True,
+    }
+    values.update(extra)
+    return Settings(**values)
+
+
+def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: Path) -> None:
+    dgx1 = EXAMPLES / "dgx1-v100-cube-mesh.yaml"
+    settings = settings_for(api, tmp_path, dgx1)
+    agent = Agent(settings, reload_settings=lambda: settings)
+    assert agent.run_pass()
+    annotations = api.node_annotations("n1")
+    table = json.loads(annotations[PARTITIONS_ANNOTATION])
+    assert sorted(table) == ["1", "2", "4", "8"]
+    assert table["8"][0]["ringBusBandwidth"] == "50G"
+    assert annotations["someone/else"] == "x"
+    assert api.node_labels("n1")["nvidia.com/gpu.partition-sizes"] == "1-2-4-8"
+    patches = api.count("PATCH")
+    assert agent.run_pass()
+    assert api.count("PATCH") == patches  # steady: nothing written
+
+    # the node's GPUs lose their NVLinks: the annotation goes, other annotations stay
+    pcie = tmp_path / "pcie.yaml"
+    snap = load(dgx1)
+    assert snap.topology is not None
+    bare = dataclasses.replace(
+        snap.topology, gpus=tuple(dataclasses.replace(e, nvlinks=()) for e in snap.topology.gpus)
+    )
+    pcie.write_text(snapshot_io.dumps(dataclasses.replace(snap, topology=bare)))
+    agent.settings = dataclasses.replace(settings, snapshot_file=str(pcie))
+    assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    assert api.node_annotations("n1")["someone/else"] == "x"
+
+
+def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_path: Path) -> None:
+    """Issue 16: a start on a node that already carries the right labels (and, here, the
+    right partition annotation) sends no write at all."""
+    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    assert Agent(settings, reload_settings=lambda: settings).run_pass()
+    patches = api.count("PATCH")
+    restarted = Agent(settings, reload_settings=lambda: settings)
+    assert restarted.run_pass()
+    assert api.count("PATCH") == patches
+    assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
+
+
+def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> None:
+    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    agent = Agent(settings, reload_settings=lambda: settings)
+    assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
+    env = {"KUBECONFIG": settings.kubeconfig or "", "NODE_NAME": "n1"}
+    result = run_gfd("--cleanup", "--use-node-labels", env=env)  # topology labels or not
+    assert result.returncode == 0, result.stderr
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    assert not any(k.startswith("nvidia.com/gpu") for k in api.node_labels("n1"))
+    assert api.node_annotations("n1")["someone/else"] == "x"
+
+
+def test_reload_without_topology_labels_removes_the_annotation(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    plain = dataclasses.replace(settings, topology_labels=False)
+    agent = Agent(settings, reload_settings=lambda: plain)
+    assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
+    agent._signals.reload = True
+    agent._reload()
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    assert agent.run_pass()
+    assert "nvidia.com/gpu.interconnect" not in api.node_labels("n1")
+
+
+def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> None:
+    settings = Settings(
+        oneshot=False,
+        output_file="-",
+        snapshot_file=str(EXAMPLES / "a100-pcie-nvlink-bridges.yaml"),
+        koordlet_device_infos_dir=str(tmp_path),
+    )
+    plain = dataclasses.replace(settings, koordlet_device_infos_dir="")
+    agent = Agent(settings, reload_settings=lambda: plain)
+    assert agent.run_pass()
+    assert (tmp_path / FILE_NAME).exists()
+    agent._reload()
+    assert not (tmp_path / FILE_NAME).exists()
+
+
+def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Path) -> None:
+    settings = settings_for(
+        api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml", topology_labels=False
+    )
+    agent = Agent(settings, reload_settings=lambda: settings)
+    assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    assert agent.topology_outputs is None
+    assert os.environ.get("GFD_TOPOLOGY_LABELS") is None
+
+
+# ----------------------------------------------------------------------------- manifests
+
+
+KOORDLET_DIR = "/etc/kubernetes/koordlet/device-infos"
+
+
+@pytest.mark.parametrize("overlay", DAEMONSETS)
+def test_koordlet_component_mounts_koordlets_directory(
+    overlay: str,
+    rendered: Any,  # noqa: F811
+) -> None:
+    obj = workload(overlay, rendered(f"{overlay}+koordlet"))
+    container = gfd_container(obj)
+    assert gfd_settings(obj, container).koordlet_device_infos_dir == KOORDLET_DIR
+    mount = mounts(container)[KOORDLET_DIR]
+    assert not mount.get("readOnly", False)
+    assert volumes(obj)[mount["name"]]["hostPath"] == {
+        "path": KOORDLET_DIR,
+        "type": "DirectoryOrCreate",
+    }
+    security = effective_security(obj, container)
+    assert security["runAsUser"] == 0 and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["allowPrivilegeEscalation"] is False
+    plain = gfd_container(workload(overlay, rendered(overlay)))
+    assert KOORDLET_DIR not in mounts(plain)

@@ -1,0 +1,189 @@
+"""Property tests for the partition table, against an independent brute-force model.
+
+Generated nodes: 1-8 GPUs, random direct NVLinks (0-3 per pair, some pairs P2P-disabled),
+random NVSwitch links, one NVLink generation per GPU.  The model enumerates every cycle
+through a group's members; the table must list exactly the buddy-aligned groups that have
+one, with the best cycle's bottleneck as bandwidth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gfd import partitions
+from gfd.labels.partitions import NVLINK_LINK_BANDWIDTH, partition_table
+from gfd.snapshot import (
+    ComputeCapability,
+    Driver,
+    Gpu,
+    GpuPair,
+    GpuTopology,
+    NvLink,
+    Snapshot,
+    Topology,
+)
+
+SWITCH = "0000:f0:00.0"
+
+
+@dataclass(frozen=True)
+class Node:
+    snapshot: Snapshot
+    links: dict[tuple[int, int], int]  # the model's hop links, (low, high) -> count
+    generation: dict[int, int]
+    total_links: dict[int, int]
+
+
+@st.composite
+def nodes(draw: st.DrawFn) -> Node:
+    n = draw(st.integers(1, 8))
+    bus = [f"0000:{i + 1:02x}:00.0" for i in range(n)]
+    generation = {i: draw(st.sampled_from([2, 3, 4, 5])) for i in range(n)}
+    direct = {
+        (a, b): draw(st.sampled_from([0, 0, 1, 2, 3]))
+        for a, b in itertools.combinations(range(n), 2)
+    }
+    switch = {i: draw(st.sampled_from([0, 0, 0, 2, 6])) for i in range(n)}
+    p2p = {pair: draw(st.sampled_from([None, True, True, False])) for pair in direct}
+    entries = []
+    total_links = {}
+    for i in range(n):
+        links = []
+        for j in range(n):
+            count = direct.get((min(i, j), max(i, j)), 0) if i != j else 0
+            links += [("gpu", bus[j])] * count
+        links += [("nvswitch", SWITCH)] * switch[i]
+        total_links[i] = len(links)
+        entries.append(
+            GpuTopology(
+                index=i,
+                minor=i,
+                nvlinks=tuple(
+                    NvLink(link=k, version=generation[i], remote=r, remote_pci_bus_id=b)
+                    for k, (r, b) in enumerate(links)
+                ),
+            )
+        )
+    model = {}
+    for pair, count in direct.items():
+        hop = count + min(switch[pair[0]], switch[pair[1]])
+        if p2p[pair] is not False and hop:
+            model[pair] = hop
+    snapshot = Snapshot(
+        driver=Driver("550.54.15", 12040),
+        gpus=tuple(
+            Gpu(
+                index=i,
+                uuid=f"GPU-{i}",
+                name="GPU",
+                pci_bus_id=bus[i],
+                compute_capability=ComputeCapability(9, 0),
+            )
+            for i in range(n)
+        ),
+        topology=Topology(
+            gpus=tuple(entries),
+            pairs=tuple(GpuPair(gpus=pair, nvlink_p2p=p2p[pair]) for pair in direct),
+        ),
+    )
+    return Node(snapshot, model, generation, total_links)
+
+
+def hop_bandwidth(node: Node, a: int, b: int) -> int:
+    links = node.links.get((min(a, b), max(a, b)), 0)
+    return links * NVLINK_LINK_BANDWIDTH[min(node.generation[a], node.generation[b])]
+
+
+def best_ring(node: Node, members: tuple[int, ...]) -> int | None:
+    """The best bottleneck over every cycle through ``members`` (None: no cycle)."""
+    if len(members) == 2:
+        bandwidth = hop_bandwidth(node, *members)
+        return bandwidth or None
+    best = None
+    first, rest = members[0], members[1:]
+    for order in itertools.permutations(rest):
+        cycle = (first, *order, first)
+        bottleneck = min(hop_bandwidth(node, a, b) for a, b in itertools.pairwise(cycle))
+        if bottleneck and (best is None or bottleneck > best):
+            best = bottleneck
+    return best
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes())
+def test_table_is_exactly_the_ring_connected_buddy_groups(node: Node) -> None:
+    table = partition_table(node.snapshot, None)
+    n = len(node.snapshot.gpus)
+    expected: dict[int, dict[tuple[int, ...], int]] = {}
+    size = 2
+    while size <= n:
+        for start in range(0, n - size + 1, size):
+            members = tuple(range(start, start + size))
+            bandwidth = best_ring(node, members)
+            if bandwidth is not None:
+                expected.setdefault(size, {})[members] = bandwidth
+        size *= 2
+    got = {
+        size: {p.minors: partitions.parse_quantity(p.ring_bus_bandwidth or "0") for p in items}
+        for size, items in table.items()
+        if size > 1
+    }
+    assert got == expected
+    if expected:
+        assert [p.minors for p in table[1]] == [(i,) for i in range(n)]
+    else:
+        assert table == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes())
+def test_bandwidth_never_exceeds_a_members_own_nvlink_bandwidth(node: Node) -> None:
+    for size, items in partition_table(node.snapshot, None).items():
+        for partition in items:
+            if size == 1:
+                assert partition.ring_bus_bandwidth is None
+                continue
+            assert partition.ring_bus_bandwidth is not None
+            bandwidth = partitions.parse_quantity(partition.ring_bus_bandwidth)
+            for m in partition.minors:
+                own = node.total_links[m] * NVLINK_LINK_BANDWIDTH[node.generation[m]]
+                assert 0 < bandwidth <= own
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes(), st.randoms(use_true_random=False))
+def test_table_does_not_depend_on_gpu_order(node: Node, rng: random.Random) -> None:
+    snap = node.snapshot
+    assert snap.topology is not None
+    gpus, entries, pairs = list(snap.gpus), list(snap.topology.gpus), list(snap.topology.pairs)
+    for items in (gpus, entries, pairs):
+        rng.shuffle(items)
+    shuffled = Snapshot(
+        driver=snap.driver,
+        gpus=tuple(gpus),
+        topology=Topology(gpus=tuple(entries), pairs=tuple(pairs)),
+    )
+    assert partitions.dumps(partition_table(shuffled, None)) == partitions.dumps(
+        partition_table(snap, None)
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes())
+def test_scores_rank_bandwidth_and_the_table_reads_back_as_an_override(node: Node) -> None:
+    table = partition_table(node.snapshot, None)
+    for size, items in table.items():
+        scores = [p.allocation_score for p in items]
+        assert all(isinstance(s, int) and s >= 1 for s in scores) and min(scores) == 1
+        if size > 1:
+            by_score = sorted(items, key=lambda p: p.allocation_score)
+            widths = [partitions.parse_quantity(p.ring_bus_bandwidth or "0") for p in by_score]
+            assert widths == sorted(widths, reverse=True)
+    document = json.loads(partitions.dumps(table))
+    assert partitions.parse_table(document, "partitions") == table
