@@ -51,13 +51,8 @@ ENGINES_ENCODER = "engines.encoder"
 ENGINES_JPEG = "engines.jpeg"
 ENGINES_OFA = "engines.ofa"
 
-#: what a valid MIG configuration under the single strategy overrides on the full-GPU resource
-SINGLE_MIG_OVERRIDES = (
-    PRODUCT,
-    COUNT,
-    REPLICAS,
-    SHARING_STRATEGY,
-    MEMORY,
+#: the per-resource suffixes that describe a MIG device's shape (SMs, slices, engines)
+MIG_SHAPE = (
     MULTIPROCESSORS,
     SLICES_GI,
     SLICES_CI,
@@ -67,6 +62,9 @@ SINGLE_MIG_OVERRIDES = (
     ENGINES_JPEG,
     ENGINES_OFA,
 )
+
+#: what a valid MIG configuration under the single strategy overrides on the full-GPU resource
+SINGLE_MIG_OVERRIDES = (PRODUCT, COUNT, REPLICAS, SHARING_STRATEGY, MEMORY, *MIG_SHAPE)
 
 
 #: per-resource labels whose values are built from a name (model, machine type): too long,
@@ -147,14 +145,7 @@ PER_RESOURCE = (
     FAMILY,
     COMPUTE_MAJOR,
     COMPUTE_MINOR,
-    MULTIPROCESSORS,
-    SLICES_GI,
-    SLICES_CI,
-    ENGINES_COPY,
-    ENGINES_DECODER,
-    ENGINES_ENCODER,
-    ENGINES_JPEG,
-    ENGINES_OFA,
+    *MIG_SHAPE,
 )
 
 #: names other NVIDIA components control (GPU Operator, device plugin, MIG manager): never

@@ -224,12 +224,17 @@ class FileOutput:
         return (status.st_dev, status.st_ino) == (device, inode) and content == data
 
     def _remove(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise PublishError(f"cannot remove {self.path}: {exc.strerror or exc}") from None
+        remove_file(self.path)
+
+
+def remove_file(path: str) -> None:
+    """Remove a file gfd wrote; one already gone is fine, any other failure a PublishError."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise PublishError(f"cannot remove {path}: {exc.strerror or exc}") from None
 
 
 def file_output(settings: Settings) -> FileOutput:

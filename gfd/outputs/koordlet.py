@@ -35,6 +35,7 @@ from typing import Any
 
 from gfd.errors import PublishError
 from gfd.observability import get_logger
+from gfd.outputs.file import remove_file
 from gfd.partitions import PartitionTable
 from gfd.snapshot import Snapshot
 
@@ -135,10 +136,5 @@ class KoordletDeviceInfos:
         return True
 
     def cleanup(self) -> None:
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise PublishError(f"cannot remove {self.path}: {exc}") from None
+        remove_file(self.path)
         self._written = None
