@@ -20,10 +20,10 @@ venv: $(BIN)/gfd
 run: venv
 	$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
 
-# -n auto: one worker per core; loadgroup keeps each module-scoped build (the wheel, the
-# rendered manifests) on one worker
+# -n auto: one worker per core; loadfile keeps a module's tests on one worker, so each
+# module-scoped build (the wheel, the rendered manifests) is made once
 test: venv
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: venv
 	$(BIN)/ruff check gfd tests bench scripts

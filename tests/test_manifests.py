@@ -71,10 +71,6 @@ def _require_module(name: str, package: str) -> ModuleType:
         raise
 
 
-# one worker renders the overlays once for the whole module under xdist
-pytestmark = pytest.mark.xdist_group("manifests")
-
-
 @pytest.fixture(scope="module")
 def rendered() -> Callable[[str], list[dict[str, Any]]]:
     """Render an overlay (or 'overlay+component'), once per module."""

@@ -30,9 +30,7 @@ import pytest
 
 from gfd import __version__
 
-# builds a wheel (may fetch build tools once); its tests share one worker under xdist, so
-# the wheel is built once
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("wheel")]
+pytestmark = pytest.mark.timeout(300)  # builds a wheel; may fetch build tools once
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
