@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import controlplane, servers
-from tests.e2e.controlplane import ControlPlane
+from tests.e2e.controlplane import GFD_NAMESPACE, ControlPlane
+from tests.e2e.gfdrun import CRD, FOREIGN_ANNOTATIONS, FOREIGN_LABELS, apply_rbac, node_name_for
 
 REQUIRED = os.environ.get("GFD_E2E") == "1"
 HERE = Path(__file__).resolve().parent
@@ -47,3 +49,35 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         pytest.skip(reason)
     with controlplane.running(server) as plane:
         yield plane
+
+
+@pytest.fixture(scope="session")
+def gfd_rbac(control_plane: ControlPlane) -> ControlPlane:
+    """The RBAC of the node-labels and NodeFeature overlays, rendered from manifests/ with
+    kustomize and applied as rendered; NFD's NodeFeature CRD.  Returns the control plane."""
+    apply_rbac(control_plane, ["node-labels", "nodefeature", "node-labels-cleanup-job"])
+    control_plane.apply_all([yaml.safe_load(CRD.read_text())])
+    # RBAC reaches the authorizer through an informer: wait until the server says yes
+    control_plane.wait_for("RBAC in force", lambda: control_plane.gfd_allowed("patch", "nodes"))
+    control_plane.wait_for(
+        "RBAC in force",
+        lambda: control_plane.gfd_allowed(
+            "update", "nodefeatures", group="nfd.k8s-sigs.io", namespace=GFD_NAMESPACE
+        ),
+    )
+    return control_plane
+
+
+@pytest.fixture
+def node(request: pytest.FixtureRequest, gfd_rbac: ControlPlane) -> Iterator[str]:
+    """A Node of the test's own, as a kubelet registers it, with labels someone else set."""
+    name = node_name_for(request.node.name)
+    gfd_rbac.create_node(name, FOREIGN_LABELS)
+    gfd_rbac.ok(
+        "PATCH",
+        f"/api/v1/nodes/{name}",
+        {"metadata": {"annotations": FOREIGN_ANNOTATIONS}},
+        content_type="application/merge-patch+json",
+    )
+    yield name
+    gfd_rbac.delete(f"/api/v1/nodes/{name}")

@@ -26,6 +26,15 @@ SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
 SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
 SNAPSHOT_B = SNAPSHOTS / "two-models.yaml"  # other values, and some of A's keys disappear
 MANAGED = "nvidia.com/gfd.managed-labels"
+CRD = Path(__file__).parent / "data" / "nodefeature-crd.yaml"
+#: labels and annotations a node carries that gfd must never touch: the kubelet's, and the
+#: GPU Operator's nvidia.com/ control labels
+FOREIGN_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/device-plugin.config": "a100",
+    "example.com/rack": "r1",
+}
+FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 #: RBAC kinds the e2e layer applies from a rendered overlay (the workloads need a kubelet)
 RBAC_KINDS = (
     "Namespace",

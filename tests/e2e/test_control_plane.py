@@ -7,14 +7,12 @@ from __future__ import annotations
 import ssl
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.e2e.controlplane import GFD_TOKEN, GFD_USER, ControlPlane
-
-CRD = Path(__file__).parent / "data" / "nodefeature-crd.yaml"
+from tests.e2e.gfdrun import CRD
 
 
 def test_tls_is_verified_against_the_servers_own_ca(control_plane: ControlPlane) -> None:
