@@ -70,7 +70,9 @@ def daemonset_and_pod(plane: ControlPlane, node: str) -> tuple[dict[str, Any], d
                     }
                 ],
             },
-            "spec": {**template["spec"], "nodeName": node},
+            # no kubelet mounts anything, and no token controller runs (v1.20's ServiceAccount
+            # admission would wait for a token Secret): the stand-in pod mounts no token
+            "spec": {**template["spec"], "nodeName": node, "automountServiceAccountToken": False},
         }
     )
     return daemonset, pod
