@@ -106,7 +106,15 @@ def test_a_node_deleted_and_recreated_under_the_daemon_is_labelled_again(
         gfd_rbac.delete_node(node)
         # re-registered by its kubelet: new object, its own labels, none of gfd's
         gfd_rbac.create_node(node, {"example.com/reprovisioned": "yes"})
-        agent.wait_for("labels were changed by someone else; published again", limit=60)
+        # its next verification read (every second here, 10 minutes by default) finds the
+        # labels gone -- or, when it ran while the node was away, the failed pass is retried
+        want = expected_labels(SNAPSHOT_A)
+        gfd_rbac.wait_for(
+            "gfd's labels back on the re-created node",
+            lambda: {k: v for k, v in gfd_rbac.node_labels(node).items() if k in want} == want,
+            timeout=60,
+        )
+        assert agent.process.poll() is None
         assert agent.stop(signal.SIGTERM) == 0
     finally:
         agent.kill()
