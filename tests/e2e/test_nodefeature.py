@@ -151,3 +151,25 @@ def test_cleanup_as_the_service_account_is_refused_by_rbac(
     assert done.returncode != 0
     assert "403" in done.stderr
     assert gfd_rbac.get(nodefeature_path(node)) is not None
+
+
+def test_a_deleted_object_is_created_again_at_the_next_verification(
+    gfd_rbac: ControlPlane, node: str, tmp_path: Path
+) -> None:
+    agent = Agent(
+        *nf_args(gfd_rbac, tmp_path, node),
+        "--sleep-interval",
+        "0.2s",
+        env={"GFD_E2E_VERIFY_INTERVAL": "1"},
+    )
+    try:
+        agent.passes(1)
+        first = gfd_rbac.ok("GET", nodefeature_path(node))
+        gfd_rbac.delete(nodefeature_path(node))  # nfd-gc, or a human
+        agent.wait_for("NodeFeature object was removed or edited, publishing again", limit=60)
+        assert agent.stop(signal.SIGTERM) == 0
+    finally:
+        agent.kill()
+    again = gfd_rbac.ok("GET", nodefeature_path(node))
+    assert again["metadata"]["uid"] != first["metadata"]["uid"]
+    assert again["spec"]["labels"] == expected_labels(SNAPSHOT_A)
