@@ -65,7 +65,7 @@ for file in /etc/apt/sources.list.d/*.sources; do
         /(^|\n)Types:[^\n]*deb/ && /debian/ {
             sub(/Types:[^\n]*/, "Types: deb-src"); print }' "$file" >>"$src_list"
 done
-one_line=$CACHE/apt/sources/debian-src.list
+one_line=$CACHE/apt/debian-src.list
 : >"$one_line"
 for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
     [[ -f $file ]] || continue
