@@ -173,3 +173,15 @@ def test_a_deleted_object_is_created_again_at_the_next_verification(
     again = gfd_rbac.ok("GET", nodefeature_path(node))
     assert again["metadata"]["uid"] != first["metadata"]["uid"]
     assert again["spec"]["labels"] == expected_labels(SNAPSHOT_A)
+
+
+def test_a_start_with_the_object_up_to_date_writes_nothing(
+    gfd_rbac: ControlPlane, node: str, tmp_path: Path
+) -> None:
+    _, pod = daemonset_and_pod(gfd_rbac, node)
+    args = nf_args(gfd_rbac, tmp_path, node, "--pod-name", pod["metadata"]["name"])
+    run_ok("--oneshot", *args)
+    mark = gfd_rbac.audit_mark()
+    run_ok("--oneshot", *args)
+    requests = gfd_requests(gfd_rbac, mark)
+    assert requests and writes(requests) == []
