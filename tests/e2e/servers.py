@@ -2,7 +2,8 @@
 
 Every e2e test that takes the ``control_plane`` fixture runs once per selected server.
 ``GFD_E2E_SERVERS`` (comma-separated versions) selects; default: all of them.  Another
-release is one more entry here (its binaries built and cached by its own script).
+release is one more entry here (its binaries built and cached by its own script), or, without
+editing anything, ``GFD_E2E_EXTRA_SERVERS="VERSION=APISERVER:ETCD,..."`` (paths to binaries).
 """
 
 from __future__ import annotations
@@ -28,6 +29,20 @@ V1_20 = Server(
 )
 
 SERVERS: dict[str, Server] = {server.version: server for server in (V1_20,)}
+
+
+def _extra_servers(spec: str) -> list[Server]:
+    extra = []
+    for entry in filter(None, (part.strip() for part in spec.split(","))):
+        version, _, paths = entry.partition("=")
+        apiserver, _, etcd = paths.partition(":")
+        if not (version and apiserver and etcd):
+            raise ValueError(f"GFD_E2E_EXTRA_SERVERS: {entry!r} is not VERSION=APISERVER:ETCD")
+        extra.append(Server(version, Path(apiserver), Path(etcd), build_hint="(given by path)"))
+    return extra
+
+
+SERVERS.update({s.version: s for s in _extra_servers(os.environ.get("GFD_E2E_EXTRA_SERVERS", ""))})
 
 
 def selected() -> list[Server]:
