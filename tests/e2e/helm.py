@@ -1,0 +1,76 @@
+"""The helm binary scripts/e2e-tools.sh builds, and the chart rendered with it.
+
+`make e2e` builds helm once (cached by version); without it the helm tests skip with the
+reason, and in CI (CI=true) they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "manifests" / "helm" / "gfd"
+TOOLS_SCRIPT = ROOT / "scripts" / "e2e-tools.sh"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+RELEASE = "gfd"
+NAMESPACE = "gpu-feature-discovery"
+
+
+def tool_path(name: str) -> Path:
+    """Where scripts/e2e-tools.sh keeps NAME's binary (built or not)."""
+    done = subprocess.run(
+        ["bash", str(TOOLS_SCRIPT), "path", name], capture_output=True, text=True, check=True
+    )
+    return Path(done.stdout.strip())
+
+
+def require_tool(name: str) -> Path:
+    path = tool_path(name)
+    if not os.access(path, os.X_OK):
+        reason = f"{name} is not built ({path}); `make e2e` or scripts/e2e-tools.sh builds it"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    return path
+
+
+def set_args(values: Mapping[str, Any]) -> list[str]:
+    """--set-json for each dotted key: types survive (true stays a bool, lists stay lists)."""
+    args: list[str] = []
+    for key, value in values.items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    return args
+
+
+def helm(helm_bin: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm_bin), *args], capture_output=True, text=True, check=check)
+
+
+def template(
+    helm_bin: Path,
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = RELEASE,
+    namespace: str = NAMESPACE,
+) -> list[dict[str, Any]]:
+    done = helm(
+        helm_bin,
+        "template",
+        release,
+        str(CHART),
+        "--namespace",
+        namespace,
+        *set_args(values or {}),
+        check=False,
+    )
+    if done.returncode != 0:
+        raise AssertionError(f"helm template failed: {done.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
