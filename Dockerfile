@@ -11,6 +11,10 @@
 # without pip, the wheel installed into it by an outside pip) and runs gfd from there.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The runtime stage needs only the interpreter the venv was made with (same path, same
+# version), not pip: scripts/image.sh passes a Debian python3 without pip where it builds
+# its own bases. Default: the build image.
+ARG RUNTIME_IMAGE=${PYTHON_IMAGE}
 
 # --- 1. build the wheel from the source tree ------------------------------------------
 FROM ${PYTHON_IMAGE} AS wheel
@@ -20,14 +24,17 @@ COPY gfd ./gfd
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist .
 
 # --- 2. install the wheel and its dependencies into /opt/gfd --------------------------
-# The venv is created without pip: the runtime image carries no installer.
+# The venv is created without pip: the runtime image carries no installer. Byte code is
+# compiled for everything except what gfd never imports: the kubernetes package's asyncio
+# client (kubernetes.aio, about half of the package) and test modules. Nothing is removed.
 FROM ${PYTHON_IMAGE} AS install
 COPY --from=wheel /dist /dist
-RUN python -m venv --without-pip /opt/gfd \
- && pip --python /opt/gfd/bin/python install --no-cache-dir --compile /dist/*.whl
+RUN python3 -m venv --without-pip /opt/gfd \
+ && pip --python /opt/gfd/bin/python install --no-cache-dir --no-compile /dist/*.whl \
+ && /opt/gfd/bin/python -m compileall -q -j 0 -x '/kubernetes/aio/|_test[.]py$' /opt/gfd/lib
 
 # --- 3. runtime --------------------------------------------------------------------------
-FROM ${PYTHON_IMAGE}
+FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="gfd" \
       org.opencontainers.image.description="GPU feature discovery for Kubernetes (drop-in for NVIDIA gpu-feature-discovery)" \
       org.opencontainers.image.licenses="Apache-2.0"

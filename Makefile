@@ -30,9 +30,10 @@ lint: venv
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python scripts/manifests.py validate
 
-# needs a Docker engine (none on the CI machines)
+# docker where a Docker engine answers, else buildah (as root; Debian's buildah, podman and
+# debootstrap) on a local Python base made once from Debian's packages: scripts/image.sh
 image:
-	docker build -t $(IMAGE) .
+	scripts/image.sh $(IMAGE)
 
 manifests: venv
 	$(BIN)/python scripts/manifests.py render --out dist/manifests
