@@ -80,7 +80,10 @@ class ControlPlane:
         try:
             with urllib.request.urlopen(req, context=self._context(), timeout=30) as resp:
                 raw = resp.read()
-                return resp.status, json.loads(raw) if raw else None
+                try:
+                    return resp.status, json.loads(raw) if raw else None
+                except ValueError:
+                    return resp.status, raw.decode(errors="replace")
         except urllib.error.HTTPError as error:
             raw = error.read()
             try:
@@ -289,6 +292,8 @@ def control_plane(apiserver: Path, etcd: Path, version: str) -> Iterator[Control
                 f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
                 "--audit-log-mode=blocking",
                 "--advertise-address=127.0.0.1",
+                # no kubelets, no endpoints: nothing for the reconciler (which refuses loopback)
+                "--endpoint-reconciler-type=none",
             ],
             stdout=subprocess.DEVNULL,
             stderr=open(logs / "kube-apiserver.log", "wb"),  # noqa: SIM115
