@@ -7,7 +7,7 @@ EXAMPLE ?= examples/snapshots/dgx-a100.yaml
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= gfd:$(VERSION)
 
-.PHONY: run test venv lint format bench clean image manifests
+.PHONY: run test venv lint format bench clean image manifests e2e e2e-tools
 
 $(BIN)/gfd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,15 @@ lint: venv
 # debootstrap) on a local Python base made once from Debian's packages: scripts/image.sh
 image:
 	scripts/image.sh $(IMAGE)
+
+# Issue 20: the Go programs the e2e layer runs (helm, kube-apiserver of the current release,
+# etcd 3.6, nfd-master/nfd-worker), built once and cached by version (scripts/e2e-tools.sh).
+# `make e2e` depends on them; under it (GFD_E2E=1) a missing part fails instead of skipping.
+e2e-tools:
+	scripts/e2e-tools.sh all
+
+e2e: e2e-tools
+e2e: export GFD_E2E := 1
 
 manifests: venv
 	$(BIN)/python scripts/manifests.py render --out dist/manifests

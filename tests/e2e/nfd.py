@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from tests.e2e.current import ControlPlane, free_port
-from tests.e2e.helm import IN_CI, require_tool, tool_path
+from tests.e2e.helm import REQUIRED, require_tool, tool_path
 
 FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"
 NFD_NAMESPACE = "node-feature-discovery"
@@ -48,7 +48,7 @@ def crds() -> list[dict[str, Any]]:
 def require_private_mounts() -> None:
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         reason = "nfd-worker's fixed features.d needs a private mount namespace: root and unshare"
-        if IN_CI:
+        if REQUIRED:
             pytest.fail(reason)
         pytest.skip(reason)
 

@@ -6,7 +6,7 @@ runtimeClassName). Helm's own bookkeeping labels and the order of name-keyed lis
 only differences the comparison forgives.
 
 Needs the helm binary scripts/e2e-tools.sh builds (`make e2e`), kubectl (kustomize) and
-kubernetes-validate; each missing one skips outside CI and fails in CI.
+kubernetes-validate; a missing helm skips, and fails under `make e2e`.
 """
 
 from __future__ import annotations
