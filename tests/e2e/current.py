@@ -142,6 +142,9 @@ class ControlPlane:
             "metadata": {
                 "name": name,
                 "labels": {"kubernetes.io/hostname": name, **(labels or {})},
+                # As on a node a kubelet registered (its annotations map exists: nfd-master's
+                # JSON patches add to it and are refused without it).
+                "annotations": {"volumes.kubernetes.io/controller-managed-attach-detach": "true"},
             },
         }
         return dict(self.ok("POST", "/api/v1/nodes", node))

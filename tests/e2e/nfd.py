@@ -73,6 +73,9 @@ def install(plane: ControlPlane) -> None:
 
 def start_master(plane: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
     master = require_tool("nfd-master")
+    # nfd-master annotates the node it runs on (NODE_NAME) at start, and exits without it.
+    if plane.request("GET", "/api/v1/nodes/control-plane")[0] == 404:
+        plane.create_node("control-plane")
     kubeconfig = plane.kubeconfig(workdir / "nfd-master.kubeconfig")
     log = open(workdir / "nfd-master.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
