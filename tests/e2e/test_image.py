@@ -110,3 +110,42 @@ def test_bad_input_is_one_line_and_exit_2(ctr: str) -> None:
 def test_the_runtime_image_carries_no_installer(ctr: str) -> None:
     done = image.run(ctr, ["sh", "-c", "command -v pip pip3 apt-get; ls /opt/gfd/bin"])
     assert "pip" not in done.stdout.replace("/usr/bin/apt-get", "")
+
+
+def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_path: Path) -> None:
+    from tests.e2e.current import control_plane, current_binaries
+    from tests.test_manifests import tool
+
+    apiserver, etcd, version = current_binaries()
+    with control_plane(apiserver, etcd, version) as plane:
+        plane.apply_objects(tool.render(tool.Variant("node-labels")))
+        plane.create_node("gpu-node-1")
+        token = plane.pod_token("gpu-feature-discovery", "gfd", "gpu-node-1")
+        # readable by the image's user (65532), as a mounted service-account secret is
+        kube = tmp_path / "kube"
+        kube.mkdir(mode=0o755)
+        plane.kubeconfig(kube / "kubeconfig", token, "gpu-feature-discovery").chmod(0o644)
+        certs = plane.ca_file.parent
+        done = image.run(
+            ctr,
+            [
+                "gfd",
+                "--oneshot",
+                "--no-timestamp",
+                "--use-node-labels",
+                "--node-name",
+                "gpu-node-1",
+                "--kubeconfig",
+                "/kube/kubeconfig",
+                "--snapshot-file",
+                "/snap/dgx-a100.yaml",
+            ],
+            volumes=[f"{kube}:/kube:ro", f"{certs}:{certs}:ro", f"{SNAPSHOTS}:/snap:ro"],
+            network_host=True,
+        )
+        assert done.returncode == 0, done.stderr
+        labels = plane.ok("GET", "/api/v1/nodes/gpu-node-1")["metadata"]["labels"]
+        expected = dict(
+            line.split("=", 1) for line in host_labels(SNAPSHOTS / "dgx-a100.yaml").splitlines()
+        )
+        assert {k: v for k, v in labels.items() if k.startswith("nvidia.com/")} == expected

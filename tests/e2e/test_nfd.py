@@ -65,11 +65,14 @@ def oneshot_labels(snapshot: str, *args: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in done.stdout.splitlines())
 
 
-@pytest.mark.parametrize(
-    ("snapshot", "args"),
-    [("dgx-a100.yaml", ()), ("dgx-a100-mig-mixed.yaml", ("--mig-strategy", "mixed"))],
-    ids=["full-gpus", "mig-mixed"],
-)
+CASES = [
+    (snapshot.name, ("--mig-strategy", strategy))
+    for snapshot in sorted(SNAPSHOTS.glob("*.yaml"))
+    for strategy in ("none", "single", "mixed")
+]
+
+
+@pytest.mark.parametrize(("snapshot", "args"), CASES, ids=[f"{s}-{a[1]}" for s, a in CASES])
 def test_features_file_read_by_nfd_worker_labels_the_node_as_gfd_oneshot(
     plane: ControlPlane, workdir: Path, tmp_path: Path, snapshot: str, args: tuple[str, ...]
 ) -> None:
