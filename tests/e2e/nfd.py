@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.current import ControlPlane, free_port
+from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, free_port
+from tests.e2e.current import kubelet_node
 from tests.e2e.helm import REQUIRED, require_tool, tool_path
 
 FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"
@@ -54,20 +55,8 @@ def require_private_mounts() -> None:
 
 
 def install(plane: ControlPlane) -> None:
-    plane.apply_objects(crds())
-    for crd in crds():
-        name = crd["metadata"]["name"]
-        deadline = time.monotonic() + 30
-        while True:
-            conditions = (
-                plane.ok("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-                .get("status", {})
-                .get("conditions", [])
-            )
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established"
-            time.sleep(0.2)
+    """NFD's CRDs of the release (the harness waits until each is served) and its namespace."""
+    plane.apply_all(crds())
     plane.ensure_namespace(NFD_NAMESPACE)
 
 
@@ -75,8 +64,8 @@ def start_master(plane: ControlPlane, workdir: Path) -> subprocess.Popen[bytes]:
     master = require_tool("nfd-master")
     # nfd-master annotates the node it runs on (NODE_NAME) at start, and exits without it.
     if plane.request("GET", "/api/v1/nodes/control-plane")[0] == 404:
-        plane.create_node("control-plane")
-    kubeconfig = plane.kubeconfig(workdir / "nfd-master.kubeconfig")
+        kubelet_node(plane, "control-plane")
+    kubeconfig = plane.kubeconfig(workdir / "nfd-master.kubeconfig", ADMIN_TOKEN)
     log = open(workdir / "nfd-master.log", "wb")  # noqa: SIM115
     return subprocess.Popen(
         [
@@ -103,7 +92,7 @@ def run_worker(
     """nfd-worker for NODE with only the local source, features.d = FEATURES."""
     require_private_mounts()
     worker = require_tool("nfd-worker")
-    kubeconfig = plane.kubeconfig(workdir / f"nfd-worker-{node}.kubeconfig")
+    kubeconfig = plane.kubeconfig(workdir / f"nfd-worker-{node}.kubeconfig", ADMIN_TOKEN)
     upper, work = workdir / f"etc-upper-{node}", workdir / f"etc-work-{node}"
     upper.mkdir(exist_ok=True)
     work.mkdir(exist_ok=True)

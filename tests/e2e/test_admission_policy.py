@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.current import ControlPlane, control_plane, current_binaries
+from tests.e2e.current import ControlPlane, pod_token, started
 from tests.test_manifests import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,11 +43,10 @@ CONTROL_LABELS = [
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    apiserver, etcd, version = current_binaries()
-    with control_plane(apiserver, etcd, version) as plane:
+    with started() as plane:
         if tool.kustomize_command() is None:
             pytest.skip("no kustomize renderer (kubectl)")
-        plane.apply_objects(tool.render(tool.Variant("node-labels")))
+        plane.apply_all(tool.render(tool.Variant("node-labels")))
         plane.create_node("gpu-node-1", {"nvidia.com/gpu.present": "true"})
         plane.create_node("gpu-node-2", {"nvidia.com/gpu.present": "true"})
         yield plane
@@ -55,7 +54,7 @@ def plane() -> Iterator[ControlPlane]:
 
 @pytest.fixture(scope="module")
 def token(plane: ControlPlane) -> str:
-    token = plane.pod_token(NAMESPACE, "gfd", "gpu-node-1")
+    token = pod_token(plane, NAMESPACE, "gfd", "gpu-node-1")
     # The policy takes effect once the server has loaded it: wait for a refusal.
     deadline = time.monotonic() + 30
     while merge_patch(plane, token, "gpu-node-2", labels={"nvidia.com/x": "1"})[0] != 403:

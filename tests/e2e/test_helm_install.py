@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.e2e import nfd
-from tests.e2e.current import ControlPlane, control_plane, current_binaries
+from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
 from tests.e2e.helm import CHART, NAMESPACE, RELEASE, require_tool, set_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,16 +44,15 @@ def helm_bin() -> Path:
 
 @pytest.fixture(scope="module")
 def plane() -> Iterator[ControlPlane]:
-    apiserver, etcd, version = current_binaries()
-    with control_plane(apiserver, etcd, version) as plane:
-        plane.apply_objects([c for c in nfd.crds() if c["spec"]["names"]["kind"] == "NodeFeature"])
+    with started() as plane:
+        plane.apply_all([c for c in nfd.crds() if c["spec"]["names"]["kind"] == "NodeFeature"])
         plane.create_node("gpu-node-1", {"nvidia.com/gpu.present": "true"})
         plane.create_node("gpu-node-2")
         yield plane
 
 
 def helm(helm_bin: Path, plane: ControlPlane, tmp: Path, *args: str) -> str:
-    kubeconfig = plane.kubeconfig(tmp / "admin.kubeconfig")
+    kubeconfig = plane.kubeconfig(tmp / "admin.kubeconfig", ADMIN_TOKEN)
     done = subprocess.run(
         [str(helm_bin), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, *args],
         capture_output=True,
@@ -170,7 +169,7 @@ def test_install_upgrade_uninstall_with_gfd_as_the_chart_service_account(
     for path in CLUSTER_OBJECTS:
         assert exists(plane, path), path
     assert exists(plane, f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
-    token = plane.pod_token(NAMESPACE, "gfd", "gpu-node-1")
+    token = pod_token(plane, NAMESPACE, "gfd", "gpu-node-1")
     expected = subprocess.run(
         [
             sys.executable,

@@ -113,14 +113,13 @@ def test_the_runtime_image_carries_no_installer(ctr: str) -> None:
 
 
 def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_path: Path) -> None:
-    from tests.e2e.current import control_plane, current_binaries
+    from tests.e2e.current import pod_token, started
     from tests.test_manifests import tool
 
-    apiserver, etcd, version = current_binaries()
-    with control_plane(apiserver, etcd, version) as plane:
-        plane.apply_objects(tool.render(tool.Variant("node-labels")))
+    with started() as plane:
+        plane.apply_all(tool.render(tool.Variant("node-labels")))
         plane.create_node("gpu-node-1")
-        token = plane.pod_token("gpu-feature-discovery", "gfd", "gpu-node-1")
+        token = pod_token(plane, "gpu-feature-discovery", "gfd", "gpu-node-1")
         # readable by the image's user (65532), as a mounted service-account secret is
         kube = tmp_path / "kube"
         kube.mkdir(mode=0o755)

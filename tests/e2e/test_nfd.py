@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import nfd
-from tests.e2e.current import ControlPlane, control_plane, current_binaries
+from tests.e2e import nfd, servers
+from tests.e2e.current import ADMIN_TOKEN, ControlPlane, kubelet_node, pod_token, started
 from tests.test_manifests import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +37,14 @@ def workdir() -> Iterator[Path]:
         yield Path(tmp)
 
 
-@pytest.fixture(scope="module")
-def plane(workdir: Path) -> Iterator[ControlPlane]:
+@pytest.fixture(scope="module", params=servers.selected(), ids=lambda s: s.version)
+def plane(request: pytest.FixtureRequest, workdir: Path) -> Iterator[ControlPlane]:
+    """A control plane of its own per server (nfd-master labels every node it has)."""
     nfd.require_private_mounts()
-    apiserver, etcd, version = current_binaries()
-    with control_plane(apiserver, etcd, version) as plane:
+    with started(request.param) as plane:
         nfd.install(plane)
         for node in ("gpu-node-1", "gpu-node-2", "gpu-node-3"):
-            plane.create_node(node)
+            kubelet_node(plane, node)
         master = nfd.start_master(plane, workdir)
         try:
             yield plane
@@ -165,10 +165,10 @@ def test_nodefeature_object_of_gfd_labels_the_node_through_nfd_master(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
     # The nodefeature overlay, as rendered: namespace, service account, Role, RoleBinding.
-    plane.apply_objects(
+    plane.apply_all(
         [o for o in tool.render(tool.Variant("nodefeature")) if o["kind"] != "DaemonSet"]
     )
-    token = plane.pod_token(GFD_NAMESPACE, "gfd", "gpu-node-3")
+    token = pod_token(plane, GFD_NAMESPACE, "gfd", "gpu-node-3")
     kubeconfig = plane.kubeconfig(tmp_path / "gfd.kubeconfig", token, GFD_NAMESPACE)
     expected = oneshot_labels("dgx-a100-mig-mixed.yaml", "--mig-strategy", "mixed")
     common = [
@@ -190,7 +190,7 @@ def test_nodefeature_object_of_gfd_labels_the_node_through_nfd_master(
 
     # --cleanup deletes the object (as an admin: the agent's Role has no delete; owner
     # references remove it in a cluster) and nfd-master takes the labels away.
-    admin = plane.kubeconfig(tmp_path / "admin.kubeconfig")
+    admin = plane.kubeconfig(tmp_path / "admin.kubeconfig", ADMIN_TOKEN)
     done = gfd("--cleanup", "--kubeconfig", str(admin), *common)
     assert done.returncode == 0, done.stderr
     nfd.wait_for_labels(plane, "gpu-node-3", lambda got: got == {})
