@@ -11,10 +11,6 @@
 # without pip, the wheel installed into it by an outside pip) and runs gfd from there.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-# The runtime stage needs only the interpreter the venv was made with (same path, same
-# version), not pip: scripts/image.sh passes a Debian python3 without pip where it builds
-# its own bases. Default: the build image.
-ARG RUNTIME_IMAGE=${PYTHON_IMAGE}
 
 # --- 1. build the wheel from the source tree ------------------------------------------
 FROM ${PYTHON_IMAGE} AS wheel
@@ -34,7 +30,7 @@ RUN python3 -m venv --without-pip /opt/gfd \
  && /opt/gfd/bin/python -m compileall -q -j 0 -x '/kubernetes/aio/|_test[.]py$' /opt/gfd/lib
 
 # --- 3. runtime --------------------------------------------------------------------------
-FROM ${RUNTIME_IMAGE}
+FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="gfd" \
       org.opencontainers.image.description="GPU feature discovery for Kubernetes (drop-in for NVIDIA gpu-feature-discovery)" \
       org.opencontainers.image.licenses="Apache-2.0"

@@ -8,8 +8,7 @@
 # release, same Python 3.11 -- made once from Debian's own packages:
 #   debootstrap --variant=minbase bookworm  ->  podman import  ->  + python3, python3-venv,
 #   python3-pip (buildah run --isolation chroot)  ->  localhost/gfd-python-base:3.11-bookworm
-# and, for the runtime stage, the same without pip (localhost/gfd-python-runtime:3.11-bookworm).
-# PYTHON_IMAGE=... (and RUNTIME_IMAGE=...) use other bases instead (local images for buildah).
+# PYTHON_IMAGE=... uses another base instead (a local image, for buildah).
 # Runs as root (debootstrap, chroot isolation).
 set -euo pipefail
 
@@ -17,13 +16,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml")
 IMAGE=${1:-gfd:$VERSION}
 LOCAL_BASE=localhost/gfd-python-base:3.11-bookworm
-LOCAL_RUNTIME=localhost/gfd-python-runtime:3.11-bookworm
 MINBASE=localhost/gfd-debian:bookworm-minbase
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
-    exec docker build ${PYTHON_IMAGE:+--build-arg PYTHON_IMAGE="$PYTHON_IMAGE"} \
-        ${RUNTIME_IMAGE:+--build-arg RUNTIME_IMAGE="$RUNTIME_IMAGE"} -t "$IMAGE" "$ROOT"
+    exec docker build ${PYTHON_IMAGE:+--build-arg PYTHON_IMAGE="$PYTHON_IMAGE"} -t "$IMAGE" "$ROOT"
 fi
 for tool in buildah podman debootstrap; do
     command -v "$tool" >/dev/null || {
@@ -71,17 +68,14 @@ local_image() {
 }
 
 if [[ -z ${PYTHON_IMAGE:-} ]]; then
-    # The build stages: pip and venv (python-is-python3: the Dockerfile's `pip wheel` stage
-    # runs as in the official image). The runtime: the interpreter only.
+    # pip and venv for the build stages; python-is-python3: the Dockerfile calls `python`,
+    # as in the official image.
     local_image "$LOCAL_BASE" python3 python3-venv python3-pip python-is-python3
-    local_image "$LOCAL_RUNTIME" python3
     PYTHON_IMAGE=$LOCAL_BASE
-    RUNTIME_IMAGE=${RUNTIME_IMAGE:-$LOCAL_RUNTIME}
 fi
 # pip inside the build verifies TLS with the machine's CA bundle.
 buildah bud --isolation chroot --pull=never --layers=false \
     --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
-    --build-arg RUNTIME_IMAGE="${RUNTIME_IMAGE:-$PYTHON_IMAGE}" \
     -v "$CA_BUNDLE:$CA_BUNDLE:ro" \
     -t "$IMAGE" "$ROOT" >&2
 echo "$IMAGE"
