@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e import nfd
+from tests.e2e import nfd, servers
+from tests.e2e.controlplane import Server
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
 from tests.e2e.helm import CHART, NAMESPACE, RELEASE, require_tool, set_args
 
@@ -302,3 +303,56 @@ def test_install_upgrade_uninstall_with_gfd_as_the_chart_service_account(
     helm(helm_bin, plane, tmp_path, "uninstall", RELEASE, "--wait", "--timeout", "60s")
     for path in [*CLUSTER_OBJECTS, ROLE, f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/gfd"]:
         wait_until(lambda path=path: not exists(plane, path), f"{path} left after uninstall")
+
+
+@pytest.mark.parametrize("server", servers.selected(), ids=lambda s: s.version)
+def test_the_nfd_outputs_install_on_every_server(
+    helm_bin: Path, server: Server, tmp_path: Path
+) -> None:
+    """The oldest and the newest release: features-file and node-feature-api install, gfd
+    publishes with the chart's Role, and uninstall leaves nothing (node-labels needs the
+    admission policy, so 1.30+: the test above)."""
+    with started(server) as plane:
+        plane.apply_all([c for c in nfd.crds() if c["spec"]["names"]["kind"] == "NodeFeature"])
+        plane.create_node("gpu-node-1")
+        helm(helm_bin, plane, tmp_path, "install", RELEASE, str(CHART), "--create-namespace")
+        daemonset = plane.ok("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
+        env = {
+            e["name"]: e.get("value")
+            for e in daemonset["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["GFD_OUTPUT_FILE"] == "/etc/kubernetes/node-feature-discovery/features.d/gfd"
+        assert not exists(plane, ROLE)
+
+        helm(
+            helm_bin,
+            plane,
+            tmp_path,
+            "upgrade",
+            RELEASE,
+            str(CHART),
+            *set_args({"output": "node-feature-api"}),
+        )
+        token = pod_token(plane, NAMESPACE, "gfd", "gpu-node-1")
+        wait_until(
+            lambda: allowed(plane, token, "create", "nodefeatures"), "the Role never took effect"
+        )
+        done = gfd(
+            plane,
+            tmp_path,
+            token,
+            "--oneshot",
+            "--use-node-feature-api",
+            "--node-name",
+            "gpu-node-1",
+        )
+        assert done.returncode == 0, done.stderr
+        path = (
+            f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NAMESPACE}"
+            "/nodefeatures/nvidia-features-for-gpu-node-1"
+        )
+        assert plane.ok("GET", path)["spec"]["labels"]["nvidia.com/gpu.count"]
+
+        helm(helm_bin, plane, tmp_path, "uninstall", RELEASE, "--wait", "--timeout", "60s")
+        for gone in (ROLE, f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd"):
+            wait_until(lambda gone=gone: not exists(plane, gone), f"{gone} left after uninstall")
