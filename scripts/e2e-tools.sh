@@ -7,8 +7,10 @@
 #   etcd            go.etcd.io/etcd/server/v3/etcdmain             (tests/e2e/tools/etcd)
 #   nfd-master      sigs.k8s.io/node-feature-discovery/cmd/...    (tests/e2e/tools/nfd)
 #   nfd-worker
+#   image-tools     Debian's buildah, podman and debootstrap (apt), to build and run the image
+#                   without a Docker engine (scripts/image.sh); installed only when missing
 #
-# usage: scripts/e2e-tools.sh [all|helm|kube-apiserver|etcd|nfd]...   build what is missing
+# usage: scripts/e2e-tools.sh [all|helm|kube-apiserver|etcd|nfd|image-tools]...  build what is missing
 #        scripts/e2e-tools.sh path NAME                                print NAME's cached path
 #
 # The versions are the ones written in tests/e2e/tools/*/go.mod (and HELM_VERSION below), so
@@ -92,6 +94,20 @@ build_nfd() {
     build nfd-worker nfd sigs.k8s.io/node-feature-discovery/cmd/nfd-worker "-s -w -X $x.version=$v"
 }
 
+install_image_tools() {
+    local missing=() tool
+    for tool in buildah podman debootstrap; do
+        command -v "$tool" >/dev/null || missing+=("$tool")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "e2e-tools: missing ${missing[*]}: apt-get install buildah podman debootstrap (as root)" >&2
+        return 0
+    fi
+    echo "e2e-tools: installing ${missing[*]} (Debian packages)" >&2
+    apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends buildah podman debootstrap >&2
+}
+
 with_lock() {  # one build of a tool at a time on this machine
     local lock=$CACHE/.lock-$1
     shift
@@ -114,11 +130,13 @@ for what in "$@"; do
             with_lock etcd build_etcd
             with_lock kube-apiserver build_kube_apiserver
             with_lock nfd build_nfd
+            install_image_tools
             ;;
         helm) with_lock helm build_helm ;;
         kube-apiserver) with_lock kube-apiserver build_kube_apiserver ;;
         etcd) with_lock etcd build_etcd ;;
         nfd) with_lock nfd build_nfd ;;
-        *) echo "usage: $0 [all|helm|kube-apiserver|etcd|nfd]... | path NAME" >&2; exit 2 ;;
+        image-tools) install_image_tools ;;
+        *) echo "usage: $0 [all|helm|kube-apiserver|etcd|nfd|image-tools]... | path NAME" >&2; exit 2 ;;
     esac
 done
