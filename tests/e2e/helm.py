@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e import servers
+
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "manifests" / "helm" / "gfd"
 TOOLS_SCRIPT = ROOT / "scripts" / "e2e-tools.sh"
@@ -61,7 +63,9 @@ def template(
     *,
     release: str = RELEASE,
     namespace: str = NAMESPACE,
+    kube_version: str = "",
 ) -> list[dict[str, Any]]:
+    kube_version = kube_version or servers.CURRENT.version
     done = helm(
         helm_bin,
         "template",
@@ -69,6 +73,9 @@ def template(
         str(CHART),
         "--namespace",
         namespace,
+        # as installed on the current release (offline, helm assumes v1.20)
+        "--kube-version",
+        kube_version,
         *set_args(values or {}),
         check=False,
     )

@@ -312,3 +312,16 @@ def test_release_name_and_namespace_carry_into_the_policy_and_bindings(helm_bin:
     )
     assert only(objects, "ServiceAccount")["metadata"]["namespace"] == "gpu"
     assert NAMESPACE not in subprocess.list2cmdline([yaml.safe_dump(o) for o in objects])
+
+
+def test_fields_of_newer_releases_are_left_out_for_older_ones(helm_bin: Path) -> None:
+    """recursiveReadOnly (1.30+) makes a v1.20 API server refuse the DaemonSet."""
+
+    def host_sys(kube_version: str) -> dict[str, Any]:
+        objects = template(helm_bin, {}, kube_version=kube_version)
+        (container,) = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+        return next(m for m in container["volumeMounts"] if m["name"] == "host-sys")
+
+    assert "recursiveReadOnly" not in host_sys("v1.20.2")
+    assert "recursiveReadOnly" not in host_sys("v1.29.9")
+    assert host_sys("v1.30.0")["recursiveReadOnly"] == "IfPossible"

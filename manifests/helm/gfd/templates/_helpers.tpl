@@ -257,7 +257,10 @@ containers:
       - name: host-sys
         mountPath: /sys
         readOnly: true
+        {{- /* a field of Kubernetes 1.30+: older API servers refuse the object with it */}}
+        {{- if semverCompare ">=1.30.0-0" $root.Capabilities.KubeVersion.Version }}
         recursiveReadOnly: IfPossible
+        {{- end }}
       {{- if $featuresFile }}
       - name: features-d
         mountPath: {{ include "gfd.featuresDir" $root }}
