@@ -65,7 +65,7 @@ for file in /etc/apt/sources.list.d/*.sources; do
         /(^|\n)Types:[^\n]*deb/ && /debian/ {
             sub(/Types:[^\n]*/, "Types: deb-src"); print }' "$file" >>"$src_list"
 done
-one_line=$CACHE/apt/sources/debian-src.list
+one_line=$CACHE/apt/debian-src.list
 : >"$one_line"
 for file in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
     [[ -f $file ]] || continue
@@ -100,7 +100,7 @@ ln -sfn "$tree" "$WORK/.go/src/k8s.io/kubernetes"
 echo "e2e: building kube-apiserver $VERSION with Go 1.19 (once; several minutes; cached as $OUT)" >&2
 (
     cd "$WORK/.go/src/k8s.io/kubernetes"
-    export PATH=$GO_ROOT/bin:$PATH GOPATH=$WORK/.go GOCACHE=$CACHE/gobuild-1.19 CGO_ENABLED=0
+    export PATH=$GO_ROOT/bin:$PATH GOPATH=$WORK/.go CGO_ENABLED=0
     export GOFLAGS= GOTOOLCHAIN=local
     export KUBE_GIT_VERSION=$VERSION KUBE_GIT_TREE_STATE=clean KUBE_GIT_MAJOR=1
     export KUBE_GIT_MINOR=${VERSION#v1.}
@@ -111,4 +111,5 @@ cp "$tree/_output/local/bin/linux/amd64/kube-apiserver" "$OUT.tmp" 2>/dev/null |
     cp "$(find "$tree/_output" -type f -name kube-apiserver | head -n1)" "$OUT.tmp"
 mv "$OUT.tmp" "$OUT"
 "$OUT" --version >&2
+rm -rf "$WORK"  # 1.8 GB of source and build output; the binary is all that is needed
 echo "e2e: built kube-apiserver $VERSION in $(($(date +%s) - started)) s" >&2

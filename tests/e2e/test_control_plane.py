@@ -36,17 +36,17 @@ def test_the_gfd_token_is_the_service_account(control_plane: ControlPlane) -> No
     user = review["status"]["user"]
     assert user["username"] == GFD_USER
     assert "system:serviceaccounts:gpu-feature-discovery" in user["groups"]
-    # and before any RBAC is applied for it, it may not read nodes
-    status, _ = control_plane.request("GET", "/api/v1/nodes/nobody", token=GFD_TOKEN)
+    # RBAC applies to it: no rule of gfd's grants deleting nodes
+    status, _ = control_plane.request("DELETE", "/api/v1/nodes/nobody", token=GFD_TOKEN)
     assert status == 403
 
 
 def test_the_audit_log_records_who_did_what(control_plane: ControlPlane) -> None:
     mark = control_plane.audit_mark()
-    control_plane.request("GET", "/api/v1/nodes/audited-node", token=GFD_TOKEN)
+    control_plane.request("DELETE", "/api/v1/nodes/audited-node", token=GFD_TOKEN)
     events = control_plane.audit_events(mark, user=GFD_USER, resource="nodes")
     assert [(e["verb"], e["objectRef"]["name"], e["responseStatus"]["code"]) for e in events] == [
-        ("get", "audited-node", 403)
+        ("delete", "audited-node", 403)
     ]
 
 

@@ -201,3 +201,36 @@ def test_a_missing_node_fails_the_oneshot_with_one_clear_line(
     assert done.returncode == 1
     assert "404" in done.stderr and "no-such-node" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_verification_reads_write_nothing_and_repair_an_edit(
+    gfd_rbac: ControlPlane, node: str, tmp_path: Path
+) -> None:
+    """SPEC §6.4: at steady state only a verification read (every second here through
+    tests/e2e/launch.py, every 10 minutes by default), which publishes again only when
+    someone removed or edited gfd's labels."""
+    agent = Agent(
+        *api_args(gfd_rbac, tmp_path, node),
+        "--sleep-interval",
+        "0.2s",
+        env={"GFD_E2E_VERIFY_INTERVAL": "1"},
+    )
+    try:
+        agent.passes(1)
+        mark = gfd_rbac.audit_mark()
+        agent.passes(15)  # three seconds: a few verification reads
+        steady = gfd_requests(gfd_rbac, mark)
+        assert steady and set(steady) == {f"get nodes/{node} -> 200"}
+        key = "nvidia.com/gpu.count"
+        gfd_rbac.ok(
+            "PATCH",
+            f"/api/v1/nodes/{node}",
+            {"metadata": {"labels": {key: "99"}}},
+            token=OTHER_TOKEN,
+            content_type="application/merge-patch+json",
+        )
+        agent.wait_for("labels were changed by someone else; published again", limit=60)
+        assert agent.stop(signal.SIGTERM) == 0
+    finally:
+        agent.kill()
+    assert_published(gfd_rbac, node, SNAPSHOT_A)
