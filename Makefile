@@ -7,7 +7,7 @@ EXAMPLE ?= examples/snapshots/dgx-a100.yaml
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= gfd:$(VERSION)
 
-.PHONY: run test venv lint format bench clean image manifests e2e
+.PHONY: run test venv lint format bench clean image manifests e2e e2e-tools
 
 $(BIN)/gfd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,9 +39,18 @@ lint: venv
 	$(BIN)/hadolint Dockerfile
 	$(BIN)/python scripts/manifests.py validate
 
-# needs a Docker engine (none on the CI machines)
+# docker where a Docker engine answers, else buildah (as root; Debian's buildah, podman and
+# debootstrap) on a local Python base made once from Debian's packages: scripts/image.sh
 image:
-	docker build -t $(IMAGE) .
+	scripts/image.sh $(IMAGE)
+
+# Issue 20: the Go programs the e2e layer runs (helm, kube-apiserver of the current release,
+# etcd 3.6, nfd-master/nfd-worker), built once and cached by version (scripts/e2e-tools.sh).
+# `make e2e` builds them first (a prerequisite beside the recipe above).
+e2e-tools:
+	scripts/e2e-tools.sh all
+
+e2e: e2e-tools
 
 manifests: venv
 	$(BIN)/python scripts/manifests.py render --out dist/manifests
