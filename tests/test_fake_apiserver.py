@@ -78,6 +78,7 @@ def test_create_then_create_again_is_already_exists(api: FakeApiServer) -> None:
         "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
         "kind": "NodeFeature",
         "metadata": {"name": "x"},
+        "spec": {},  # the CRD requires it: a real server answers 422 without
     }
     status, created = call(api, "POST", path, body)
     assert status == 201

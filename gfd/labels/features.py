@@ -61,6 +61,11 @@ def _numa_nodes(snapshot: Snapshot) -> dict[int, int]:
     return found
 
 
+def _non_empty(values: dict[str, str]) -> dict[str, str]:
+    """``values`` without empty strings (see the module's note on kube-apiserver v1.20)."""
+    return {key: value for key, value in values.items() if value != ""}
+
+
 def gpu_attributes(gpu: Gpu, numa_node: int | None = None) -> dict[str, str]:
     cc = gpu.compute_capability
     devices = gpu.mig.devices if gpu.mig is not None and gpu.mig.enabled else ()
@@ -86,7 +91,7 @@ def gpu_attributes(gpu: Gpu, numa_node: int | None = None) -> dict[str, str]:
         attributes["pci_class"] = f"{gpu.pci_class >> 8:04x}"
     if numa_node is not None:
         attributes["numa_node"] = str(numa_node)
-    return attributes
+    return _non_empty(attributes)
 
 
 def node_features(snapshot: Snapshot) -> Features:
@@ -121,15 +126,17 @@ def node_features(snapshot: Snapshot) -> Features:
     parts = driver.version.split(".")
     cuda_major, cuda_minor = driver.cuda // 1000, (driver.cuda % 1000) // 10
     features["attributes"][DRIVER_FEATURE] = {
-        "elements": {
-            "version": driver.version,
-            "major": parts[0],
-            "minor": parts[1] if len(parts) > 1 else "",
-            "revision": parts[2] if len(parts) > 2 else "",
-            "cuda": f"{cuda_major}.{cuda_minor}",
-            "cuda_major": str(cuda_major),
-            "cuda_minor": str(cuda_minor),
-        }
+        "elements": _non_empty(
+            {
+                "version": driver.version,
+                "major": parts[0],
+                "minor": parts[1] if len(parts) > 1 else "",
+                "revision": parts[2] if len(parts) > 2 else "",
+                "cuda": f"{cuda_major}.{cuda_minor}",
+                "cuda_major": str(cuda_major),
+                "cuda_minor": str(cuda_minor),
+            }
+        )
     }
     features["attributes"][NODE_FEATURE] = {
         "elements": {"gpu_count": str(len(gpus)), "gpus_lost": str(len(snapshot.lost))}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import re
 import select
 import socket
 import threading
@@ -430,6 +431,62 @@ def _drop_empty_metadata(obj: JSON) -> None:
             del metadata[name]
 
 
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _label_problems(key: str, value: Any) -> list[str]:
+    prefix, _, name = key.rpartition("/")
+    problems = []
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
+        problems.append(
+            f"metadata.labels: Invalid value: {key!r}: prefix part must be a DNS subdomain"
+        )
+    if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
+        problems.append(
+            f"metadata.labels: Invalid value: {key!r}: name part must be a valid label name"
+        )
+    if not isinstance(value, str) or (
+        value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value))
+    ):
+        problems.append(
+            f"metadata.labels: Invalid value: {value!r}: "
+            "a valid label must be an empty string or a label name"
+        )
+    return problems
+
+
+def _validate(resource: ResourceType, obj: JSON) -> None:
+    """What the real API server checks on every create and update, where a client of ours
+    could trip it (found running gfd against kube-apiserver, tests/e2e): label keys and
+    values, owner references with all four fields, and the NodeFeature CRD's schema (``spec``
+    required, ``spec.labels`` values strings).  Answered 422 Invalid, as the server does."""
+    metadata = obj.get("metadata") or {}
+    problems = []
+    for key, value in (metadata.get("labels") or {}).items():
+        problems += _label_problems(str(key), value)
+    for index, ref in enumerate(metadata.get("ownerReferences") or []):
+        for required in ("apiVersion", "kind", "name", "uid"):
+            if not (isinstance(ref, dict) and ref.get(required)):
+                problems.append(f"metadata.ownerReferences[{index}].{required}: Required value")
+    if resource.kind == "NodeFeature":
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            problems.append("spec: Required value")
+        else:
+            for key, value in (spec.get("labels") or {}).items():
+                if not isinstance(value, str):
+                    problems.append(f"spec.labels.{key}: Invalid value: must be of type string")
+    if problems:
+        name = metadata.get("name", "")
+        raise ApiStatusError(
+            422,
+            "Invalid",
+            f'{resource.kind} "{name}" is invalid: ' + ", ".join(problems),
+            {"name": name, "kind": resource.kind, "causes": [{"message": p} for p in problems]},
+        )
+
+
 def _key(resource: ResourceType, namespace: str, name: str) -> tuple[str, str, str]:
     return (resource.plural, namespace if resource.namespaced else "", name)
 
@@ -670,6 +727,18 @@ class _Handler(BaseHTTPRequestHandler):
             if method == "PUT":
                 if not isinstance(body, dict):
                     raise ApiStatusError(400, "BadRequest", "the body must be a JSON object")
+                if resource.prefix.startswith("/apis/nfd.") and not (
+                    (body.get("metadata") or {}).get("resourceVersion")
+                ):
+                    # custom resources allow no unconditional update (core objects do)
+                    raise ApiStatusError(
+                        422,
+                        "Invalid",
+                        f'{resource.plural}.nfd.k8s-sigs.io "{name}" is invalid: '
+                        "metadata.resourceVersion: Invalid value: 0: "
+                        "must be specified for an update",
+                        {"name": name, "kind": resource.plural},
+                    )
                 return 200, self._replace(resource, key, current, body)
             if method == "PATCH":
                 if (content_type or "").split(";")[0].strip() != MERGE_PATCH:
@@ -710,6 +779,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiStatusError(
                 422, "Invalid", "metadata.resourceVersion: must not be set on create"
             )
+        _validate(resource, body)
         stored = self.prepare_new(self.state, resource, copy.deepcopy(body))
         self.state.objects[key] = stored
         return copy.deepcopy(stored)
@@ -735,6 +805,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "been modified; please apply your changes to the latest version and try again",
                 {"name": name, "kind": resource.plural},
             )
+        _validate(resource, body)
         stored = copy.deepcopy(body)
         stored["kind"] = resource.kind
         stored["apiVersion"] = resource.api_version

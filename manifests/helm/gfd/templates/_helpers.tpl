@@ -1,0 +1,289 @@
+{{/* The release's base name: the release name when it already contains the chart's. */}}
+{{- define "gfd.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "gfd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "gfd.serviceAccountName" -}}
+{{- default (include "gfd.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Selector labels: what the kustomize overlays use, plus the release. */}}
+{{- define "gfd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "gfd.name" . }}
+app.kubernetes.io/part-of: nvidia-gpu
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "gfd.labels" -}}
+{{ include "gfd.selectorLabels" . }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gfd.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The ConfigMap gfd reads its config file from ("" for none). */}}
+{{- define "gfd.configMapName" -}}
+{{- if .Values.config.name -}}
+{{- .Values.config.name -}}
+{{- else if .Values.config.map -}}
+{{- printf "%s-config" (include "gfd.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The entry of that ConfigMap gfd reads. */}}
+{{- define "gfd.configEntry" -}}
+{{- if .Values.config.default -}}
+{{- .Values.config.default -}}
+{{- else if eq (len .Values.config.map) 1 -}}
+{{- keys .Values.config.map | first -}}
+{{- else -}}
+{{- fail "config.default: name the entry of the config ConfigMap that gfd reads (config.map has several, or config.name is an existing ConfigMap)" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Does the pod need its API token? */}}
+{{- define "gfd.usesApi" -}}
+{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") }}true{{ end -}}
+{{- end -}}
+
+{{- define "gfd.featuresDir" -}}
+/etc/kubernetes/node-feature-discovery/features.d
+{{- end -}}
+
+{{/*
+The pod spec of the agent, for the DaemonSet and for the Jobs.
+Arguments: dict "root" $ "job" ("" | "oneshot" | "cleanup") "node" NODE
+*/}}
+{{- define "gfd.podSpec" -}}
+{{- $root := .root -}}
+{{- $v := $root.Values -}}
+{{- $job := .job -}}
+{{- $featuresFile := eq $v.output "features-file" -}}
+{{- $configMap := include "gfd.configMapName" $root -}}
+{{- $mig := or (eq (toString $v.migStrategy) "single") (eq (toString $v.migStrategy) "mixed") -}}
+{{- $metrics := and (not $job) (gt (int $v.metricsPort) 0) -}}
+{{- $asRoot := or $featuresFile $v.privileged -}}
+{{- if $job }}
+nodeName: {{ .node }}
+restartPolicy: Never
+{{- end }}
+serviceAccountName: {{ include "gfd.serviceAccountName" $root }}
+automountServiceAccountToken: {{ include "gfd.usesApi" $root | eq "true" }}
+enableServiceLinks: false
+{{- with $v.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with $v.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with $v.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 65532
+  runAsGroup: 65532
+  seccompProfile:
+    type: RuntimeDefault
+{{- with $v.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- /* A cleanup Job must run wherever gfd left labels, GPU or not. */}}
+{{- if ne $job "cleanup" }}
+{{- with $v.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- with $v.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+containers:
+  - name: gfd
+    image: {{ include "gfd.image" $root }}
+    imagePullPolicy: {{ $v.image.pullPolicy }}
+    {{- $args := $v.extraArgs }}
+    {{- if eq $job "oneshot" }}{{ $args = prepend $args "--oneshot" }}{{ end }}
+    {{- if eq $job "cleanup" }}{{ $args = prepend $args "--cleanup" }}{{ end }}
+    {{- with $args }}
+    args:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    env:
+      {{- if $metrics }}
+      - name: GFD_METRICS_ADDRESS
+        value: {{ printf ":%d" (int $v.metricsPort) | quote }}
+      {{- end }}
+      {{- with $v.migStrategy }}
+      - name: MIG_STRATEGY
+        value: {{ . | quote }}
+      {{- end }}
+      {{- if $mig }}
+      # NVML lists MIG devices only with the MIG monitor capability, which the NVIDIA
+      # container runtime grants to containers whose capability set includes SYS_ADMIN.
+      - name: NVIDIA_MIG_MONITOR_DEVICES
+        value: all
+      {{- end }}
+      {{- if kindIs "bool" $v.failOnInitError }}
+      - name: GFD_FAIL_ON_INIT_ERROR
+        value: {{ $v.failOnInitError | quote }}
+      {{- end }}
+      {{- with $v.deviceDiscoveryStrategy }}
+      - name: DEVICE_DISCOVERY_STRATEGY
+        value: {{ . | quote }}
+      {{- end }}
+      {{- with $v.machineTypeFile }}
+      - name: GFD_MACHINE_TYPE_FILE
+        value: {{ . | quote }}
+      {{- end }}
+      {{- with $v.logLevel }}
+      - name: GFD_LOG_LEVEL
+        value: {{ . | quote }}
+      {{- end }}
+      {{- with $v.logFormat }}
+      - name: GFD_LOG_FORMAT
+        value: {{ . | quote }}
+      {{- end }}
+      {{- if kindIs "bool" $v.gfd.noTimestamp }}
+      - name: GFD_NO_TIMESTAMP
+        value: {{ $v.gfd.noTimestamp | quote }}
+      {{- end }}
+      {{- if not (kindIs "invalid" $v.gfd.sleepInterval) }}
+      - name: GFD_SLEEP_INTERVAL
+        value: {{ $v.gfd.sleepInterval | toString | quote }}
+      {{- end }}
+      {{- if $configMap }}
+      - name: GFD_CONFIG_FILE
+        value: {{ printf "/config/%s" (include "gfd.configEntry" $root) | quote }}
+      {{- end }}
+      {{- if $featuresFile }}
+      - name: GFD_OUTPUT_FILE
+        value: {{ include "gfd.featuresDir" $root }}/gfd
+      {{- else if eq $v.output "node-feature-api" }}
+      - name: GFD_USE_NODE_FEATURE_API
+        value: "true"
+      # The object's namespace, and the pod whose owner (this DaemonSet) owns it.
+      - name: NAMESPACE
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.namespace
+      - name: POD_NAME
+        valueFrom:
+          fieldRef:
+            fieldPath: metadata.name
+      {{- else if eq $v.output "node-labels" }}
+      - name: GFD_USE_NODE_LABELS
+        value: "true"
+      {{- end }}
+      - name: NODE_NAME
+        valueFrom:
+          fieldRef:
+            fieldPath: spec.nodeName
+      {{- with $v.extraEnv }}
+      {{- toYaml . | nindent 6 }}
+      {{- end }}
+    {{- if $metrics }}
+    ports:
+      - name: metrics
+        containerPort: {{ $v.metricsPort }}
+        protocol: TCP
+    livenessProbe:
+      # 200 while passes keep starting (last pass within 3 x interval + 30 s).
+      httpGet:
+        path: /healthz
+        port: metrics
+      initialDelaySeconds: 10
+      periodSeconds: 30
+      timeoutSeconds: 5
+      failureThreshold: 3
+    readinessProbe:
+      # 200 once the labels have been published.
+      httpGet:
+        path: /readyz
+        port: metrics
+      periodSeconds: 10
+      timeoutSeconds: 5
+      failureThreshold: 3
+    {{- end }}
+    {{- with $v.resources }}
+    resources:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    securityContext:
+      {{- if $v.privileged }}
+      # vGPU detection: all of the PCI config space needs CAP_SYS_ADMIN. The API server
+      # refuses privileged together with allowPrivilegeEscalation: false.
+      privileged: true
+      allowPrivilegeEscalation: true
+      {{- else }}
+      allowPrivilegeEscalation: false
+      {{- end }}
+      {{- if $asRoot }}
+      # Root with no capabilities: features.d belongs to root (0755) on every node.
+      runAsNonRoot: false
+      runAsUser: 0
+      runAsGroup: 0
+      {{- else }}
+      runAsNonRoot: true
+      {{- end }}
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+        {{- if $mig }}
+        add: ["SYS_ADMIN"]
+        {{- end }}
+    volumeMounts:
+      # PCI devices (vGPU detection, PCI class) and the machine-type file, from the host.
+      - name: host-sys
+        mountPath: /sys
+        readOnly: true
+        {{- /* a field of Kubernetes 1.30+: older API servers refuse the object with it */}}
+        {{- if semverCompare ">=1.30.0-0" $root.Capabilities.KubeVersion.Version }}
+        recursiveReadOnly: IfPossible
+        {{- end }}
+      {{- if $featuresFile }}
+      - name: features-d
+        mountPath: {{ include "gfd.featuresDir" $root }}
+      {{- end }}
+      {{- if $configMap }}
+      - name: config
+        mountPath: /config
+        readOnly: true
+      {{- end }}
+volumes:
+  - name: host-sys
+    hostPath:
+      path: /sys
+      type: Directory
+  {{- if $featuresFile }}
+  - name: features-d
+    hostPath:
+      path: {{ include "gfd.featuresDir" $root }}
+      type: DirectoryOrCreate
+  {{- end }}
+  {{- if $configMap }}
+  - name: config
+    configMap:
+      name: {{ $configMap }}
+  {{- end }}
+{{- end -}}

@@ -1,0 +1,327 @@
+"""The Helm chart (manifests/helm/gfd), offline: `helm lint --strict`, every mode rendered and
+validated against the Kubernetes schemas like the kustomize overlays, and -- so the two ways
+of deploying cannot drift -- for each mode the chart renders the same objects as the matching
+kustomize overlay (with each optional component: values migStrategy, privileged,
+runtimeClassName). Helm's own bookkeeping labels and the order of name-keyed lists are the
+only differences the comparison forgives.
+
+Needs the helm binary scripts/e2e-tools.sh builds (`make e2e`), kubectl (kustomize) and
+kubernetes-validate; a missing helm skips, and fails under `make e2e`.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.helm import CHART, NAMESPACE, helm, require_tool, template
+from tests.test_manifests import rendered, tool, versions  # noqa: F401 (fixtures)
+
+Obj = dict[str, Any]
+SAMPLE_NODE = tool.SAMPLE_NODE
+
+# overlay -> chart values that deploy the same thing
+OVERLAY_VALUES: dict[str, dict[str, Any]] = {
+    "nfd-features-file": {"output": "features-file"},
+    "nodefeature": {"output": "node-feature-api"},
+    "node-labels": {"output": "node-labels"},
+    "oneshot-job": {"output": "features-file", "mode": "oneshot-job", "job.nodes": [SAMPLE_NODE]},
+    "node-labels-cleanup-job": {
+        "output": "node-labels",
+        "mode": "cleanup-job",
+        "job.nodes": [SAMPLE_NODE],
+    },
+}
+# component -> chart values that do the same
+COMPONENT_VALUES: dict[str, dict[str, Any]] = {
+    "mig-single": {"migStrategy": "single"},
+    "mig-mixed": {"migStrategy": "mixed"},
+    "vgpu-privileged": {"privileged": True},
+    "runtime-class-nvidia": {"runtimeClassName": "nvidia"},
+}
+# Labels Helm adds for its own bookkeeping (release, chart version); kustomize has none.
+HELM_LABELS = {
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/version",
+    "helm.sh/chart",
+}
+# The chart selects stock NFD's class-qualified PCI labels too (issue 16, item 4); the overlays
+# gain them on another branch. Until then the chart may have these terms in addition.
+CHART_ONLY_AFFINITY_KEYS = {
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+}
+NAME_KEYED_LISTS = {"env", "volumes", "volumeMounts", "ports"}
+
+
+@pytest.fixture(scope="module")
+def helm_bin() -> Path:
+    return require_tool("helm")
+
+
+@pytest.fixture(scope="module")
+def chart(helm_bin: Path) -> Callable[[dict[str, Any]], list[Obj]]:
+    cache: dict[str, list[Obj]] = {}
+
+    def get(values: dict[str, Any]) -> list[Obj]:
+        key = repr(sorted(values.items()))
+        if key not in cache:
+            cache[key] = template(helm_bin, values)
+        return copy.deepcopy(cache[key])
+
+    return get
+
+
+def key(obj: Obj) -> tuple[str, str, str]:
+    meta = obj.get("metadata") or {}
+    return (obj["kind"], meta.get("namespace", ""), meta["name"])
+
+
+def _strip_helm_labels(labels: dict[str, str] | None) -> None:
+    for name in HELM_LABELS & set(labels or {}):
+        del labels[name]  # type: ignore[union-attr]
+
+
+def _affinity_terms(pod_spec: Obj) -> set[str] | None:
+    affinity = pod_spec.pop("affinity", None)
+    if affinity is None:
+        return None
+    required = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return {yaml.safe_dump(t, sort_keys=True) for t in required["nodeSelectorTerms"]}
+
+
+def _collapse_whitespace(value: Any) -> Any:
+    if isinstance(value, str):
+        return " ".join(value.split())
+    if isinstance(value, list):
+        return [_collapse_whitespace(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _collapse_whitespace(v) for k, v in value.items()}
+    return value
+
+
+def normalise(obj: Obj) -> tuple[Obj, set[str] | None]:
+    """The object without Helm's labels, with name-keyed lists sorted; its affinity terms
+    returned apart as a set (order of terms carries no meaning: any one selects). CEL ignores
+    whitespace, and kustomize re-folds the policy's folded blocks: it is compared collapsed."""
+    obj = copy.deepcopy(obj)
+    if obj["kind"] == "ValidatingAdmissionPolicy":
+        obj["spec"] = _collapse_whitespace(obj["spec"])
+    _strip_helm_labels(obj["metadata"].get("labels"))
+    spec = obj.get("spec") or {}
+    _strip_helm_labels((spec.get("selector") or {}).get("matchLabels"))
+    terms = None
+    template_ = spec.get("template")
+    if template_:
+        _strip_helm_labels(template_["metadata"].get("labels"))
+        pod = template_["spec"]
+        terms = _affinity_terms(pod)
+        for container in pod["containers"]:
+            for field in NAME_KEYED_LISTS & set(container):
+                container[field] = sorted(container[field], key=lambda item: item["name"])
+        pod["volumes"] = sorted(pod.get("volumes", []), key=lambda item: item["name"])
+    return obj, terms
+
+
+def expected_objects(overlay: str, render: Callable[[str], list[Obj]], name: str) -> list[Obj]:
+    objects = [o for o in render(name) if o["kind"] != "Namespace"]
+    if overlay == "node-labels-cleanup-job":
+        # The overlay runs beside an installed node-labels overlay and uses its service
+        # account, RBAC and policy; the chart in cleanup-job mode keeps those in the release.
+        have = {key(o) for o in objects}
+        objects += [
+            o
+            for o in render("node-labels" + name.removeprefix("node-labels-cleanup-job"))
+            if o["kind"] != "Namespace" and key(o) not in have and o["kind"] != "DaemonSet"
+        ]
+    return objects
+
+
+def assert_same_objects(chart_objects: list[Obj], overlay_objects: list[Obj]) -> None:
+    ours = {key(o): normalise(o) for o in chart_objects}
+    theirs = {key(o): normalise(o) for o in overlay_objects}
+    assert sorted(ours) == sorted(theirs), "the chart and the overlay render different objects"
+    for k, (obj, terms) in ours.items():
+        their_obj, their_terms = theirs[k]
+        if obj != their_obj:
+            diff = difflib.unified_diff(
+                yaml.safe_dump(their_obj, sort_keys=True).splitlines(),
+                yaml.safe_dump(obj, sort_keys=True).splitlines(),
+                "kustomize",
+                "helm",
+                lineterm="",
+            )
+            pytest.fail(f"{k} differs:\n" + "\n".join(diff))
+        if terms is None or their_terms is None:
+            assert terms == their_terms, f"{k}: node affinity in one and not the other"
+            continue
+        extra = {
+            t
+            for t in terms - their_terms
+            if yaml.safe_load(t)["matchExpressions"][0]["key"] in CHART_ONLY_AFFINITY_KEYS
+        }
+        assert terms - extra == their_terms, f"{k}: node affinity terms differ"
+
+
+VARIANTS = [(overlay, None) for overlay in OVERLAY_VALUES] + [
+    (overlay, component)
+    for overlay in OVERLAY_VALUES
+    for component in COMPONENT_VALUES
+    if overlay != "node-labels-cleanup-job" or component == "runtime-class-nvidia"
+]
+
+
+@pytest.mark.parametrize(("overlay", "component"), VARIANTS, ids=lambda v: v or "plain")
+def test_chart_renders_what_the_overlay_renders(
+    overlay: str,
+    component: str | None,
+    chart: Callable[[dict[str, Any]], list[Obj]],
+    rendered: Callable[[str], list[Obj]],  # noqa: F811
+) -> None:
+    values = {**OVERLAY_VALUES[overlay], **COMPONENT_VALUES.get(component or "", {})}
+    name = overlay + (f"+{component}" if component else "")
+    assert_same_objects(chart(values), expected_objects(overlay, rendered, name))
+
+
+def test_every_overlay_has_a_chart_mode() -> None:
+    # The sidecar is a patch of NFD's own DaemonSet: NFD's deployment, not this chart's.
+    assert set(OVERLAY_VALUES) | {"nfd-worker-sidecar"} == set(tool.overlays())
+    assert set(COMPONENT_VALUES) == set(tool.WORKLOAD_COMPONENTS)
+
+
+def test_the_chart_passes_helm_lint_strict(helm_bin: Path) -> None:
+    done = helm(helm_bin, "lint", "--strict", str(CHART), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+MODES: list[dict[str, Any]] = [
+    *OVERLAY_VALUES.values(),
+    {"output": "node-labels", "mode": "oneshot-job", "job.nodes": ["a", "b"]},
+    {"output": "node-feature-api", "migStrategy": "mixed", "privileged": True},
+    {"config.map": {"config.yaml": "version: v1\nflags:\n  migStrategy: single\n"}},
+    {
+        "failOnInitError": False,
+        "gfd.noTimestamp": True,
+        "gfd.sleepInterval": "90s",
+        "deviceDiscoveryStrategy": "nvml",
+        "metricsPort": 0,
+        "nodeSelector": {"gpu": "yes"},
+        "image.tag": "1.2.3",
+    },
+]
+
+
+@pytest.mark.parametrize("values", MODES, ids=lambda v: ",".join(f"{k}={v[k]}" for k in v)[:60])
+def test_every_mode_is_schema_valid(
+    values: dict[str, Any],
+    chart: Callable[[dict[str, Any]], list[Obj]],
+    versions: list[str],  # noqa: F811
+) -> None:
+    objects = chart(values)
+    assert objects
+    assert tool.validate_objects(objects, versions) == []
+
+
+def only(objects: list[Obj], kind: str) -> Obj:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+def gfd_env(objects: list[Obj]) -> dict[str, Any]:
+    pod = only(objects, "DaemonSet")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_flags_as_values_reach_gfd_by_its_environment_variables(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    env = gfd_env(chart(MODES[-1]))
+    assert env["GFD_FAIL_ON_INIT_ERROR"] == "false"
+    assert env["GFD_NO_TIMESTAMP"] == "true"
+    assert env["GFD_SLEEP_INTERVAL"] == "90s"
+    assert env["DEVICE_DISCOVERY_STRATEGY"] == "nvml"
+    assert "GFD_METRICS_ADDRESS" not in env
+    ds = only(chart(MODES[-1]), "DaemonSet")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert "livenessProbe" not in container and container["image"] == "gfd:1.2.3"
+
+
+def test_config_map_is_mounted_and_named_by_the_config_file_variable(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    values = MODES[-2]
+    objects = chart(values)
+    config_map = only(objects, "ConfigMap")
+    assert config_map["data"] == values["config.map"]
+    pod = only(objects, "DaemonSet")["spec"]["template"]
+    assert pod["metadata"]["annotations"]["checksum/config"]
+    (container,) = pod["spec"]["containers"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+    assert gfd_env(objects)["GFD_CONFIG_FILE"] == f"{mount['mountPath']}/config.yaml"
+
+
+def test_an_external_config_map_needs_the_entry_named(helm_bin: Path) -> None:
+    with pytest.raises(AssertionError, match=re.escape("config.default")):
+        template(helm_bin, {"config.name": "mine"})
+    objects = template(helm_bin, {"config.name": "mine", "config.default": "a.yaml"})
+    assert not [o for o in objects if o["kind"] == "ConfigMap"]
+    assert gfd_env(objects)["GFD_CONFIG_FILE"] == "/config/a.yaml"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"output": "nodefeature"}, "output"),
+        ({"migStrategy": "all"}, "migStrategy"),
+        ({"mode": "oneshot-job"}, "job.nodes"),
+        ({"output": "features-file", "mode": "cleanup-job", "job.nodes": ["n"]}, "features-file"),
+        ({"config.name": "a", "config.map": {"b": "c"}}, "config"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_value(
+    helm_bin: Path, values: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        template(helm_bin, values)
+
+
+def test_release_name_and_namespace_carry_into_the_policy_and_bindings(helm_bin: Path) -> None:
+    objects = template(helm_bin, {"output": "node-labels"}, release="lab", namespace="gpu")
+    policy = only(objects, "ValidatingAdmissionPolicy")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert "'system:serviceaccount:gpu:lab-gfd'" in condition["expression"]
+    binding = only(objects, "ClusterRoleBinding")
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "lab-gfd", "namespace": "gpu"}
+    ]
+    assert (
+        only(objects, "ValidatingAdmissionPolicyBinding")["spec"]["policyName"]
+        == (policy["metadata"]["name"])
+    )
+    assert only(objects, "ServiceAccount")["metadata"]["namespace"] == "gpu"
+    assert NAMESPACE not in subprocess.list2cmdline([yaml.safe_dump(o) for o in objects])
+
+
+def test_fields_of_newer_releases_are_left_out_for_older_ones(helm_bin: Path) -> None:
+    """recursiveReadOnly (1.30+) makes a v1.20 API server refuse the DaemonSet."""
+
+    def host_sys(kube_version: str) -> dict[str, Any]:
+        objects = template(helm_bin, {}, kube_version=kube_version)
+        (container,) = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"]
+        return next(m for m in container["volumeMounts"] if m["name"] == "host-sys")
+
+    assert "recursiveReadOnly" not in host_sys("v1.20.2")
+    assert "recursiveReadOnly" not in host_sys("v1.29.9")
+    assert host_sys("v1.30.0")["recursiveReadOnly"] == "IfPossible"
