@@ -172,7 +172,8 @@ class Agent:
             for note in result.notes:
                 self.log.debug("label note", detail=note)
             label_count = len(result.labels)
-            self._offer_features(snapshot)
+            if self.output.offer(snapshot):
+                self.published = None  # what it carries besides the labels changed
             changed = self._publish(result.labels)
             if self.topology_outputs is not None:
                 self.topology_outputs.publish(snapshot, self.settings.config.partitions)
@@ -209,20 +210,6 @@ class Agent:
         self._started = True
         return True
 
-    def _offer_features(self, snapshot: Snapshot) -> None:
-        """The NodeFeature output also carries raw features (``spec.features``); a change
-        there is published like a change of labels."""
-        if self.output.kind != "nodefeature":
-            return
-        from gfd.labels.features import node_features
-        from gfd.outputs.nodefeature import NodeFeatureOutput
-
-        if isinstance(self.output, NodeFeatureOutput):
-            features = node_features(snapshot)
-            if features != self.output.features:
-                self.output.features = features
-                self.published = None
-
     def _confirm_loss(self, snapshot: Snapshot) -> None:
         """A lost GPU is labelled only when two discoveries in a row find it lost: the
         first one fails the pass, so the last labels stay (SPEC §7) and a transient
@@ -252,14 +239,12 @@ class Agent:
         self._keep_last_labels()
 
     def _keep_last_labels(self) -> None:
-        """A failed pass keeps the last labels (SPEC §7), so a features file's expiry is
-        still renewed: only a gfd that stopped running lets its labels age out."""
-        from gfd.outputs.file import FileOutput
-
-        if not isinstance(self.output, FileOutput) or self.published is None:
+        """A failed pass keeps the last labels (SPEC §7); an output whose labels age out
+        (the features file's expiry) renews them."""
+        if self.published is None:
             return
         try:
-            self.output.verify(self.published)
+            self.output.keep(self.published)
         except PublishError as exc:
             self.log.error("cannot renew the features file", error=str(exc))
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 Labels = Mapping[str, str]
 
@@ -29,6 +30,15 @@ class Output(Protocol):
         """Check the destination still holds ``labels``; re-publish if it does not.
 
         Returns True when it had to re-publish.  Raises PublishError on failure."""
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        """Take what this output publishes besides the labels from the pass's snapshot
+        (NodeFeature ``spec.features``); True when that changed, so the agent publishes
+        again although the labels did not."""
+
+    def keep(self, labels: Labels) -> None:
+        """A pass failed and ``labels`` stay (SPEC §7): an output whose labels age out
+        (the features file's expiry) renews them.  Raises PublishError on failure."""
 
     def on_exit(self) -> None:
         """Called when the daemon exits on SIGTERM/SIGINT/SIGQUIT (a features file without

@@ -29,6 +29,7 @@ from gfd.outputs import Labels
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 #: NFD skips feature files larger than this; fail loudly instead of being ignored quietly
 MAX_FEATURES_FILE_BYTES = 64 * 1024
@@ -87,6 +88,12 @@ class StdoutOutput:
     def verify(self, labels: Labels) -> bool:
         return False
 
+    def offer(self, snapshot: Snapshot) -> bool:
+        return False
+
+    def keep(self, labels: Labels) -> None:
+        pass
+
     def on_exit(self) -> None:
         pass
 
@@ -139,6 +146,14 @@ class FileOutput:
             )
             return False
         return True
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        return False
+
+    def keep(self, labels: Labels) -> None:
+        """A failed pass still renews the expiry: only a gfd that stopped running lets
+        its labels age out."""
+        self.verify(labels)
 
     def on_exit(self) -> None:
         if self.remove_on_exit and self._still_ours():

@@ -30,6 +30,7 @@ from gfd.outputs.kube import (
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 GROUP = "nfd.k8s-sigs.io"
 VERSION = "v1alpha1"
@@ -120,6 +121,20 @@ class NodeFeatureOutput:
 
         self._client.run(f"verify NodeFeature {self.namespace}/{self.object_name}", check)
         return wrote
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        """``spec.features``: the raw GPU features of the snapshot (gfd.labels.features);
+        True when they changed, so the object is written again."""
+        from gfd.labels.features import node_features
+
+        features = node_features(snapshot)
+        if features == self.features:
+            return False
+        self.features = features
+        return True
+
+    def keep(self, labels: Mapping[str, str]) -> None:
+        """Nothing: the object does not age out."""
 
     def on_exit(self) -> None:
         """Nothing: the object outlives the pod (owner references and nfd-gc remove it)."""

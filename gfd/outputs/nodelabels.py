@@ -42,6 +42,7 @@ from gfd.outputs.kube import (
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 MANAGED_LABELS_ANNOTATION = f"{PREFIX}gfd.managed-labels"
 #: NFD master's record of the labels it manages (nfd-master.go, updateNodeFeatures)
@@ -155,6 +156,12 @@ class NodeLabelsOutput:
 
         self._client.run(f"verify labels of node {self.node_name}", check)
         return wrote
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        return False
+
+    def keep(self, labels: Mapping[str, str]) -> None:
+        """Nothing: node labels do not age out."""
 
     def on_exit(self) -> None:
         """Nothing: labels stay through a restart or a rolling update."""
