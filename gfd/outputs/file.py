@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 
 from gfd.errors import PublishError
 from gfd.labels import format_labels
@@ -62,6 +61,8 @@ class FileOutput:
                 f"output directory {directory} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
+        import tempfile  # the file output only: stdout never pays for it
+
         temporary = None
         try:
             fd, temporary = tempfile.mkstemp(prefix=".gfd-", dir=directory)
