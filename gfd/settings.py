@@ -350,9 +350,19 @@ class LoadedConfig:
     warnings: tuple[str, ...]
 
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+class _Pattern:
+    """A regex compiled on first use: only a config file's resource names need these."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return re.fullmatch(self.pattern, text)  # re caches the compiled pattern
+
+
+_DNS_LABEL = _Pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DNS_SUBDOMAIN = _Pattern(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = _Pattern(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 _describe = describe
