@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gfd.documents import as_list, describe, parse_yaml, read_text
-from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -71,6 +70,8 @@ def _parse_interval(value: Any) -> float | None:
         if value <= 0:
             raise ValueError("must be greater than zero")
         return float(value)
+    from gfd.durations import parse_duration  # its regexes only when a duration is given
+
     return parse_duration(_parse_str(value))
 
 
@@ -625,6 +626,8 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
+        from gfd.durations import format_duration
+
         return format_duration(self.sleep_interval)
 
 
