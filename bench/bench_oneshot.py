@@ -131,10 +131,13 @@ def build_wheel_venv(venv: Path) -> None:
         shutil.copytree(ROOT / "gfd", context / "gfd", ignore=ignore)
         dist = Path(work) / "dist"
         pip = [sys.executable, "-m", "pip"]
-        subprocess.run(
+        built = subprocess.run(
             [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), str(context)],
-            check=True,
+            capture_output=True,
+            text=True,
         )
+        if built.returncode != 0:
+            raise SystemExit(f"pip wheel failed: {built.stderr[-3000:]}")
         (wheel,) = dist.glob("gfd-*.whl")
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
         python = venv / "bin" / "python"
