@@ -12,6 +12,7 @@ so that none always runs first on a warm CPU):
   interpreter     python -c pass
 
 and reports, per command, the median wall time (measured around the child), the median
+CPU time (user + system, the child's rusage: steadier than wall on a shared machine), the median
 peak RSS (from ``/usr/bin/time -v`` in separate, untimed runs: a forked child's own rusage
 would count the benchmark's memory at the fork), and the ratio to the floor: the ratio of
 the medians and the median of the per-round ratios.  Target (issue 11): snapshot path
@@ -76,6 +77,7 @@ class Command:
     argv: list[str]
     env: dict[str, str]
     walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # user + system
     rss_mib: list[float] = field(default_factory=list)
     stdout: bytes = b""
 
@@ -94,8 +96,8 @@ def peak_rss_mib(command: Command) -> float:
     return int(match.group(1)) / 1024
 
 
-def run_once(command: Command) -> tuple[float, bytes]:
-    """(wall seconds, stdout) of one fresh process."""
+def run_once(command: Command) -> tuple[float, float, bytes]:
+    """(wall seconds, CPU seconds, stdout) of one fresh process."""
     with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         child = subprocess.Popen(
@@ -108,14 +110,14 @@ def run_once(command: Command) -> tuple[float, bytes]:
         )
         assert child.stdout is not None
         out = child.stdout.read()
-        _, status, _ = os.wait4(child.pid, 0)
+        _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
         child.returncode = code = os.waitstatus_to_exitcode(status)
         child.stdout.close()
         if code != 0:
             err.seek(0)
             raise SystemExit(f"{command.name} failed ({code}): {err.read().decode()[-2000:]}")
-    return wall, out
+    return wall, usage.ru_utime + usage.ru_stime, out
 
 
 def build_wheel_venv(venv: Path) -> None:
@@ -222,12 +224,14 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         cmds = commands(venv_bin, Path(work))
         for command in cmds:  # warm the page cache and check each command works; not counted
-            command.stdout = run_once(command)[1]
+            command.stdout = run_once(command)[2]
         snapshot_out, nvml_out = cmds[0].stdout, cmds[1].stdout
         for round_number in range(runs):
             shift = round_number % len(cmds)
             for command in cmds[shift:] + cmds[:shift]:
-                command.walls.append(run_once(command)[0])
+                wall, cpu, _ = run_once(command)
+                command.walls.append(wall)
+                command.cpus.append(cpu)
         if shutil.which(TIME):
             for command in cmds:
                 command.rss_mib = [peak_rss_mib(command) for _ in range(5)]
@@ -240,13 +244,19 @@ def main(argv: list[str] | None = None) -> int:
     print()
     floor = cmds[2]
     floor_median = statistics.median(floor.walls)
-    print(f"  {'':24} {'wall':>9} {'x floor':>8} {'(pairs)':>8} {'peak RSS':>10}")
+    floor_cpu = statistics.median(floor.cpus)
+    print(
+        f"  {'':24} {'wall':>9} {'x floor':>8} {'(pairs)':>8} {'CPU':>9} {'x floor':>8}"
+        f" {'peak RSS':>10}"
+    )
     for command in cmds:
         median = statistics.median(command.walls)
         pairs = statistics.median(w / f for w, f in zip(command.walls, floor.walls, strict=True))
+        cpu = statistics.median(command.cpus)
         print(
             f"  {command.name:24} {median * 1e3:6.1f} ms {median / floor_median:8.2f} "
-            f"{pairs:8.2f} {statistics.median(command.rss_mib or [math.nan]):6.1f} MiB"
+            f"{pairs:8.2f} {cpu * 1e3:6.1f} ms {cpu / floor_cpu:8.2f} "
+            f"{statistics.median(command.rss_mib or [math.nan]):6.1f} MiB"
         )
     ratio = statistics.median(cmds[0].walls) / floor_median
     print()
