@@ -3,15 +3,12 @@ data, with every failure turned into the caller's error type and one line naming
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-import yaml
 
 from gfd.errors import UsageError
 
-# libyaml's parser when PyYAML was built with it: ~7x faster on a DGX snapshot
-_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# json and yaml are imported by the first document that needs them: a run that reads no
+# document (discovery through NVML, no config file) never pays for PyYAML (~20 ms).
 
 
 def describe(value: Any) -> str:
@@ -35,12 +32,18 @@ def parse_yaml(text: str, source: str, error: type[UsageError]) -> Any:
     JSON is read by the JSON parser: YAML's reading of JSON escapes differs (a surrogate
     pair becomes two lone surrogates) and it rejects control characters JSON allows."""
     if text.lstrip().startswith(("{", "[")):
+        import json
+
         try:
             return json.loads(text)
         except ValueError:
             pass  # flow-style YAML, or broken: the YAML parser says which
+    import yaml
+
+    # libyaml's parser when PyYAML was built with it: ~7x faster on a DGX snapshot
+    loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        return yaml.load(text, Loader=_SafeLoader)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gfd.documents import as_list, describe, parse_yaml, read_text
-from gfd.durations import format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
 from gfd.partitions import PartitionTable
 from gfd.partitions import parse_table as parse_partition_table
@@ -79,6 +78,8 @@ def _parse_interval(value: Any) -> float | None:
         if value <= 0:
             raise ValueError("must be greater than zero")
         return float(value)
+    from gfd.durations import parse_duration  # its regexes only when a duration is given
+
     return parse_duration(_parse_str(value))
 
 
@@ -399,9 +400,19 @@ class LoadedConfig:
     warnings: tuple[str, ...]
 
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+class _Pattern:
+    """A regex compiled on first use: only a config file's resource names need these."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return re.fullmatch(self.pattern, text)  # re caches the compiled pattern
+
+
+_DNS_LABEL = _Pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+_DNS_SUBDOMAIN = _Pattern(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_NAME = _Pattern(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 _describe = describe
@@ -700,6 +711,8 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
+        from gfd.durations import format_duration
+
         return format_duration(self.sleep_interval)
 
 
@@ -778,6 +791,8 @@ def _validate(settings: Settings) -> None:
         raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
     horizon = settings.expiry_horizon
     if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+        from gfd.durations import format_duration
+
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(

@@ -8,16 +8,17 @@ document, e.g. ``gpus[3].mig.devices[0].slices.gi: expected an integer, got 'x'`
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import yaml
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gfd.documents import as_list, describe, parse_yaml, read_text
 from gfd.errors import SnapshotError
+
+if TYPE_CHECKING:
+    import yaml
 
 SNAPSHOT_VERSION = "v1"
 
@@ -543,15 +544,8 @@ class _HexInt(int):
     """An int that YAML writes in hex (PCI class codes read best as 0x030200)."""
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
 def _represent_hex(dumper: yaml.SafeDumper, value: _HexInt) -> yaml.Node:
     return dumper.represent_scalar("tag:yaml.org,2002:int", f"0x{int(value):06x}")
-
-
-_Dumper.add_representer(_HexInt, _represent_hex)
 
 
 class _Flow(dict):  # type: ignore[type-arg]
@@ -561,8 +555,6 @@ class _Flow(dict):  # type: ignore[type-arg]
 def _represent_flow(dumper: yaml.SafeDumper, value: _Flow) -> yaml.Node:
     return dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True)
 
-
-_Dumper.add_representer(_Flow, _represent_flow)
 
 # Characters PyYAML writes raw in plain or single-quoted scalars but reads back as line
 # breaks; a string holding one must be double-quoted (escaped) to survive a round trip.
@@ -575,7 +567,18 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
     return dumper.represent_str(value)
 
 
-_Dumper.add_representer(str, _represent_str)
+@functools.cache
+def _yaml_dumper() -> type[yaml.SafeDumper]:
+    """The dumper with gfd's representers, built on first use: loading never needs it."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    _Dumper.add_representer(_HexInt, _represent_hex)
+    _Dumper.add_representer(_Flow, _represent_flow)
+    _Dumper.add_representer(str, _represent_str)
+    return _Dumper
 
 
 def _mig_device_dict(device: MigDevice) -> dict[str, Any]:
@@ -695,9 +698,11 @@ def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
 
 def dumps(snapshot: Snapshot) -> str:
     """The snapshot as v1 YAML; ``loads(dumps(s)) == s``."""
+    import yaml
+
     return yaml.dump(
         to_dict(snapshot, hex_class=True),
-        Dumper=_Dumper,
+        Dumper=_yaml_dumper(),
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
@@ -705,4 +710,6 @@ def dumps(snapshot: Snapshot) -> str:
 
 
 def dumps_json(snapshot: Snapshot) -> str:
+    import json
+
     return json.dumps(to_dict(snapshot), indent=2) + "\n"

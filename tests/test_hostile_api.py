@@ -411,7 +411,8 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
     finally:
         tracemalloc.stop()
     assert peak < 4 * MAX_ANSWER_BYTES
-    assert api.huge_bytes_sent < size / 10
+    # per answer: the client stops reading soon after the cap (the retries each get one)
+    assert api.huge_bytes_sent / api.count("GET") < size / 50
 
 
 # ----------------------------------------------------------------- the server address

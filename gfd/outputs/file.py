@@ -18,7 +18,6 @@ import contextlib
 import datetime
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 
@@ -183,6 +182,8 @@ class FileOutput:
                 f"output directory {directory} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
+        import tempfile  # the file output only: stdout never pays for it
+
         temporary = None
         try:
             fd, temporary = tempfile.mkstemp(prefix=".gfd-", dir=directory)
