@@ -411,8 +411,9 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
     finally:
         tracemalloc.stop()
     assert peak < 4 * MAX_ANSWER_BYTES
-    # per answer: the client stops reading soon after the cap (the retries each get one)
-    assert api.huge_bytes_sent / api.count("GET") < size / 50
+    # per answer: the client stops soon after the cap; what the server got out beyond it
+    # sits in socket buffers (a few MB), far from the 300 MiB it offered
+    assert api.huge_bytes_sent / api.count("GET") < 3 * MAX_ANSWER_BYTES
 
 
 # ----------------------------------------------------------------- the server address
