@@ -291,7 +291,13 @@ class Agent:
             while not self._wake.wait(3600):
                 pass
         else:
-            self._wake.wait(interval)
+            # in chunks: one wait of more than threading.TIMEOUT_MAX (~292 years) overflows
+            deadline = time.monotonic() + interval
+            while not self._wake.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wake.wait(min(remaining, 3600.0))
 
 
 def _output_identity(settings: Settings) -> tuple[Any, ...]:
