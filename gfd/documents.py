@@ -263,7 +263,7 @@ class _YamlBuilder:
     """Plain data from YAML events, without recursion (see the module docstring)."""
 
     def __init__(self) -> None:
-        self.resolver = yaml.resolver.Resolver()
+        self.resolver: Any = yaml.resolver.Resolver()
         self.constructor = yaml.constructor.SafeConstructor()
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.stack: list[_Frame] = []
@@ -341,7 +341,8 @@ class _YamlBuilder:
 
     def build(self, text: str) -> Any:
         documents = 0
-        for event in yaml.parse(text, Loader=_SafeLoader):
+        events: Any = yaml.parse(text, Loader=_SafeLoader)
+        for event in events:
             kind = type(event)
             if kind is yaml.ScalarEvent:
                 value, is_merge = self.scalar(event)

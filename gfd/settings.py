@@ -331,7 +331,11 @@ class ResourcePattern:
     regex: re.Pattern[str] = field(compare=False, repr=False)
 
     def matches(self, text: str) -> bool:
-        return self.regex.fullmatch(text) is not None
+        # linear-time matching lives with the naming rules; ``regex`` is kept for callers
+        # that want the pattern as a regular expression, never for matching names
+        from gfd.labels.resources import wildcard_match
+
+        return wildcard_match(self.pattern, text)
 
 
 def wildcard_regex(pattern: str) -> re.Pattern[str]:
