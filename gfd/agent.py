@@ -186,6 +186,8 @@ class Agent:
         if exc is not None:
             # an unexpected exception is a bug: log it with its traceback
             record = self.log.exception if unexpected else self.log.error
+            if self.settings.oneshot and not unexpected:
+                record = self.log.debug  # the CLI prints the error as its one line
             record(
                 "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration
             )

@@ -790,9 +790,8 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
         kind = _special_file_kind(path)
         if kind:
             raise UsageError(
-                f"{origins.get('output_file', '--output-file')} {describe(path)}: is {kind}; "
-                "gfd writes the features file by replacing it, so only a regular file (or a "
-                "new path) will do; use - for stdout"
+                f"{origins.get('output_file', '--output-file')} {describe(path)}: is {kind}, "
+                "not a regular file (gfd replaces the features file; use - for stdout)"
             )
     if settings.kubeconfig and settings.output_kind in ("nodefeature", "node-labels"):
         origin = origins.get("kubeconfig", "--kubeconfig")

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import sys
 import tempfile
 
+from gfd.documents import clip
 from gfd.errors import PublishError
 from gfd.labels import format_labels
 from gfd.outputs import Labels
@@ -18,11 +20,25 @@ from gfd.outputs import Labels
 MAX_FEATURES_FILE_BYTES = 64 * 1024
 
 
+def _refuse_special_file(path: str) -> None:
+    """Never rename over, read or remove a FIFO, a device node (``-o /dev/null`` as root),
+    a socket or a directory at the output path: only a regular file is gfd's to replace.
+    The CLI refuses such a path at start (exit 2); this catches one put there later."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing (written fresh), or unreadable (the write says why)
+    if not stat.S_ISREG(mode):
+        raise PublishError(f"{clip(path)}: not a regular file; gfd only replaces regular files")
+
+
 class StdoutOutput:
     kind = "stdout"
     verify_interval: float | None = None
 
     def publish(self, labels: Labels) -> None:
+        if sys.stdout is None:  # started with stdout closed
+            raise PublishError("cannot write labels to stdout: stdout is closed")
         try:
             sys.stdout.write(format_labels(dict(labels)))
             sys.stdout.flush()
@@ -50,6 +66,7 @@ class FileOutput:
         self.remove_on_exit = remove_on_exit
 
     def publish(self, labels: Labels) -> None:
+        _refuse_special_file(self.path)
         data = format_labels(dict(labels)).encode("utf-8")
         if len(data) > MAX_FEATURES_FILE_BYTES:
             raise PublishError(
@@ -82,6 +99,7 @@ class FileOutput:
     def verify(self, labels: Labels) -> bool:
         expected = format_labels(dict(labels)).encode("utf-8")
         try:
+            _refuse_special_file(self.path)  # opening a FIFO nobody writes would block
             with open(self.path, "rb") as handle:
                 if handle.read(MAX_FEATURES_FILE_BYTES + 1) == expected:
                     return False
@@ -91,6 +109,7 @@ class FileOutput:
         return True
 
     def _remove(self) -> None:
+        _refuse_special_file(self.path)
         try:
             os.unlink(self.path)
         except FileNotFoundError:
