@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gfd import __version__
+from gfd.documents import describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
@@ -45,7 +46,7 @@ def _normalise_bool_args(args: Sequence[str]) -> list[str]:
         try:
             value = parse_bool(raw)
         except ValueError as exc:
-            raise UsageError(f"{flag} {raw!r}: {exc}") from None
+            raise UsageError(f"{flag} {describe(raw)}: {exc}") from None
         assert option.flag is not None
         result.append(option.flag if value else _negated(option.flag))
     return result

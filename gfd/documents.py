@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from typing import Any
 
 import yaml
@@ -199,10 +200,31 @@ def _parse_json(text: str) -> Any:
     except json.JSONDecodeError:
         raise
     except ValueError as exc:  # an integer past Python's 4,300-digit limit
-        raise _DocumentError(f"cannot read a value: {clip(str(exc))}") from None
+        message = _long_json_number(text) or f"cannot read a value: {clip(str(exc))}"
+        raise _DocumentError(message) from None
     if text.count("[") + text.count("{") > MAX_NESTING:
         _check_depth(document)
     return document
+
+
+def _long_json_number(text: str) -> str | None:
+    """Where the first over-long number of a JSON text is, and under which key."""
+    import re
+
+    digits = sys.get_int_max_str_digits() or 4300  # the limit json.loads ran into
+    number = re.search(rf"-?\d{{{digits + 1},}}", text)
+    if number is None:
+        return None
+    line = text.count("\n", 0, number.start()) + 1
+    column = number.start() - text.rfind("\n", 0, number.start())
+    key = re.search(
+        r'"((?:[^"\\]|\\.){0,200})"\s*:\s*$', text[max(0, number.start() - 300) : number.start()]
+    )
+    where = f"{clip(key.group(1), 40)}: " if key else ""
+    return (
+        f"{where}a number of {len(number.group())} characters is longer than the limit of "
+        f"{MAX_NUMBER_CHARS} at line {line}, column {column}"
+    )
 
 
 def _check_depth(document: Any) -> None:
