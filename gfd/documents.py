@@ -121,8 +121,9 @@ def read_text(
         if not stat.S_ISREG(mode):
             raise error(f"{flag}: {shown} is {file_kind(mode)}, not a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as exc:
-        raise error(f"{flag}: cannot read {shown}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) else None
+        raise error(f"{flag}: cannot read {shown}: {reason or clip(str(exc))}") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -236,7 +237,9 @@ def _check_depth(document: Any) -> None:
             if depth > MAX_NESTING:
                 raise _DocumentError(f"nested deeper than {MAX_NESTING} levels")
             children = value.values() if isinstance(value, dict) else value
-            pending.extend((child, depth + 1) for child in children)
+            pending.extend(
+                (child, depth + 1) for child in children if isinstance(child, (list, dict))
+            )
 
 
 # ---- YAML

@@ -68,6 +68,8 @@ def _parse_str(value: Any) -> str:
         raise ValueError("expected a string")
     if len(value) > MAX_OPTION_CHARS:
         raise ValueError(f"longer than {MAX_OPTION_CHARS} characters")
+    if "\0" in value:  # no path or name holds one (a JSON config can write "\u0000")
+        raise ValueError("contains a NUL character")
     return value
 
 

@@ -205,3 +205,10 @@ def test_anchors_and_merge_keys_still_work(text: str, expected: object) -> None:
 def test_yaml_documents_outside_the_rules_are_refused(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         documents.parse_yaml(text, "doc", ConfigError)
+
+
+@pytest.mark.parametrize("key", ["machineTypeFile", "snapshotFile", "outputFile"])
+def test_paths_with_a_nul_character_are_config_errors(key: str) -> None:
+    text = '{"version": "v1", "flags": {"gfd": {"KEY": "a\\u0000b"}}}'.replace("KEY", key)
+    with pytest.raises(ConfigError, match=f"{key}: 'a\\\\x00b': contains a NUL character"):
+        parse_config_text(text, "c.json")

@@ -106,8 +106,9 @@ def read_machine_type(path: str) -> str | None:
     shown = clip(path)
     try:
         data = _read_small_file(path, MACHINE_TYPE_MAX_BYTES)
-    except OSError as exc:
-        _warn_once("machine type unknown", path=shown, error=exc.strerror or str(exc))
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) else None
+        _warn_once("machine type unknown", path=shown, error=reason or clip(str(exc)))
         return None
     if data is None:
         _warn_once(
