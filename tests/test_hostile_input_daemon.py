@@ -98,8 +98,10 @@ def test_sighup_into_an_impossible_interval_keeps_the_daemon(
 
 def test_longest_valid_interval_waits_without_crashing(tmp_path: Path, daemons: Any) -> None:
     out = tmp_path / "gfd"
+    # just under Go's maximum (9223372036.854775807 s), and past threading.TIMEOUT_MAX
     daemon = daemons(
-        "--sleep-interval", "2562047h", "--output-file", str(out), "--snapshot-file", str(DGX),
+        "--sleep-interval", "9223372036.8", "--output-file", str(out),
+        "--snapshot-file", str(DGX),
     )  # fmt: skip
     daemon.wait_for("pass finished")
     daemon.process.send_signal(signal.SIGHUP)  # a new run: a second pass, a second long wait
