@@ -308,11 +308,11 @@ def test_long_flag_and_environment_values_are_clipped(
     assert_refused(result, name)
 
 
-def test_long_config_key_is_clipped(tmp_path: Path) -> None:
-    text = f"version: v1\nflags:\n  {MEGA * 10}: 1\n  migStrategy: bogus\n"
+def test_long_config_key_is_clipped_in_its_warning(tmp_path: Path) -> None:
+    text = json.dumps({"version": "v1", "flags": {MEGA * 10: 1}})
     result = oneshot_with_config(tmp_path, text)
-    assert result.returncode == 2
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "unknown key" in result.stderr
     assert max(len(line) for line in result.stderr.splitlines()) <= 1000
 
 
