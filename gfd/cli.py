@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from gfd import __version__
-from gfd.documents import describe
+from gfd.documents import clip, describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
@@ -241,10 +241,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         click.echo(exc.format_message(), err=True)
         sys.exit(2)
     except click.UsageError as exc:
-        sys.exit(_fail(exc.format_message().splitlines()[0], 2))
+        # click quotes the offending argument whole: clip it like every other value
+        sys.exit(_fail(clip(exc.format_message().splitlines()[0], 300), 2))
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        sys.exit(_fail(exc.format_message(), exc.exit_code))
+        sys.exit(_fail(clip(exc.format_message(), 300), exc.exit_code))
     # --help and --version return None after printing
     sys.exit(_settle_stdout(status if isinstance(status, int) else 0))

@@ -308,6 +308,11 @@ def test_long_flag_and_environment_values_are_clipped(
     assert_refused(result, name)
 
 
+@pytest.mark.parametrize("argument", ["--" + MEGA, "extra-" + MEGA])
+def test_long_unknown_arguments_are_clipped(argument: str) -> None:
+    assert_refused(run_gfd("--oneshot", argument))
+
+
 def test_long_config_key_is_clipped_in_its_warning(tmp_path: Path) -> None:
     text = json.dumps({"version": "v1", "flags": {MEGA * 10: 1}})
     result = oneshot_with_config(tmp_path, text)
