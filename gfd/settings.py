@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gfd.documents import (
-    MAX_DOCUMENT_BYTES,
     as_list,
     clip,
     describe,
@@ -802,10 +801,11 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
             kind = _special_file_kind(path) if path else None
             if kind:
                 raise UsageError(f"{origin} {describe(part)}: is {kind}, not a regular file")
-            if path and os.path.isfile(path) and os.path.getsize(path) > MAX_DOCUMENT_BYTES:
-                raise UsageError(
-                    f"{origin} {describe(part)}: larger than the limit of "
-                    f"{MAX_DOCUMENT_BYTES} bytes"
+            if path and os.path.isfile(path):
+                # the kubernetes client reads it with PyYAML, unbounded: read it first
+                # with the bounded reader (size, nesting, aliases, duplicate keys)
+                parse_yaml(
+                    read_text(path, origin, UsageError), f"{origin} {clip(part)}", UsageError
                 )
 
 

@@ -507,6 +507,23 @@ def test_kubeconfig_that_is_not_a_regular_file_is_refused(fifo: Path, special: s
     assert_refused(result, "--kubeconfig", "not a regular file")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n"],
+    ids=["alias-bomb", "deep", "duplicate-key"],
+)
+def test_hostile_kubeconfig_is_refused_before_the_client_reads_it(
+    tmp_path: Path, text: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    result = run_gfd(
+        "--oneshot", "--snapshot-file", str(SNAPSHOT), "--use-node-labels", "--node-name", "n1",
+        "--kubeconfig", str(kubeconfig), timeout=30,
+    )  # fmt: skip
+    assert_refused(result, "--kubeconfig")
+
+
 def test_output_path_that_is_a_fifo_is_refused_and_kept(fifo: Path) -> None:
     result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), "-o", str(fifo), timeout=30)
     assert_refused(result, "--output-file", "FIFO")
