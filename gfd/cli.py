@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gfd import __version__
+from gfd.documents import clip, describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
@@ -54,7 +55,7 @@ def _normalise_bool_args(args: Sequence[str]) -> list[str]:
         try:
             value = parse_bool(raw)
         except ValueError as exc:
-            raise UsageError(f"{flag} {raw!r}: {exc}") from None
+            raise UsageError(f"{flag} {describe(raw)}: {exc}") from None
         assert option.flag is not None
         result.append(option.flag if value else _negated(option.flag))
     return result
@@ -293,7 +294,9 @@ def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
         return _fail(exc.message, exc.status)
     except DiscoveryError as exc:
         return _fail(str(exc), EXIT_RUNTIME)
-    sys.stdout.write(snapshot.dumps(found))
+    problem = write_stdout(snapshot.dumps(found))
+    if problem:
+        return _fail(f"cannot write the snapshot to stdout: {problem}", EXIT_RUNTIME)
     return 0
 
 
@@ -319,6 +322,47 @@ def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
         get_logger().warning("the snapshot has no topology section; the table is empty")
     sys.stdout.write(partitions.dumps(table, pretty=True) + "\n")
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so that the interpreter's flush of what is still buffered
+    at exit cannot fail again (and print a traceback-like "Exception ignored" report)."""
+    stream = sys.stdout
+    if stream is None:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def write_stdout(text: str) -> str | None:
+    """Write and flush ``text`` to stdout; None when done, else why not (stdout closed,
+    ``/dev/full``, a closed pipe)."""
+    stream = sys.stdout
+    if stream is None:
+        return "stdout is closed"
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        _silence_stdout()
+        return exc.strerror or str(exc)
+    return None
+
+
+def _settle_stdout(status: int) -> int:
+    """Flush stdout before exit; a failure is one line and status 1, never a traceback."""
+    if sys.stdout is None:
+        return status  # nothing was written to it, or the writer already said so
+    problem = write_stdout("")
+    if problem and status == 0:
+        return _fail(f"cannot write to stdout: {problem}", 1)
+    return status
 
 
 def _cleanup(settings: Settings) -> int:
@@ -356,14 +400,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     command = _build_command()
     try:
         status = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except OSError as exc:  # --help or --version into a closed pipe or /dev/full
+        _silence_stdout()
+        sys.exit(_fail(f"cannot write to stdout: {exc.strerror or exc}", 1))
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.format_message(), err=True)
         sys.exit(2)
     except click.UsageError as exc:
-        sys.exit(_fail(exc.format_message().splitlines()[0], 2))
+        # click quotes the offending argument whole: clip it like every other value
+        sys.exit(_fail(clip(exc.format_message().splitlines()[0], 300), 2))
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        sys.exit(_fail(exc.format_message(), exc.exit_code))
+        sys.exit(_fail(clip(exc.format_message(), 300), exc.exit_code))
     # --help and --version return None after printing
-    sys.exit(status if isinstance(status, int) else 0)
+    sys.exit(_settle_stdout(status if isinstance(status, int) else 0))

@@ -14,13 +14,30 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gfd.documents import as_list, describe, parse_yaml, read_text
+from gfd.documents import as_list, clip, describe, parse_yaml, read_text
 from gfd.errors import SnapshotError
 
 if TYPE_CHECKING:
     import yaml
 
 SNAPSHOT_VERSION = "v1"
+
+# Bounds on what a snapshot may hold (README "Limits").  Every number must fit the NVML
+# type it comes from, so nothing published is ever a cut or wrapped number.
+#: the most GPUs, MIG devices on one GPU, MIG devices in all, and vGPU functions
+MAX_GPUS = 16384
+MAX_MIG_DEVICES_PER_GPU = 64
+MAX_MIG_DEVICES = 65536
+MAX_VGPU_DEVICES = 4096
+#: the longest string (names, UUIDs, versions, the machine type)
+MAX_STRING_CHARS = 1024
+_UINT32_MAX = 2**32 - 1
+#: memory in MiB: NVML counts bytes in 64 bits, so 2**44 MiB
+_MEMORY_MIB_MAX = 2**44 - 1
+#: a PCI class code is 24 bits
+_PCI_CLASS_MAX = 0xFFFFFF
+#: nvmlSystemGetCudaDriverVersion returns a C int
+_CUDA_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -193,7 +210,9 @@ class _Reader:
             )
         for key in value:
             if not isinstance(key, str):
-                raise SnapshotError(f"{path or '<document>'}: keys must be strings, got {key!r}")
+                raise SnapshotError(
+                    f"{path or '<document>'}: keys must be strings, got {describe(key)}"
+                )
         self._value: Mapping[str, Any] = value
         self._path = path
         self._seen: set[str] = set()
@@ -223,7 +242,7 @@ class _Reader:
     def finish(self) -> None:
         unknown = sorted(set(self._value) - self._seen)
         if unknown:
-            raise SnapshotError(f"{self.path(unknown[0])}: unknown key")
+            raise SnapshotError(f"{self.path(clip(unknown[0]))}: unknown key")
 
 
 def _int(value: Any, path: str) -> int:
@@ -232,17 +251,44 @@ def _int(value: Any, path: str) -> int:
     return value
 
 
-def _non_negative_int(value: Any, path: str) -> int:
-    number = _int(value, path)
-    if number < 0:
-        raise SnapshotError(f"{path}: expected a non-negative integer, got {number}")
-    return number
+def _bounded_int(largest: int) -> Callable[[Any, str], int]:
+    """An integer from 0 to ``largest`` (the range of the NVML value it records)."""
+
+    def parse(value: Any, path: str) -> int:
+        number = _int(value, path)
+        if number < 0:
+            raise SnapshotError(f"{path}: expected a non-negative integer, got {_describe(number)}")
+        if number > largest:
+            raise SnapshotError(f"{path}: {_describe(number)} is out of range (at most {largest})")
+        return number
+
+    return parse
+
+
+_non_negative_int = _bounded_int(_UINT32_MAX)
+_memory_mib = _bounded_int(_MEMORY_MIB_MAX)
+_pci_class = _bounded_int(_PCI_CLASS_MAX)
+_cuda_version = _bounded_int(_CUDA_MAX)
 
 
 def _str(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise SnapshotError(f"{path}: expected a string, got {_describe(value)}")
+    if len(value) > MAX_STRING_CHARS:
+        raise SnapshotError(
+            f"{path}: {_describe(value)} is longer than the limit of {MAX_STRING_CHARS} characters"
+        )
     return value
+
+
+def _limited_list(largest: int, what: str) -> Callable[[Any, str], list[Any]]:
+    def parse(value: Any, path: str) -> list[Any]:
+        items = _list(value, path)
+        if len(items) > largest:
+            raise SnapshotError(f"{path}: {len(items)} {what}, more than the limit of {largest}")
+        return items
+
+    return parse
 
 
 def _bool(value: Any, path: str) -> bool:
@@ -297,7 +343,7 @@ def _mig_device(value: Any, path: str) -> MigDevice:
     r = _Reader(value, path)
     device = MigDevice(
         profile=r.required("profile", _str),
-        memory_mib=r.required("memory_mib", _non_negative_int),
+        memory_mib=r.required("memory_mib", _memory_mib),
         multiprocessors=r.required("multiprocessors", _non_negative_int),
         slices=r.required("slices", _slices),
         engines=r.optional("engines", _engines, MigEngines()),
@@ -311,7 +357,9 @@ def _mig_device(value: Any, path: str) -> MigDevice:
 def _mig(value: Any, path: str) -> Mig:
     r = _Reader(value, path)
     enabled = r.required("enabled", _bool)
-    raw_devices: list[Any] = r.optional("devices", _list, [])
+    raw_devices: list[Any] = r.optional(
+        "devices", _limited_list(MAX_MIG_DEVICES_PER_GPU, "MIG devices"), []
+    )
     r.finish()
     devices = tuple(_mig_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw_devices))
     return Mig(enabled=enabled, devices=devices)
@@ -334,8 +382,8 @@ def _gpu(value: Any, path: str) -> Gpu:
         uuid=r.required("uuid", _str),
         name=r.required("name", _str),
         pci_bus_id=r.optional("pci_bus_id", _str, ""),
-        pci_class=r.optional("pci_class", _nullable(_non_negative_int), None),
-        memory_mib=r.optional("memory_mib", _nullable(_non_negative_int), None),
+        pci_class=r.optional("pci_class", _nullable(_pci_class), None),
+        memory_mib=r.optional("memory_mib", _nullable(_memory_mib), None),
         compute_capability=r.required("compute_capability", _compute_capability),
         mig=r.optional("mig", _nullable(_mig), None),
         fabric=r.optional("fabric", _nullable(_fabric), None),
@@ -356,7 +404,7 @@ def _vgpu_device(value: Any, path: str) -> VgpuDevice:
 
 def _vgpu(value: Any, path: str) -> Vgpu:
     r = _Reader(value, path)
-    raw: list[Any] = r.optional("devices", _list, [])
+    raw: list[Any] = r.optional("devices", _limited_list(MAX_VGPU_DEVICES, "devices"), [])
     r.finish()
     return Vgpu(
         devices=tuple(_vgpu_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw))
@@ -376,7 +424,7 @@ def _lost_gpu(value: Any, path: str) -> LostGpu:
 
 def _driver(value: Any, path: str) -> Driver:
     r = _Reader(value, path)
-    driver = Driver(version=r.required("version", _str), cuda=r.required("cuda", _non_negative_int))
+    driver = Driver(version=r.required("version", _str), cuda=r.required("cuda", _cuda_version))
     r.finish()
     return driver
 
@@ -486,43 +534,66 @@ def from_dict(document: Any) -> Snapshot:
     r = _Reader(document, "")
     version = r.required("version", _str)
     if version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"version: unsupported snapshot version {version!r} (expected 'v1')")
+        raise SnapshotError(
+            f"version: unsupported snapshot version {_describe(version)} (expected 'v1')"
+        )
     driver = r.optional("driver", _nullable(_driver), None)
     machine = r.optional("machine", _nullable(_str), None)
     no_vgpu: Vgpu | None = Vgpu()
     vgpu = r.optional("vgpu", _nullable(_vgpu), no_vgpu)
-    raw_gpus: list[Any] = r.optional("gpus", _list, [])
-    raw_lost: list[Any] = r.optional("lost_gpus", _list, [])
+    raw_gpus: list[Any] = r.optional("gpus", _limited_list(MAX_GPUS, "GPUs"), [])
+    raw_lost: list[Any] = r.optional("lost_gpus", _limited_list(MAX_GPUS, "lost GPUs"), [])
     topology = r.optional("topology", _nullable(_topology), None)
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))
     if gpus and driver is None:
         raise SnapshotError("driver: required when the snapshot lists GPUs")
-    seen: dict[int, int] = {}
-    for position, gpu in enumerate(gpus):
-        if gpu.index in seen:
-            raise SnapshotError(
-                f"gpus[{position}].index: duplicate index {gpu.index} "
-                f"(also gpus[{seen[gpu.index]}])"
-            )
-        seen[gpu.index] = position
+    _check_unique(gpus)
+    indices = {gpu.index for gpu in gpus}
     for position, gone in enumerate(lost):
-        if gone.index is not None and gone.index in seen:
+        if gone.index is not None and gone.index in indices:
             raise SnapshotError(
                 f"lost_gpus[{position}].index: GPU {gone.index} is also listed in gpus"
             )
     if lost and driver is None:
         raise SnapshotError("driver: required when the snapshot lists lost GPUs")
     if topology is not None:
-        _check_topology(topology, set(seen))
+        _check_topology(topology, indices)
     return Snapshot(
         driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost
     )
 
 
+def _check_unique(gpus: tuple[Gpu, ...]) -> None:
+    """One GPU per index, UUID and PCI bus id; MIG devices in all within the limit."""
+    seen: dict[tuple[str, Any], int] = {}
+    mig_devices = 0
+    for position, gpu in enumerate(gpus):
+        for field_name, value in (
+            ("index", gpu.index),
+            ("uuid", gpu.uuid),
+            ("pci_bus_id", gpu.pci_bus_id.lower()),
+        ):
+            if value == "":
+                continue  # an unknown bus id (optional field) is not a duplicate
+            first = seen.setdefault((field_name, value), position)
+            if first != position:
+                raise SnapshotError(
+                    f"gpus[{position}].{field_name}: duplicate {field_name} "
+                    f"{_describe(getattr(gpu, field_name))} (also gpus[{first}])"
+                )
+        mig_devices += len(gpu.mig.devices) if gpu.mig else 0
+        if mig_devices > MAX_MIG_DEVICES:
+            raise SnapshotError(
+                f"gpus[{position}].mig.devices: more than the limit of {MAX_MIG_DEVICES} MIG "
+                "devices in all"
+            )
+
+
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
     """Parse snapshot YAML or JSON text."""
+    source = clip(source)
     document = parse_yaml(text, source, SnapshotError)
     if document is None:
         raise SnapshotError(f"{source}: the snapshot is empty")

@@ -16,12 +16,52 @@ from gfd.settings import ResourcePattern
 DEFAULT_GPU_RESOURCE = "gpu"
 
 
+def wildcard_match(pattern: str, text: str) -> bool:
+    """``*`` matches any run of characters, nothing else is special, anchored at both ends.
+
+    Linear in fact, whatever the pattern: the text between the first and last ``*`` is
+    searched for each literal part in turn, leftmost first (taking the leftmost place of a
+    part never loses a match the later parts could use), so ``*a*a*a*...*b`` against a long
+    name costs one pass per part instead of a regular expression's backtracking."""
+    parts = pattern.split("*")
+    if len(parts) == 1:
+        return pattern == text
+    head, tail = parts[0], parts[-1]
+    end = len(text) - len(tail)
+    if end < len(head) or not text.startswith(head) or not text.endswith(tail):
+        return False
+    position = len(head)
+    for part in parts[1:-1]:
+        if part:
+            found = text.find(part, position, end)
+            if found < 0:
+                return False
+            position = found + len(part)
+    return True
+
+
+# (id of the pattern list, text, default) -> (the pattern list, the name): a node's GPUs
+# share a few names, so each name is matched once per pattern list, not once per GPU.
+# The entry holds the list itself, so its id cannot be reused while the entry lives.
+_names: dict[tuple[int, str, str], tuple[Sequence[ResourcePattern], str]] = {}
+_NAMES_KEPT = 4096
+
+
 def resource_name_for(text: str, patterns: Sequence[ResourcePattern], default: str) -> str:
     """The name of the first pattern matching ``text`` (a GPU name or a MIG profile)."""
+    key = (id(patterns), text, default)
+    known = _names.get(key)
+    if known is not None and known[0] is patterns:
+        return known[1]
+    name = default
     for rule in patterns:
-        if rule.matches(text):
-            return rule.name
-    return default
+        if wildcard_match(rule.pattern, text):
+            name = rule.name
+            break
+    if len(_names) >= _NAMES_KEPT:
+        _names.clear()
+    _names[key] = (patterns, name)
+    return name
 
 
 def default_mig_resource(profile: str) -> str:
