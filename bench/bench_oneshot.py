@@ -1,142 +1,294 @@
-"""Cold ``gfd --oneshot`` wall time and peak RSS on the DGX A100 mixed-MIG example.
+"""Cold ``gfd --oneshot`` against the interpreter's floor, paired run by run (issue 11).
 
-Each run is a fresh process:
+Each round runs these fresh processes one after the other (the order rotates every round,
+so that none always runs first on a warm CPU):
 
-    gfd --oneshot --no-timestamp --snapshot-file examples/snapshots/dgx-a100-mig-mixed.yaml \\
-        --mig-strategy mixed
+  snapshot path   gfd --oneshot --no-timestamp --snapshot-file examples/snapshots/dgx-a100.yaml
+  NVML path       gfd --oneshot --no-timestamp, discovering the same DGX A100 through the
+                  fake NVML of tests/fakes/fake_nvml.py (put in sys.modules["pynvml"] by a
+                  sitecustomize, as tests/test_discovery_process.py does) and a fake sysfs
+  floor           python -c 'import pynvml'
+  harness         python -c pass with that sitecustomize: what the fake NVML costs by itself
+  interpreter     python -c pass
 
-Wall time is measured around the child with ``time.perf_counter``; peak RSS comes from
-``/usr/bin/time -v`` ("Maximum resident set size") when it exists, else from the child's
-own rusage (``os.wait4``: the per-child form of ``getrusage(RUSAGE_CHILDREN)``).  Prints
-every run, the medians, and a baseline (``python -c pass``) for the interpreter alone.
+and reports, per command, the median wall time (measured around the child), the median
+CPU time (user + system, the child's rusage: steadier than wall on a shared machine), the median
+peak RSS (from ``/usr/bin/time -v`` in separate, untimed runs: a forked child's own rusage
+would count the benchmark's memory at the fork), and the ratio to the floor: the ratio of
+the medians and the median of the per-round ratios.  Target (issue 11): snapshot path
+<= 1.3 x the floor; NVML path: the same saving; peak RSS no higher than before (17 MiB).
 
-Targets (issue 2): cold oneshot <= 150 ms and <= 40 MB peak RSS (upstream's Go binary:
-about 25 ms and 57 MB).
+Measure gfd as the image installs it -- from a wheel, into a virtualenv of its own:
 
-    .venv/bin/python bench/bench_oneshot.py [--runs N] [--importtime]
+    .venv/bin/python bench/bench_oneshot.py --build-wheel /tmp/gfd-wheel   # build + install
+    .venv/bin/python bench/bench_oneshot.py --venv /tmp/gfd-wheel          # reuse it
+
+``--build-wheel`` does what tests/test_wheel_install.py does: ``pip wheel --no-deps`` of
+what the Dockerfile copies, a fresh ``venv --without-pip``, the wheel installed into it by
+an outside pip; the dependencies are the ones of the running interpreter, reached through
+a .pth file (offline).  Without either option the bench uses the running interpreter's own
+``gfd`` (an editable install adds its import hook to every run).  The machine should be
+quiet; on a shared one use many rounds (``--runs 41``).
+
+    .venv/bin/python bench/bench_oneshot.py [--runs N] [--importtime] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import re
 import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100-mig-mixed.yaml"
-TARGET_MS = 150.0
-TARGET_MB = 40.0
+SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
+TARGET_RATIO = 1.3
 TIME = "/usr/bin/time"
 
+# The fake NVML stands in for pynvml.  gfd itself comes from the measured installation:
+# the repository is appended to sys.path (after site-packages) only to reach tests.fakes.
+SITECUSTOMIZE = """\
+import os
+import sys
 
-def gfd_command() -> list[str]:
-    """The installed console script next to this interpreter, else ``python -m gfd``."""
-    script = Path(sys.executable).parent / "gfd"
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-m", "gfd"]
+if os.environ.get("BENCH_FAKE_NVML_SNAPSHOT"):
+    sys.path.append(os.environ["BENCH_REPO"])
+    from gfd import snapshot
+    from tests.fakes.fake_nvml import FakeNvml
 
-
-GFD_ARGS = [
-    "--oneshot",
-    "--no-timestamp",
-    "--snapshot-file",
-    str(SNAPSHOT),
-    "--mig-strategy",
-    "mixed",
-]
-
-_MAX_RSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+    with open(os.environ["BENCH_FAKE_NVML_SNAPSHOT"], encoding="utf-8") as handle:
+        sys.modules["pynvml"] = FakeNvml.from_snapshot(snapshot.loads(handle.read())).module
+"""
 
 
-def run_once(command: list[str], use_time: bool) -> tuple[float, float, bytes]:
-    """(wall seconds, peak RSS in MiB, stdout) of one fresh run."""
-    if use_time:
+@dataclass
+class Command:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    walls: list[float] = field(default_factory=list)
+    cpus: list[float] = field(default_factory=list)  # user + system
+    rss_mib: list[float] = field(default_factory=list)
+    stdout: bytes = b""
+
+
+_MAX_RSS = re.compile(rb"Maximum resident set size \(kbytes\): (\d+)")
+
+
+def peak_rss_mib(command: Command) -> float:
+    """Peak RSS of one run of ``command`` under ``/usr/bin/time -v``."""
+    done = subprocess.run(
+        [TIME, "-v", *command.argv], capture_output=True, cwd=ROOT, env=command.env
+    )
+    match = _MAX_RSS.search(done.stderr)
+    if done.returncode != 0 or match is None:
+        raise SystemExit(f"{command.name} under {TIME} -v failed: {done.stderr[-2000:]!r}")
+    return int(match.group(1)) / 1024
+
+
+def run_once(command: Command) -> tuple[float, float, bytes]:
+    """(wall seconds, CPU seconds, stdout) of one fresh process."""
+    with tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        done = subprocess.run([TIME, "-v", *command], capture_output=True, cwd=ROOT)
+        child = subprocess.Popen(
+            command.argv,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=command.env,
+        )
+        assert child.stdout is not None
+        out = child.stdout.read()
+        _, status, usage = os.wait4(child.pid, 0)
         wall = time.perf_counter() - start
-        if done.returncode != 0:
-            raise SystemExit(f"run failed ({done.returncode}): {done.stderr.decode()[-2000:]}")
-        match = _MAX_RSS.search(done.stderr.decode())
-        if match is None:
-            raise SystemExit("could not read the peak RSS from /usr/bin/time -v")
-        return wall, int(match.group(1)) / 1024, done.stdout
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT)
-    assert child.stdout is not None
-    out = child.stdout.read()
-    # wait4 gives this child's own rusage (getrusage(RUSAGE_CHILDREN) would be the
-    # high-water mark over every child so far)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    child.returncode = os.waitstatus_to_exitcode(status)
-    child.stdout.close()
-    if child.returncode != 0:
-        raise SystemExit(f"run failed ({child.returncode})")
-    return wall, usage.ru_maxrss / 1024, out
+        child.returncode = code = os.waitstatus_to_exitcode(status)
+        child.stdout.close()
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"{command.name} failed ({code}): {err.read().decode()[-2000:]}")
+    return wall, usage.ru_utime + usage.ru_stime, out
+
+
+def build_wheel_venv(venv: Path) -> None:
+    """The package installed from its wheel into a fresh venv, as the image does."""
+    if venv.exists():
+        shutil.rmtree(venv)
+    with tempfile.TemporaryDirectory() as work:
+        context = Path(work) / "src"
+        context.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy2(ROOT / name, context / name)
+        ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+        shutil.copytree(ROOT / "gfd", context / "gfd", ignore=ignore)
+        dist = Path(work) / "dist"
+        pip = [sys.executable, "-m", "pip"]
+        built = subprocess.run(
+            [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), str(context)],
+            capture_output=True,
+            text=True,
+        )
+        if built.returncode != 0:
+            raise SystemExit(f"pip wheel failed: {built.stderr[-3000:]}")
+        (wheel,) = dist.glob("gfd-*.whl")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+        python = venv / "bin" / "python"
+        subprocess.run(
+            [*pip, "--python", str(python), "install", "--quiet", "--no-deps", str(wheel)],
+            check=True,
+        )
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # the dependencies: this interpreter's site-packages, after the venv's own
+    (Path(purelib) / "zz-bench-dependencies.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n"
+    )
+
+
+def commands(venv_bin: Path, work: Path) -> list[Command]:
+    sys.path.insert(0, str(ROOT))
+    from gfd import snapshot
+    from tests.fakes.fake_sysfs import build_from_snapshot
+
+    python = str(venv_bin / "python")
+    gfd = str(venv_bin / "gfd")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("GFD_", "PYTHON", "BENCH_"))
+        and key not in ("NODE_NAME", "KUBECONFIG", "CONFIG_FILE", "MIG_STRATEGY")
+    }
+    shim = work / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    node = snapshot.load(str(SNAPSHOT))
+    as_json = work / "node.json"  # JSON: building the fake reads no YAML
+    as_json.write_text(snapshot.dumps_json(node))
+    overrides = build_from_snapshot(work / "node", node)
+    fake_env = {
+        **env,
+        "PYTHONPATH": str(shim),
+        "BENCH_REPO": str(ROOT),
+        "BENCH_FAKE_NVML_SNAPSHOT": str(as_json),
+        "GFD_SYSFS_ROOT": overrides["sysfs_root"],
+    }
+    oneshot = [gfd, "--oneshot", "--no-timestamp"]
+    return [
+        Command("snapshot path", [*oneshot, "--snapshot-file", str(SNAPSHOT)], env),
+        Command(
+            "NVML path (fake)",
+            [*oneshot, "--machine-type-file", overrides["machine_type_file"]],
+            fake_env,
+        ),
+        Command("floor: import pynvml", [python, "-c", "import pynvml"], env),
+        Command("harness alone", [python, "-c", "pass"], fake_env),
+        Command("interpreter: pass", [python, "-c", "pass"], env),
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=11, help="timed runs (>= 5; default 11)")
+    parser.add_argument("--runs", type=int, default=41, help="rounds (>= 5; default 41)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--venv", type=Path, help="a virtualenv with gfd installed (a wheel)")
+    where.add_argument(
+        "--build-wheel", type=Path, metavar="VENV", help="build the wheel, install it into VENV"
+    )
     parser.add_argument(
         "--importtime", action="store_true", help="also print the slowest imports (-X importtime)"
     )
-    parser.add_argument(
-        "--no-time", action="store_true", help="use os.wait4 even when /usr/bin/time exists"
-    )
+    parser.add_argument("--profile", action="store_true", help="also print a cProfile of one run")
     args = parser.parse_args(argv)
     runs = max(5, args.runs)
-    use_time = not args.no_time and shutil.which(TIME) is not None
-    command = gfd_command()
+    if args.build_wheel:
+        build_wheel_venv(args.build_wheel)
+    venv = args.build_wheel or args.venv
+    venv_bin = (venv / "bin") if venv else Path(sys.executable).parent
+    if not (venv_bin / "gfd").exists():
+        raise SystemExit(f"no gfd in {venv_bin}")
 
-    print("cold oneshot: " + " ".join([Path(command[0]).name, *command[1:], *GFD_ARGS]))
-    print(f"peak RSS from: {'/usr/bin/time -v' if use_time else 'os.wait4 rusage'}")
-    run_once([*command, *GFD_ARGS], use_time)  # warm the page cache; not counted
-    walls, rsss = [], []
-    labels = 0
-    for i in range(runs):
-        wall, rss, out = run_once([*command, *GFD_ARGS], use_time)
-        labels = out.count(b"\n")
-        walls.append(wall)
-        rsss.append(rss)
-        print(f"  run {i + 1:>2}: {wall * 1e3:7.1f} ms  {rss:6.1f} MiB")
-    base_walls, base_rss = [], []
-    for _ in range(runs):
-        wall, rss, _ = run_once([sys.executable, "-c", "pass"], use_time)
-        base_walls.append(wall)
-        base_rss.append(rss)
+    with tempfile.TemporaryDirectory() as work:
+        cmds = commands(venv_bin, Path(work))
+        for command in cmds:  # warm the page cache and check each command works; not counted
+            command.stdout = run_once(command)[2]
+        snapshot_out, nvml_out = cmds[0].stdout, cmds[1].stdout
+        for round_number in range(runs):
+            shift = round_number % len(cmds)
+            for command in cmds[shift:] + cmds[:shift]:
+                wall, cpu, _ = run_once(command)
+                command.walls.append(wall)
+                command.cpus.append(cpu)
+        if shutil.which(TIME):
+            for command in cmds:
+                command.rss_mib = [peak_rss_mib(command) for _ in range(5)]
 
-    wall_ms = statistics.median(walls) * 1e3
-    rss_mb = statistics.median(rsss)
+    print(f"gfd from: {venv_bin / 'gfd'}")
+    print(f"{runs} rounds, each command once per round (order rotated); median wall, peak RSS")
+    counts = snapshot_out.count(b"\n"), nvml_out.count(b"\n")
+    same = snapshot_out == nvml_out
+    print(f"labels printed: snapshot path {counts[0]}, NVML path {counts[1]} (same: {same})")
     print()
-    print(f"labels printed: {labels}")
-    print(f"median of {runs}: {wall_ms:.1f} ms wall, {rss_mb:.1f} MiB peak RSS")
+    floor = cmds[2]
+    floor_median = statistics.median(floor.walls)
+    floor_cpu = statistics.median(floor.cpus)
     print(
-        f"baseline (python -c pass): {statistics.median(base_walls) * 1e3:.1f} ms, "
-        f"{statistics.median(base_rss):.1f} MiB"
+        f"  {'':24} {'wall':>9} {'x floor':>8} {'(pairs)':>8} {'CPU':>9} {'x floor':>8}"
+        f" {'peak RSS':>10}"
     )
-    print(f"wall time: target <= {TARGET_MS:.0f} ms: {'OK' if wall_ms <= TARGET_MS else 'OVER'}")
-    print(f"peak RSS:  target <= {TARGET_MB:.0f} MB: {'OK' if rss_mb <= TARGET_MB else 'OVER'}")
+    for command in cmds:
+        median = statistics.median(command.walls)
+        pairs = statistics.median(w / f for w, f in zip(command.walls, floor.walls, strict=True))
+        cpu = statistics.median(command.cpus)
+        print(
+            f"  {command.name:24} {median * 1e3:6.1f} ms {median / floor_median:8.2f} "
+            f"{pairs:8.2f} {cpu * 1e3:6.1f} ms {cpu / floor_cpu:8.2f} "
+            f"{statistics.median(command.rss_mib or [math.nan]):6.1f} MiB"
+        )
+    ratio = statistics.median(cmds[0].walls) / floor_median
+    print()
+    print(
+        f"snapshot path / import pynvml: {ratio:.2f} "
+        f"(target <= {TARGET_RATIO}: {'OK' if ratio <= TARGET_RATIO else 'OVER'})"
+    )
+    medians = [statistics.median(c.walls) for c in cmds]
+    print(
+        f"gfd's own share: snapshot path - pass {(medians[0] - medians[4]) * 1e3:.1f} ms, "
+        f"NVML path - harness {(medians[1] - medians[3]) * 1e3:.1f} ms, "
+        f"import pynvml - pass {(medians[2] - medians[4]) * 1e3:.1f} ms"
+    )
+    print(json.dumps({c.name: round(statistics.median(c.walls) * 1e3, 1) for c in cmds}))
 
-    if args.importtime or wall_ms > TARGET_MS:
-        print_import_profile()
-        print_run_profile()
+    if args.importtime:
+        print_import_profile(venv_bin)
+    if args.profile:
+        print_run_profile(venv_bin)
     return 0
 
 
-def print_import_profile(min_ms: float = 2.0, max_depth: int = 2) -> None:
-    """The import tree of one run, from ``python -X importtime``."""
-    python = sys.executable
-    code = "import sys; from gfd.cli import main; sys.argv[0] = 'gfd'; sys.exit(main())"
+def oneshot_args() -> list[str]:
+    return ["--oneshot", "--no-timestamp", "--snapshot-file", str(SNAPSHOT)]
+
+
+def print_import_profile(venv_bin: Path, min_ms: float = 1.0, max_depth: int = 2) -> None:
+    """The import tree of one snapshot-path run, from ``python -X importtime``."""
     done = subprocess.run(
-        [python, "-X", "importtime", "-c", code, *GFD_ARGS], capture_output=True, cwd=ROOT
+        [str(venv_bin / "python"), "-X", "importtime", str(venv_bin / "gfd"), *oneshot_args()],
+        capture_output=True,
+        cwd=ROOT,
     )
     rows = []
     for line in done.stderr.decode().splitlines():
@@ -175,17 +327,19 @@ sys.stderr.write(out.getvalue())
 """
 
 
-def print_run_profile(top: int = 25) -> None:
-    """Where one cold run spends its time (cProfile, cumulative; includes imports)."""
+def print_run_profile(venv_bin: Path, top: int = 25) -> None:
+    """Where one snapshot-path run spends its time (cProfile, cumulative; with imports)."""
     done = subprocess.run(
-        [sys.executable, "-c", _PROFILE.format(top=top), *GFD_ARGS], capture_output=True, cwd=ROOT
+        [str(venv_bin / "python"), "-c", _PROFILE.format(top=top), *oneshot_args()],
+        capture_output=True,
+        cwd=tempfile.gettempdir(),  # not the source tree: gfd from the measured installation
     )
     print()
     print("cProfile of one run (cumulative; profiling roughly doubles the times):")
     lines = done.stderr.decode().splitlines()
     start = next((i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")), 0)
     for line in lines[start : start + top + 1]:
-        print("  " + line.replace(str(ROOT) + "/", "").replace(sys.prefix + "/", "")[:150])
+        print("  " + line.replace(str(ROOT) + "/", "")[:150])
 
 
 if __name__ == "__main__":

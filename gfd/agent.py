@@ -231,6 +231,8 @@ class Agent:
         if exc is not None:
             # an unexpected exception is a bug: log it with its traceback
             record = self.log.exception if unexpected else self.log.error
+            if self.settings.oneshot and not unexpected:
+                record = self.log.debug  # the CLI prints the error as its one line
             record(
                 "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration
             )
@@ -366,4 +368,10 @@ class Agent:
             while not self._wake.wait(3600):
                 pass
         else:
-            self._wake.wait(interval)
+            # in chunks: one wait of more than threading.TIMEOUT_MAX (~292 years) overflows
+            deadline = time.monotonic() + interval
+            while not self._wake.is_set():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._wake.wait(min(remaining, 3600.0))

@@ -2,6 +2,13 @@
 
 The options are generated from ``settings.OPTIONS`` (the one flag/env/config table).  Every
 usage or config error becomes one line on stderr and exit status 2, never a traceback.
+
+click is imported only when it has work to do: a command line made of nothing but the
+command's own long options (every oneshot and every daemon start) is read by
+``_parse_plain``, which gives the callback exactly what click would give it (a test checks
+the two against each other); help, version, short options, shell completion and every
+error go to click, so their output is click's.  Importing and building click was about a
+sixth of a oneshot's start-up (issue 11).
 """
 
 from __future__ import annotations
@@ -11,16 +18,19 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import click
-
 from gfd import __version__
+from gfd.documents import clip, describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
 if TYPE_CHECKING:
+    import click
+
     from gfd.snapshot import Snapshot
 
 PROG = "gfd"
+# click's shell-completion switch for this program name (click.core: _{PROG}_COMPLETE)
+_COMPLETE_VAR = f"_{PROG.upper()}_COMPLETE"
 
 
 def _negated(flag: str) -> str:
@@ -45,13 +55,15 @@ def _normalise_bool_args(args: Sequence[str]) -> list[str]:
         try:
             value = parse_bool(raw)
         except ValueError as exc:
-            raise UsageError(f"{flag} {raw!r}: {exc}") from None
+            raise UsageError(f"{flag} {describe(raw)}: {exc}") from None
         assert option.flag is not None
         result.append(option.flag if value else _negated(option.flag))
     return result
 
 
 def _click_option(option: Option) -> Any:
+    import click
+
     assert option.flag is not None
     envs = ", ".join(option.envs)
     help_text = f"{option.help} [env: {envs}]" if envs else option.help
@@ -67,6 +79,8 @@ def _click_option(option: Option) -> Any:
 
 
 def _build_command() -> click.Command:
+    import click
+
     @click.command(
         name=PROG,
         context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
@@ -93,9 +107,8 @@ def _build_command() -> click.Command:
     )
     @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
     def command(dump_snapshot: bool, cleanup: bool, dump_partitions: bool, **values: Any) -> int:
-        given = {name: value for name, value in values.items() if value is not None}
-        return run(
-            given, dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions
+        return _invoke(
+            dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions, **values
         )
 
     for option in reversed(OPTIONS):
@@ -104,7 +117,109 @@ def _build_command() -> click.Command:
     return command
 
 
+def _invoke(dump_snapshot: bool, cleanup: bool, dump_partitions: bool, **values: Any) -> int:
+    """The command's callback: its arguments as click (or ``_parse_plain``) gives them."""
+    given = {name: value for name, value in values.items() if value is not None}
+    return run(given, dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions)
+
+
+# The command's own flags that are not settings (see _build_command); all default to False.
+_ACTION_FLAGS = {
+    "--dump-snapshot": "dump_snapshot",
+    "--cleanup": "cleanup",
+    "--dump-partitions": "dump_partitions",
+}
+_TAKES_VALUE = object()
+
+
+def _plain_flags() -> dict[str, tuple[str, Any]]:
+    """Every long option of the command: flag -> (callback argument, value it sets)."""
+    flags: dict[str, tuple[str, Any]] = {flag: (name, True) for flag, name in _ACTION_FLAGS.items()}
+    for option in OPTIONS:
+        if not option.flag:
+            continue
+        if option.is_bool:
+            flags[option.flag] = (option.name, True)
+            flags[_negated(option.flag)] = (option.name, False)
+        else:
+            flags[option.flag] = (option.name, _TAKES_VALUE)
+    return flags
+
+
+def _parse_plain(args: Sequence[str]) -> dict[str, Any] | None:
+    """The callback's arguments for a command line of long options only, as click would
+    pass them (last one wins; a value is the attached ``=`` part or the next word, whatever
+    it looks like); None for anything else -- help, version, short options, positional
+    words, ``--``, an unknown option, a missing value, shell completion -- which click
+    then reads, so that every message stays click's."""
+    if os.environ.get(_COMPLETE_VAR):
+        return None
+    flags = _plain_flags()
+    values: dict[str, Any] = {name: False for name in _ACTION_FLAGS.values()}
+    values.update((option.name, None) for option in OPTIONS if option.flag)
+    position = 0
+    while position < len(args):
+        flag, sep, attached = args[position].partition("=")
+        position += 1
+        known = flags.get(flag)
+        if known is None:
+            return None
+        name, value = known
+        if value is _TAKES_VALUE:
+            if sep:
+                value = attached
+            elif position < len(args):
+                value = args[position]
+                position += 1
+            else:
+                return None
+        elif sep:
+            return None
+        values[name] = value
+    return values
+
+
+def _run_plain(values: dict[str, Any]) -> int:
+    """The callback outside click, with what click's ``main`` does around it."""
+    try:
+        return _invoke(**values)
+    except (EOFError, KeyboardInterrupt):
+        sys.stderr.write("\n")  # click: the blank line closes the terminal's ^C echo
+        sys.stderr.flush()
+        return 130
+    except OSError as exc:
+        import errno
+
+        if exc.errno != errno.EPIPE:
+            raise
+        # click: a closed stdout (gfd | head) ends the run quietly with status 1
+        sys.stdout = _QuietFlush(sys.stdout)
+        sys.stderr = _QuietFlush(sys.stderr)
+        return 1
+
+
+class _QuietFlush:
+    """A stream whose flush ignores a closed pipe (click's wrapper after EPIPE)."""
+
+    def __init__(self, wrapped: Any) -> None:
+        self._wrapped = wrapped
+
+    def flush(self) -> None:
+        import errno
+
+        try:
+            self._wrapped.flush()
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._wrapped, attr)
+
+
 def _fail(message: str, status: int) -> int:
+    import click
+
     click.echo(f"{PROG}: error: {message}", err=True)
     return status
 
@@ -168,24 +283,26 @@ def run(
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
     from gfd import snapshot
     from gfd.agent import EXIT_RUNTIME
-    from gfd.discovery import read_snapshot
     from gfd.errors import DiscoveryError, NvmlUnavailableError
     from gfd.observability import NullMetrics
 
     found = preloaded
     try:
         if found is None:
+            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
+
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
-    sys.stdout.write(snapshot.dumps(found))
+    problem = write_stdout(snapshot.dumps(found))
+    if problem:
+        return _fail(f"cannot write the snapshot to stdout: {problem}", EXIT_RUNTIME)
     return 0
 
 
 def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
     from gfd import partitions
     from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
-    from gfd.discovery import read_snapshot
     from gfd.errors import ConfigError, DiscoveryError, NvmlUnavailableError
     from gfd.labels.partitions import partition_table
     from gfd.observability import NullMetrics, get_logger
@@ -193,6 +310,8 @@ def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
     found = preloaded
     try:
         if found is None:
+            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
+
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
         table = partition_table(found, settings.config.partitions)
     except (NvmlUnavailableError, DiscoveryError) as exc:
@@ -203,6 +322,47 @@ def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
         get_logger().warning("the snapshot has no topology section; the table is empty")
     sys.stdout.write(partitions.dumps(table, pretty=True) + "\n")
     return 0
+
+
+def _silence_stdout() -> None:
+    """Point fd 1 at /dev/null, so that the interpreter's flush of what is still buffered
+    at exit cannot fail again (and print a traceback-like "Exception ignored" report)."""
+    stream = sys.stdout
+    if stream is None:
+        return
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError):
+        pass
+
+
+def write_stdout(text: str) -> str | None:
+    """Write and flush ``text`` to stdout; None when done, else why not (stdout closed,
+    ``/dev/full``, a closed pipe)."""
+    stream = sys.stdout
+    if stream is None:
+        return "stdout is closed"
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as exc:
+        _silence_stdout()
+        return exc.strerror or str(exc)
+    return None
+
+
+def _settle_stdout(status: int) -> int:
+    """Flush stdout before exit; a failure is one line and status 1, never a traceback."""
+    if sys.stdout is None:
+        return status  # nothing was written to it, or the writer already said so
+    problem = write_stdout("")
+    if problem and status == 0:
+        return _fail(f"cannot write to stdout: {problem}", 1)
+    return status
 
 
 def _cleanup(settings: Settings) -> int:
@@ -232,17 +392,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         args = _normalise_bool_args(args)
     except UsageError as exc:
         sys.exit(_fail(str(exc), 2))
+    plain = _parse_plain(args)
+    if plain is not None:
+        sys.exit(_run_plain(plain))
+    import click
+
     command = _build_command()
     try:
         status = command.main(args=args, prog_name=PROG, standalone_mode=False)
+    except OSError as exc:  # --help or --version into a closed pipe or /dev/full
+        _silence_stdout()
+        sys.exit(_fail(f"cannot write to stdout: {exc.strerror or exc}", 1))
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.format_message(), err=True)
         sys.exit(2)
     except click.UsageError as exc:
-        sys.exit(_fail(exc.format_message().splitlines()[0], 2))
+        # click quotes the offending argument whole: clip it like every other value
+        sys.exit(_fail(clip(exc.format_message().splitlines()[0], 300), 2))
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
-        sys.exit(_fail(exc.format_message(), exc.exit_code))
+        sys.exit(_fail(clip(exc.format_message(), 300), exc.exit_code))
     # --help and --version return None after printing
-    sys.exit(status if isinstance(status, int) else 0)
+    sys.exit(_settle_stdout(status if isinstance(status, int) else 0))

@@ -19,6 +19,8 @@ _PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 _BARE = re.compile(r"[+-]?(\d+(?:\.\d*)?|\.\d+)")
 
 INFINITE = "infinite"
+#: Go's longest duration (2**63 - 1 ns, about 2,562,047 h): upstream cannot express more
+MAX_SECONDS = (2**63 - 1) / 1e9
 
 
 def parse_duration(text: str) -> float | None:
@@ -53,10 +55,17 @@ def parse_duration(text: str) -> float | None:
         if position == 0:
             raise ValueError("not a duration")
         seconds *= sign
-    if not math.isfinite(seconds):
-        raise ValueError("not a finite duration")
+    return check_seconds(seconds)
+
+
+def check_seconds(seconds: float) -> float:
+    """``seconds`` when it is a usable interval: finite, above zero, within Go's range."""
+    if math.isnan(seconds):
+        raise ValueError("not a number")
     if seconds <= 0:
         raise ValueError("must be greater than zero")
+    if seconds > MAX_SECONDS:
+        raise ValueError("longer than the longest duration, 2562047h (use infinite)")
     return seconds
 
 

@@ -11,7 +11,6 @@ table computed from the topology is in :mod:`gfd.labels.partitions`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -98,6 +97,8 @@ def to_json_document(table: PartitionTable) -> dict[str, list[dict[str, Any]]]:
 def dumps(table: PartitionTable, *, pretty: bool = False) -> str:
     """The table as Koordinator's JSON: compact (an annotation value), or ``pretty`` with
     one partition per line (``--dump-partitions``)."""
+    import json  # only where a table is written: a plain oneshot never loads it
+
     document = to_json_document(table)
     if not pretty:
         return json.dumps(document, separators=(",", ":"))

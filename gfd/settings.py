@@ -11,14 +11,28 @@ from __future__ import annotations
 import math
 import os
 import re
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gfd.documents import as_list, describe, parse_yaml, read_text
-from gfd.durations import format_duration, parse_duration
+from gfd.documents import (
+    as_list,
+    clip,
+    describe,
+    file_kind,
+    parse_yaml,
+    read_text,
+)
+from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
-from gfd.grammar import LONGEST_RESOURCE_SUFFIX, PREFIX, RESOURCE_NAME, is_valid_label_name
+from gfd.grammar import (
+    LONGEST_RESOURCE_SUFFIX,
+    PREFIX,
+    is_resource_name,
+    is_valid_label_name,
+    wildcard_match,
+)
 from gfd.outputs.registry import output_kind_of
 from gfd.partitions import PartitionTable
 from gfd.partitions import parse_table as parse_partition_table
@@ -33,6 +47,16 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+#: the longest string any option takes (Linux's PATH_MAX)
+MAX_OPTION_CHARS = 4096
+#: the most ``resources.gpus`` or ``resources.mig`` patterns, and the longest one
+MAX_PATTERNS = 1000
+MAX_PATTERN_CHARS = 1024
+#: the most replicas of a shared resource (a Go int32, as far beyond any node as needed)
+MAX_REPLICAS = 2**31 - 1
+#: the most entries in one ``sharing.*.resources`` list
+MAX_SHARED_RESOURCES = 1000
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
@@ -56,6 +80,10 @@ def parse_bool(value: Any) -> bool:
 def _parse_str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError("expected a string")
+    if len(value) > MAX_OPTION_CHARS:
+        raise ValueError(f"longer than {MAX_OPTION_CHARS} characters")
+    if "\0" in value:  # no path or name holds one (a JSON config can write "\u0000")
+        raise ValueError("contains a NUL character")
     return value
 
 
@@ -76,10 +104,12 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 def _parse_interval(value: Any) -> float | None:
     if isinstance(value, bool):
         raise ValueError("expected a duration")
-    if isinstance(value, (int, float)):
-        if value <= 0:
-            raise ValueError("must be greater than zero")
-        return float(value)
+    if isinstance(value, int):
+        if value > MAX_SECONDS:  # before float(): a huge int does not convert
+            raise ValueError("longer than the longest duration, 2562047h (use infinite)")
+        return check_seconds(float(value))
+    if isinstance(value, float):
+        return check_seconds(value)
     return parse_duration(_parse_str(value))
 
 
@@ -366,7 +396,9 @@ class ResourcePattern:
     regex: re.Pattern[str] = field(compare=False, repr=False)
 
     def matches(self, text: str) -> bool:
-        return self.regex.fullmatch(text) is not None
+        # linear-time matching (gfd.grammar); ``regex`` is kept for callers that want the
+        # pattern as a regular expression, never for matching names
+        return wildcard_match(self.pattern, text)
 
 
 def wildcard_regex(pattern: str) -> re.Pattern[str]:
@@ -409,7 +441,17 @@ class LoadedConfig:
     warnings: tuple[str, ...]
 
 
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+class _Pattern:
+    """A regex compiled on first use: only a config file's resource names need these."""
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return re.fullmatch(self.pattern, text)  # re caches the compiled pattern
+
+
+_DNS_SUBDOMAIN = _Pattern(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
 _describe = describe
@@ -428,7 +470,7 @@ def _sequence(value: Any, where: str) -> list[Any]:
 
 
 def _resource_name_error(name: str) -> str | None:
-    if not RESOURCE_NAME.fullmatch(name):
+    if not is_resource_name(name):
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
     longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
     if not is_valid_label_name(longest):
@@ -438,23 +480,35 @@ def _resource_name_error(name: str) -> str | None:
 
 def _parse_patterns(value: Any, where: str) -> tuple[ResourcePattern, ...]:
     patterns = []
-    for i, entry in enumerate(_sequence(value, where)):
+    entries = _sequence(value, where)
+    if len(entries) > MAX_PATTERNS:
+        raise ConfigError(
+            f"{where}: {len(entries)} patterns, more than the limit of {MAX_PATTERNS}"
+        )
+    for i, entry in enumerate(entries):
         item_where = f"{where}[{i}]"
         entry_map = _mapping(entry, item_where)
         for key in entry_map:
             if key not in ("pattern", "name"):
-                raise ConfigError(f"{item_where}.{key}: unknown key")
+                raise ConfigError(f"{item_where}.{clip(str(key))}: unknown key")
         pattern = entry_map.get("pattern")
         name = entry_map.get("name")
         if not isinstance(pattern, str) or not pattern:
             raise ConfigError(
                 f"{item_where}.pattern: expected a non-empty string, got {_describe(pattern)}"
             )
+        if len(pattern) > MAX_PATTERN_CHARS:
+            raise ConfigError(
+                f"{item_where}.pattern: {_describe(pattern)} is longer than the limit of "
+                f"{MAX_PATTERN_CHARS} characters"
+            )
         if not isinstance(name, str):
             raise ConfigError(f"{item_where}.name: expected a string, got {_describe(name)}")
         reason = _resource_name_error(name)
         if reason:
-            raise ConfigError(f"{item_where}.name: invalid resource name {name!r}: {reason}")
+            raise ConfigError(
+                f"{item_where}.name: invalid resource name {_describe(name)}: {reason}"
+            )
         patterns.append(ResourcePattern(pattern, name, wildcard_regex(pattern)))
     return tuple(patterns)
 
@@ -465,10 +519,10 @@ def _full_resource_name(value: Any, where: str) -> str:
     full = value if value.startswith(PREFIX) else PREFIX + value
     short = full[len(PREFIX) :]
     if len(full) > 63:
-        raise ConfigError(f"{where}: resource name {value!r} is longer than 63 characters")
+        raise ConfigError(f"{where}: resource name {_describe(value)} is longer than 63 characters")
     if "/" in short or not _DNS_SUBDOMAIN.fullmatch(short):
         raise ConfigError(
-            f"{where}: invalid resource name {value!r}: the part after "
+            f"{where}: invalid resource name {_describe(value)}: the part after "
             f"{PREFIX} must be a DNS subdomain"
         )
     return full
@@ -479,7 +533,7 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
     known = {"renameByDefault", "failRequestsGreaterThanOne", "resources"}
     for key in section:
         if key not in known:
-            warnings.append(f"{where}.{key}: unknown key, ignored")
+            warnings.append(f"{where}.{clip(str(key))}: unknown key, ignored")
     rename_by_default = _config_bool(
         section.get("renameByDefault", False), f"{where}.renameByDefault"
     )
@@ -489,16 +543,27 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
     raw = _sequence(section.get("resources"), f"{where}.resources")
     if not raw:
         raise ConfigError(f"{where}.resources: no resources specified")
+    if len(raw) > MAX_SHARED_RESOURCES:
+        raise ConfigError(
+            f"{where}.resources: {len(raw)} entries, more than the limit of {MAX_SHARED_RESOURCES}"
+        )
     resources = []
+    first_entry: dict[str, int] = {}
     for i, entry in enumerate(raw):
         item_where = f"{where}.resources[{i}]"
         item = _mapping(entry, item_where)
         for key in item:
             if key not in ("name", "rename", "replicas", "devices"):
-                warnings.append(f"{item_where}.{key}: unknown key, ignored")
+                warnings.append(f"{item_where}.{clip(str(key))}: unknown key, ignored")
         if "name" not in item:
             raise ConfigError(f"{item_where}.name: required field is missing")
         name = _full_resource_name(item["name"], f"{item_where}.name")
+        if name in first_entry:
+            raise ConfigError(
+                f"{item_where}.name: {name} is shared twice (also {where}.resources"
+                f"[{first_entry[name]}])"
+            )
+        first_entry[name] = i
         rename = item.get("rename")
         if rename is not None and rename != "":
             _full_resource_name(rename, f"{item_where}.rename")
@@ -510,7 +575,14 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
                 f"{item_where}.replicas: expected an integer, got {_describe(replicas)}"
             )
         if replicas < 2:
-            raise ConfigError(f"{item_where}.replicas: must be at least 2, got {replicas}")
+            raise ConfigError(
+                f"{item_where}.replicas: must be at least 2, got {_describe(replicas)}"
+            )
+        if replicas > MAX_REPLICAS:
+            raise ConfigError(
+                f"{item_where}.replicas: {_describe(replicas)} is more than the limit of "
+                f"{MAX_REPLICAS}"
+            )
         devices = item.get("devices", "all")
         if devices != "all" and devices is not None:
             warnings.append(
@@ -540,7 +612,7 @@ def _parse_sharing(value: Any, warnings: list[str]) -> Sharing:
     section = _mapping(value, "sharing")
     for key in section:
         if key not in ("timeSlicing", "mps"):
-            warnings.append(f"sharing.{key}: unknown key, ignored")
+            warnings.append(f"sharing.{clip(str(key))}: unknown key, ignored")
     mps: list[ReplicatedResource] = []
     time_slicing: list[ReplicatedResource] = []
     if section.get("mps") is not None:
@@ -563,7 +635,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
 
     def visit(mapping: Mapping[str, Any], prefix: tuple[str, ...]) -> None:
         for key, raw in mapping.items():
-            path = (*prefix, str(key))
+            path = (*prefix, clip(str(key)))
             dotted = ".".join(path)
             option = by_key.get(path)
             if option is not None:
@@ -585,6 +657,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
 
 
 def parse_config_text(text: str, source: str) -> LoadedConfig:
+    source = clip(source)
     document = parse_yaml(text, f"config file {source}", ConfigError)
     if document is None:
         document = {}
@@ -615,12 +688,12 @@ def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
         raise ConfigError(f"version: unsupported config version {_describe(version)} (expected v1)")
     for key in document:
         if key not in _KNOWN_TOP_KEYS and key not in _IGNORED_TOP_KEYS:
-            warnings.append(f"{key}: unknown key, ignored")
+            warnings.append(f"{clip(str(key))}: unknown key, ignored")
     flags = _parse_flags(document.get("flags"), warnings)
     resources = _mapping(document.get("resources"), "resources")
     for key in resources:
         if key not in ("gpus", "mig"):
-            warnings.append(f"resources.{key}: unknown key, ignored")
+            warnings.append(f"resources.{clip(str(key))}: unknown key, ignored")
     config = Config(
         gpu_patterns=_parse_patterns(resources.get("gpus"), "resources.gpus"),
         mig_patterns=_parse_patterns(resources.get("mig"), "resources.mig"),
@@ -708,18 +781,51 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
+
         return format_duration(self.sleep_interval)
 
 
-def _from_env(option: Option, environ: Mapping[str, str]) -> tuple[bool, Any]:
+def _from_env(option: Option, environ: Mapping[str, str]) -> tuple[str | None, Any]:
+    """(the variable that set the option, its typed value), or (None, None)."""
     for env in option.envs:
         if env in environ:
             raw = environ[env]
             try:
-                return True, option.parse(raw)
+                return env, option.parse(raw)
             except ValueError as exc:
-                raise UsageError(f"environment variable {env}={raw!r}: {exc}") from None
-    return False, None
+                raise UsageError(f"environment variable {env}={_describe(raw)}: {exc}") from None
+    return None, None
+
+
+# Names that go into API request paths (SPEC §4): a node and a pod are named by a DNS
+# subdomain, a namespace by a DNS label (Kubernetes' own validation of those objects).
+_DNS_1123_LABEL = _Pattern(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_NAME_RULES: dict[str, tuple[str, int, _Pattern]] = {
+    "node_name": ("not a valid node name (a lowercase DNS subdomain)", 253, _DNS_SUBDOMAIN),
+    "pod_name": ("not a valid pod name (a lowercase DNS subdomain)", 253, _DNS_SUBDOMAIN),
+    "namespace": ("not a valid namespace (a lowercase DNS label)", 63, _DNS_1123_LABEL),
+}
+
+
+def _check_names(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
+    """Refuse a node, pod or namespace name that is not a Kubernetes name.
+
+    A name given on the command line is always checked; one from the environment only when
+    an API output will put it into a request path (``NODE_NAME`` is also set by CI systems
+    for their own purposes, and a file or stdout run never uses it)."""
+    api_output = bool(values.get("use_node_feature_api") or values.get("use_node_labels"))
+    for name, (reason, longest, pattern) in _NAME_RULES.items():
+        value = values.get(name)
+        origin = origins.get(name)
+        if not value or origin is None or not (api_output or origin.startswith("--")):
+            continue
+        if len(value) > longest or not pattern.fullmatch(value):
+            shown = (
+                f"{origin} {describe(value)}"
+                if origin.startswith("--")
+                else (f"{origin}={describe(value)}")
+            )
+            raise UsageError(f"{shown}: {reason}")
 
 
 def resolve(
@@ -738,17 +844,20 @@ def resolve(
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
     from_env: dict[str, Any] = {}
+    origins: dict[str, str] = {}  # option name -> where its value came from
     for option in OPTIONS:
-        found, value = _from_env(option, env)
-        if found:
+        variable, value = _from_env(option, env)
+        if variable is not None:
             from_env[option.name] = value
+            origins[option.name] = f"environment variable {variable}"
     parsed_cli: dict[str, Any] = {}
     for name, raw in cli_values.items():
         option = OPTIONS_BY_NAME[name]
+        origins[name] = str(option.flag)
         try:
             parsed_cli[name] = option.parse(raw)
         except ValueError as exc:
-            raise UsageError(f"{option.flag} {raw!r}: {exc}") from None
+            raise UsageError(f"{option.flag} {_describe(raw)}: {exc}") from None
 
     config_file = parsed_cli.get("config_file", from_env.get("config_file"))
     loaded = LoadedConfig(Config(), {}, ())
@@ -764,6 +873,7 @@ def resolve(
             values[option.name] = loaded.flags[option.name]
         else:
             values[option.name] = option.default
+    _check_names(values, origins)
 
     settings = Settings(
         **values,
@@ -775,13 +885,55 @@ def resolve(
         warnings=loaded.warnings,
     )
     _validate(settings)
+    _check_files(settings, origins)
     return settings
+
+
+def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
+    """Paths that must be regular files, checked without opening them (README "Limits").
+
+    The features file is replaced by an atomic rename, which would put a regular file in
+    place of a FIFO or a device node (``-o /dev/null`` as root): refused, use ``-`` for
+    stdout.  A kubeconfig that is a FIFO or a device would block or never end."""
+    if settings.output_kind == "file" and not settings.dump_snapshot:
+        path = settings.effective_output_file
+        assert path is not None
+        kind = _special_file_kind(path)
+        if kind:
+            raise UsageError(
+                f"{origins.get('output_file', '--output-file')} {describe(path)}: is {kind}, "
+                "not a regular file (gfd replaces the features file; use - for stdout)"
+            )
+    if settings.kubeconfig and settings.output_kind in ("nodefeature", "node-labels"):
+        origin = origins.get("kubeconfig", "--kubeconfig")
+        for part in settings.kubeconfig.split(os.pathsep):
+            path = os.path.expanduser(part)
+            kind = _special_file_kind(path) if path else None
+            if kind:
+                raise UsageError(f"{origin} {describe(part)}: is {kind}, not a regular file")
+            if path and os.path.isfile(path):
+                # the kubernetes client reads it with PyYAML, unbounded: read it first
+                # with the bounded reader (size, nesting, aliases, duplicate keys)
+                parse_yaml(
+                    read_text(path, origin, UsageError), f"{origin} {clip(part)}", UsageError
+                )
+
+
+def _special_file_kind(path: str) -> str | None:
+    """What ``path`` is when it exists and is not a regular file, else None."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
 def _validate(settings: Settings) -> None:
     output_kind_of(settings)  # one output selected, with what it needs
     horizon = settings.expiry_horizon
     if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+        from gfd.durations import format_duration
+
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(

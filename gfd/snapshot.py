@@ -8,18 +8,36 @@ document, e.g. ``gpus[3].mig.devices[0].slices.gi: expected an integer, got 'x'`
 
 from __future__ import annotations
 
-import json
+import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import yaml
-
-from gfd.documents import as_list, describe, parse_yaml, read_text
+from gfd.documents import as_list, clip, describe, parse_yaml, read_text
 from gfd.errors import SnapshotError
 
+if TYPE_CHECKING:
+    import yaml
+
 SNAPSHOT_VERSION = "v1"
+
+# Bounds on what a snapshot may hold (README "Limits").  Every number must fit the NVML
+# type it comes from, so nothing published is ever a cut or wrapped number.
+#: the most GPUs, MIG devices on one GPU, MIG devices in all, and vGPU functions
+MAX_GPUS = 16384
+MAX_MIG_DEVICES_PER_GPU = 64
+MAX_MIG_DEVICES = 65536
+MAX_VGPU_DEVICES = 4096
+#: the longest string (names, UUIDs, versions, the machine type)
+MAX_STRING_CHARS = 1024
+_UINT32_MAX = 2**32 - 1
+#: memory in MiB: NVML counts bytes in 64 bits, so 2**44 MiB
+_MEMORY_MIB_MAX = 2**44 - 1
+#: a PCI class code is 24 bits
+_PCI_CLASS_MAX = 0xFFFFFF
+#: nvmlSystemGetCudaDriverVersion returns a C int
+_CUDA_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -192,7 +210,9 @@ class _Reader:
             )
         for key in value:
             if not isinstance(key, str):
-                raise SnapshotError(f"{path or '<document>'}: keys must be strings, got {key!r}")
+                raise SnapshotError(
+                    f"{path or '<document>'}: keys must be strings, got {describe(key)}"
+                )
         self._value: Mapping[str, Any] = value
         self._path = path
         self._seen: set[str] = set()
@@ -222,7 +242,7 @@ class _Reader:
     def finish(self) -> None:
         unknown = sorted(set(self._value) - self._seen)
         if unknown:
-            raise SnapshotError(f"{self.path(unknown[0])}: unknown key")
+            raise SnapshotError(f"{self.path(clip(unknown[0]))}: unknown key")
 
 
 def _int(value: Any, path: str) -> int:
@@ -231,17 +251,44 @@ def _int(value: Any, path: str) -> int:
     return value
 
 
-def _non_negative_int(value: Any, path: str) -> int:
-    number = _int(value, path)
-    if number < 0:
-        raise SnapshotError(f"{path}: expected a non-negative integer, got {number}")
-    return number
+def _bounded_int(largest: int) -> Callable[[Any, str], int]:
+    """An integer from 0 to ``largest`` (the range of the NVML value it records)."""
+
+    def parse(value: Any, path: str) -> int:
+        number = _int(value, path)
+        if number < 0:
+            raise SnapshotError(f"{path}: expected a non-negative integer, got {_describe(number)}")
+        if number > largest:
+            raise SnapshotError(f"{path}: {_describe(number)} is out of range (at most {largest})")
+        return number
+
+    return parse
+
+
+_non_negative_int = _bounded_int(_UINT32_MAX)
+_memory_mib = _bounded_int(_MEMORY_MIB_MAX)
+_pci_class = _bounded_int(_PCI_CLASS_MAX)
+_cuda_version = _bounded_int(_CUDA_MAX)
 
 
 def _str(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise SnapshotError(f"{path}: expected a string, got {_describe(value)}")
+    if len(value) > MAX_STRING_CHARS:
+        raise SnapshotError(
+            f"{path}: {_describe(value)} is longer than the limit of {MAX_STRING_CHARS} characters"
+        )
     return value
+
+
+def _limited_list(largest: int, what: str) -> Callable[[Any, str], list[Any]]:
+    def parse(value: Any, path: str) -> list[Any]:
+        items = _list(value, path)
+        if len(items) > largest:
+            raise SnapshotError(f"{path}: {len(items)} {what}, more than the limit of {largest}")
+        return items
+
+    return parse
 
 
 def _bool(value: Any, path: str) -> bool:
@@ -300,7 +347,7 @@ _engines = _record(
 _mig_device_fields = _record(
     MigDevice,
     profile=_Field(_str),
-    memory_mib=_COUNT,
+    memory_mib=_Field(_memory_mib),
     multiprocessors=_COUNT,
     slices=_Field(_slices),
     engines=_Field(_engines, MigEngines()),
@@ -317,7 +364,9 @@ def _mig_device(value: Any, path: str) -> MigDevice:
 def _mig(value: Any, path: str) -> Mig:
     r = _Reader(value, path)
     enabled = r.required("enabled", _bool)
-    raw_devices: list[Any] = r.optional("devices", _list, [])
+    raw_devices: list[Any] = r.optional(
+        "devices", _limited_list(MAX_MIG_DEVICES_PER_GPU, "MIG devices"), []
+    )
     r.finish()
     devices = tuple(_mig_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw_devices))
     return Mig(enabled=enabled, devices=devices)
@@ -330,8 +379,8 @@ _gpu = _record(
     uuid=_Field(_str),
     name=_Field(_str),
     pci_bus_id=_Field(_str, ""),
-    pci_class=_Field(_nullable(_non_negative_int), None),
-    memory_mib=_Field(_nullable(_non_negative_int), None),
+    pci_class=_Field(_nullable(_pci_class), None),
+    memory_mib=_Field(_nullable(_memory_mib), None),
     compute_capability=_Field(_compute_capability),
     mig=_Field(_nullable(_mig), None),
     fabric=_Field(_nullable(_fabric), None),
@@ -343,7 +392,7 @@ _vgpu_device = _record(
 
 def _vgpu(value: Any, path: str) -> Vgpu:
     r = _Reader(value, path)
-    raw: list[Any] = r.optional("devices", _list, [])
+    raw: list[Any] = r.optional("devices", _limited_list(MAX_VGPU_DEVICES, "devices"), [])
     r.finish()
     return Vgpu(
         devices=tuple(_vgpu_device(item, f"{path}.devices[{i}]") for i, item in enumerate(raw))
@@ -356,7 +405,7 @@ _lost_gpu = _record(
     pci_bus_id=_Field(_str, ""),
     reason=_Field(_str, ""),
 )
-_driver = _record(Driver, version=_Field(_str), cuda=_COUNT)
+_driver = _record(Driver, version=_Field(_str), cuda=_Field(_cuda_version))
 
 
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
@@ -464,43 +513,66 @@ def from_dict(document: Any) -> Snapshot:
     r = _Reader(document, "")
     version = r.required("version", _str)
     if version != SNAPSHOT_VERSION:
-        raise SnapshotError(f"version: unsupported snapshot version {version!r} (expected 'v1')")
+        raise SnapshotError(
+            f"version: unsupported snapshot version {_describe(version)} (expected 'v1')"
+        )
     driver = r.optional("driver", _nullable(_driver), None)
     machine = r.optional("machine", _nullable(_str), None)
     no_vgpu: Vgpu | None = Vgpu()
     vgpu = r.optional("vgpu", _nullable(_vgpu), no_vgpu)
-    raw_gpus: list[Any] = r.optional("gpus", _list, [])
-    raw_lost: list[Any] = r.optional("lost_gpus", _list, [])
+    raw_gpus: list[Any] = r.optional("gpus", _limited_list(MAX_GPUS, "GPUs"), [])
+    raw_lost: list[Any] = r.optional("lost_gpus", _limited_list(MAX_GPUS, "lost GPUs"), [])
     topology = r.optional("topology", _nullable(_topology), None)
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))
     if gpus and driver is None:
         raise SnapshotError("driver: required when the snapshot lists GPUs")
-    seen: dict[int, int] = {}
-    for position, gpu in enumerate(gpus):
-        if gpu.index in seen:
-            raise SnapshotError(
-                f"gpus[{position}].index: duplicate index {gpu.index} "
-                f"(also gpus[{seen[gpu.index]}])"
-            )
-        seen[gpu.index] = position
+    _check_unique(gpus)
+    indices = {gpu.index for gpu in gpus}
     for position, gone in enumerate(lost):
-        if gone.index is not None and gone.index in seen:
+        if gone.index is not None and gone.index in indices:
             raise SnapshotError(
                 f"lost_gpus[{position}].index: GPU {gone.index} is also listed in gpus"
             )
     if lost and driver is None:
         raise SnapshotError("driver: required when the snapshot lists lost GPUs")
     if topology is not None:
-        _check_topology(topology, set(seen))
+        _check_topology(topology, indices)
     return Snapshot(
         driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost
     )
 
 
+def _check_unique(gpus: tuple[Gpu, ...]) -> None:
+    """One GPU per index, UUID and PCI bus id; MIG devices in all within the limit."""
+    seen: dict[tuple[str, Any], int] = {}
+    mig_devices = 0
+    for position, gpu in enumerate(gpus):
+        for field_name, value in (
+            ("index", gpu.index),
+            ("uuid", gpu.uuid),
+            ("pci_bus_id", gpu.pci_bus_id.lower()),
+        ):
+            if value == "":
+                continue  # an unknown bus id (optional field) is not a duplicate
+            first = seen.setdefault((field_name, value), position)
+            if first != position:
+                raise SnapshotError(
+                    f"gpus[{position}].{field_name}: duplicate {field_name} "
+                    f"{_describe(getattr(gpu, field_name))} (also gpus[{first}])"
+                )
+        mig_devices += len(gpu.mig.devices) if gpu.mig else 0
+        if mig_devices > MAX_MIG_DEVICES:
+            raise SnapshotError(
+                f"gpus[{position}].mig.devices: more than the limit of {MAX_MIG_DEVICES} MIG "
+                "devices in all"
+            )
+
+
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
     """Parse snapshot YAML or JSON text."""
+    source = clip(source)
     document = parse_yaml(text, source, SnapshotError)
     if document is None:
         raise SnapshotError(f"{source}: the snapshot is empty")
@@ -522,15 +594,8 @@ class _HexInt(int):
     """An int that YAML writes in hex (PCI class codes read best as 0x030200)."""
 
 
-class _Dumper(yaml.SafeDumper):
-    pass
-
-
 def _represent_hex(dumper: yaml.SafeDumper, value: _HexInt) -> yaml.Node:
     return dumper.represent_scalar("tag:yaml.org,2002:int", f"0x{int(value):06x}")
-
-
-_Dumper.add_representer(_HexInt, _represent_hex)
 
 
 class _Flow(dict):  # type: ignore[type-arg]
@@ -540,8 +605,6 @@ class _Flow(dict):  # type: ignore[type-arg]
 def _represent_flow(dumper: yaml.SafeDumper, value: _Flow) -> yaml.Node:
     return dumper.represent_mapping("tag:yaml.org,2002:map", value, flow_style=True)
 
-
-_Dumper.add_representer(_Flow, _represent_flow)
 
 # Characters PyYAML writes raw in plain or single-quoted scalars but reads back as line
 # breaks; a string holding one must be double-quoted (escaped) to survive a round trip.
@@ -554,7 +617,18 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
     return dumper.represent_str(value)
 
 
-_Dumper.add_representer(str, _represent_str)
+@functools.cache
+def _yaml_dumper() -> type[yaml.SafeDumper]:
+    """The dumper with gfd's representers, built on first use: loading never needs it."""
+    import yaml
+
+    class _Dumper(yaml.SafeDumper):
+        pass
+
+    _Dumper.add_representer(_HexInt, _represent_hex)
+    _Dumper.add_representer(_Flow, _represent_flow)
+    _Dumper.add_representer(str, _represent_str)
+    return _Dumper
 
 
 def _mig_device_dict(device: MigDevice) -> dict[str, Any]:
@@ -674,9 +748,11 @@ def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
 
 def dumps(snapshot: Snapshot) -> str:
     """The snapshot as v1 YAML; ``loads(dumps(s)) == s``."""
+    import yaml
+
     return yaml.dump(
         to_dict(snapshot, hex_class=True),
-        Dumper=_Dumper,
+        Dumper=_yaml_dumper(),
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
@@ -684,4 +760,6 @@ def dumps(snapshot: Snapshot) -> str:
 
 
 def dumps_json(snapshot: Snapshot) -> str:
+    import json
+
     return json.dumps(to_dict(snapshot), indent=2) + "\n"

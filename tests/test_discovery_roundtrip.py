@@ -117,7 +117,7 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
     )
     return Gpu(
         index=index,
-        uuid=draw(_TEXT),
+        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (issue 19)
         name=draw(_TEXT),
         pci_bus_id=bus_id,
         pci_class=None if not bus_id else draw(st.none() | st.integers(0, 0xFFFFFF)),

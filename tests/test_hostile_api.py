@@ -401,7 +401,9 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
     finally:
         tracemalloc.stop()
     assert peak < 4 * MAX_ANSWER_BYTES
-    assert api.huge_bytes_sent < size / 10
+    # per answer: the client stops soon after the cap; what the server got out beyond it
+    # sits in socket buffers (a few MB), far from the 300 MiB it offered
+    assert api.huge_bytes_sent / api.count("GET") < 3 * MAX_ANSWER_BYTES
 
 
 # ----------------------------------------------------------------- the server address

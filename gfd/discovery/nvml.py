@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import re
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -362,6 +361,8 @@ def fabric_from_info(info: Any) -> Fabric | None:
         return None
     if not any(cluster):
         return None
+    import uuid  # only for a GPU in an NVLink fabric: most runs never pay for it
+
     return Fabric(cluster_uuid=str(uuid.UUID(bytes=cluster[:16])), clique_id=int(info.cliqueId))
 
 

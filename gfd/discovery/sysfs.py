@@ -20,10 +20,12 @@ checks where upstream would index past the end of the buffer or loop forever:
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
+from gfd.documents import clip
 from gfd.observability import get_logger
-from gfd.snapshot import Vgpu, VgpuDevice
+from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
 
 PCI_DEVICES = os.path.join("bus", "pci", "devices")
 NVIDIA_VENDOR_ID = "0x10de"
@@ -40,6 +42,8 @@ VGPU_RECORD_START = 5
 VGPU_HOST_DRIVER_RECORD = 0
 HOST_DRIVER_VERSION_LENGTH = 10
 HOST_DRIVER_BRANCH_LENGTH = 10
+#: DMI's product_name is a short line; more than this is not a machine type
+MACHINE_TYPE_MAX_BYTES = 4096
 
 
 def _log() -> Any:
@@ -130,13 +134,52 @@ def read_machine_type(path: str) -> str | None:
     """
     if not path:
         return None
+    shown = clip(path)
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        _warn_once("machine type unknown", path=path, error=exc.strerror or str(exc))
+        data = _read_small_file(path, MACHINE_TYPE_MAX_BYTES)
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
+        reason = exc.strerror if isinstance(exc, OSError) else None
+        _warn_once("machine type unknown", path=shown, error=reason or clip(str(exc)))
         return None
-    return data.decode("utf-8", errors="replace").strip()
+    if data is None:
+        _warn_once(
+            "machine type unknown",
+            path=shown,
+            error=f"not a regular file, or larger than {MACHINE_TYPE_MAX_BYTES} bytes",
+        )
+        return None
+    text = data.decode("utf-8", errors="replace").strip()
+    if len(text) > MAX_STRING_CHARS:
+        _warn_once(
+            "machine type unknown",
+            path=shown,
+            error=f"longer than the limit of {MAX_STRING_CHARS} characters",
+        )
+        return None
+    return text
+
+
+def _read_small_file(path: str, limit: int) -> bytes | None:
+    """A regular file's bytes, or None when it is not a regular file or holds more than
+    ``limit`` bytes.  Never blocks (a FIFO nobody writes) and never reads without end
+    (``/dev/zero``): the path is checked before and after a non-blocking open."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        return None
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(fd)
+    return None if size > limit else b"".join(chunks)
 
 
 # ------------------------------------------------------------------------ vGPU

@@ -5,8 +5,8 @@ from __future__ import annotations
 # the prefix and the sharing-strategy suffix are part of the label grammar that settings
 # checks resource names against; they are spelled there (gfd/grammar.py)
 from gfd.grammar import PREFIX as PREFIX
-from gfd.grammar import RESOURCE_NAME
 from gfd.grammar import SHARING_STRATEGY as SHARING_STRATEGY
+from gfd.grammar import is_resource_name
 
 TIMESTAMP = "gfd.timestamp"
 MIG_CAPABLE = "mig.capable"
@@ -164,7 +164,6 @@ def can_produce(key: str) -> bool:
     if name in NODE_WIDE:
         return True
     return any(
-        name.endswith("." + suffix)
-        and RESOURCE_NAME.fullmatch(name[: -len(suffix) - 1]) is not None
+        name.endswith("." + suffix) and is_resource_name(name[: -len(suffix) - 1])
         for suffix in PER_RESOURCE
     )

@@ -10,18 +10,35 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gfd.grammar import wildcard_match as wildcard_match  # the config patterns' rule
 from gfd.labels import keys
 from gfd.settings import ResourcePattern
 
 DEFAULT_GPU_RESOURCE = "gpu"
 
 
+# (id of the pattern list, text, default) -> (the pattern list, the name): a node's GPUs
+# share a few names, so each name is matched once per pattern list, not once per GPU.
+# The entry holds the list itself, so its id cannot be reused while the entry lives.
+_names: dict[tuple[int, str, str], tuple[Sequence[ResourcePattern], str]] = {}
+_NAMES_KEPT = 4096
+
+
 def resource_name_for(text: str, patterns: Sequence[ResourcePattern], default: str) -> str:
     """The name of the first pattern matching ``text`` (a GPU name or a MIG profile)."""
+    key = (id(patterns), text, default)
+    known = _names.get(key)
+    if known is not None and known[0] is patterns:
+        return known[1]
+    name = default
     for rule in patterns:
-        if rule.matches(text):
-            return rule.name
-    return default
+        if wildcard_match(rule.pattern, text):
+            name = rule.name
+            break
+    if len(_names) >= _NAMES_KEPT:
+        _names.clear()
+    _names[key] = (patterns, name)
+    return name
 
 
 def default_mig_resource(profile: str) -> str:

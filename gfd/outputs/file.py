@@ -17,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import stat
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gfd.documents import clip
 from gfd.errors import PublishError
 from gfd.observability import get_logger
 from gfd.outputs import Labels
@@ -74,11 +75,25 @@ def format_labels(labels: Labels) -> str:
     return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
 
 
+def _refuse_special_file(path: str) -> None:
+    """Never rename over, read or remove a FIFO, a device node (``-o /dev/null`` as root),
+    a socket or a directory at the output path: only a regular file is gfd's to replace.
+    The CLI refuses such a path at start (exit 2); this catches one put there later."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing (written fresh), or unreadable (the write says why)
+    if not stat.S_ISREG(mode):
+        raise PublishError(f"{clip(path)}: not a regular file; gfd only replaces regular files")
+
+
 class StdoutOutput:
     kind = "stdout"
     verify_interval: float | None = None
 
     def publish(self, labels: Labels) -> None:
+        if sys.stdout is None:  # started with stdout closed
+            raise PublishError("cannot write labels to stdout: stdout is closed")
         try:
             sys.stdout.write(format_labels(labels))
             sys.stdout.flush()
@@ -172,6 +187,7 @@ class FileOutput:
     def _state(self, labels: Labels) -> str:
         """``current``: the file holds ``labels`` (and an expiry at least half a horizon
         ahead); ``lapsing``: it holds them but the expiry must be renewed; ``differs``."""
+        _refuse_special_file(self.path)  # never open a FIFO or a device to read it
         try:
             with open(self.path, "rb") as handle:
                 data = handle.read(MAX_FEATURES_FILE_BYTES + 1)
@@ -193,6 +209,7 @@ class FileOutput:
         return "current" if remaining >= self.expiry_horizon / 2 else "lapsing"
 
     def _write(self, labels: Labels) -> None:
+        _refuse_special_file(self.path)
         expires_at = None if self.expiry_horizon is None else self._clock() + self.expiry_horizon
         data = features_file_text(labels, expires_at).encode("utf-8")
         if len(data) > MAX_FEATURES_FILE_BYTES:
@@ -206,6 +223,8 @@ class FileOutput:
                 f"output directory {directory} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
+        import tempfile  # the file output only: stdout never pays for it
+
         temporary = None
         try:
             fd, temporary = tempfile.mkstemp(prefix=".gfd-", dir=directory)
@@ -231,14 +250,16 @@ class FileOutput:
             return False
         device, inode, data = self._written
         try:
+            _refuse_special_file(self.path)  # opening a FIFO nobody writes would block
             with open(self.path, "rb") as handle:
                 status = os.fstat(handle.fileno())
                 content = handle.read(MAX_FEATURES_FILE_BYTES + 1)
-        except OSError:
+        except (OSError, PublishError):
             return False
         return (status.st_dev, status.st_ino) == (device, inode) and content == data
 
     def _remove(self) -> None:
+        _refuse_special_file(self.path)
         remove_file(self.path)
 
 

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from gfd.grammar import PREFIX
 from gfd.labels.partitions import partition_table
 from gfd.observability import get_logger
-from gfd.outputs.koordlet import KoordletDeviceInfos
 from gfd.partitions import PartitionTable, dumps
 
 if TYPE_CHECKING:
+    from gfd.outputs.koordlet import KoordletDeviceInfos
     from gfd.outputs.kube import KubeClient
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
@@ -121,6 +121,8 @@ def make_topology_outputs(settings: Settings, *, cleanup: bool = False) -> Topol
         annotation = PartitionsAnnotation(settings)
     koordlet = None
     if settings.koordlet_device_infos_dir:
+        from gfd.outputs.koordlet import KoordletDeviceInfos  # json, tempfile: only when asked
+
         koordlet = KoordletDeviceInfos(settings.koordlet_device_infos_dir)
     if annotation is None and koordlet is None:
         return None

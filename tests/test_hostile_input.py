@@ -1,0 +1,577 @@
+"""Hostile input at the command line (issues 10 and 19): ``gfd`` as a real process.
+
+Every bad input ends with exit status 2 and one short line on stderr naming the key, with
+at most ~100 characters of the value; nothing reaches stdout; never a traceback, a hang or
+a crash of the interpreter.  Big-but-valid inputs are served or refused the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gfd.documents import MAX_DOCUMENT_BYTES
+from tests.fakes.fake_apiserver import FakeApiServer
+from tests.process import ROOT, run_gfd
+
+SNAPSHOT = Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml"
+#: a message quotes at most ~100 characters of a value; the rest of the line is words
+LONGEST_LINE = 400
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def base_snapshot() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(SNAPSHOT.read_text())
+    return document
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *words: str, status: int = 2) -> str:
+    """One short ``gfd: error:`` line naming ``words``, exit ``status``, empty stdout."""
+    assert result.returncode == status, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("gfd: error: "), line[:500]
+    assert len(line) <= LONGEST_LINE, line[:500]
+    for word in words:
+        assert word in line, line
+    assert result.stdout == ""
+    return line
+
+
+def oneshot_with_config(tmp_path: Path, text: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    return run_gfd(
+        "--oneshot", "--snapshot-file", str(SNAPSHOT), "--config-file", str(config), *flags
+    )
+
+
+def oneshot_with_snapshot(
+    tmp_path: Path, text: str, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    snapshot = tmp_path / "snapshot.yaml"
+    snapshot.write_text(text)
+    return run_gfd("--oneshot", "--snapshot-file", str(snapshot), *flags)
+
+
+# ------------------------------------------------------------------ YAML alias bombs
+
+
+def alias_bomb(levels: int = 9, width: int = 9) -> str:
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * width) + "]"]
+    for level in range(1, levels):
+        refs = ", ".join([f"*a{level - 1}"] * width)
+        lines.append(f"a{level}: &a{level} [{refs}]")
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_in_the_config_is_refused(tmp_path: Path) -> None:
+    result = oneshot_with_config(tmp_path, "version: v1\n" + alias_bomb())
+    assert_refused(result, "config.yaml", "aliases")
+
+
+def test_alias_bomb_in_the_snapshot_is_refused(tmp_path: Path) -> None:
+    text = SNAPSHOT.read_text().replace("version: v1\n", "version: v1\n" + alias_bomb(), 1)
+    result = oneshot_with_snapshot(tmp_path, text)
+    assert_refused(result, "snapshot.yaml", "aliases")
+
+
+def test_small_alias_bomb_is_refused_in_one_short_line(tmp_path: Path) -> None:
+    # expands to a 39 MB message today: a key whose value is a huge nested list
+    text = alias_bomb(levels=6, width=9).replace("a5:", "flags:")
+    result = oneshot_with_config(tmp_path, "version: v1\n" + text)
+    assert_refused(result, "flags")
+
+
+def test_one_alias_to_a_megabyte_name_used_by_thousands_of_gpus(tmp_path: Path) -> None:
+    document = base_snapshot()
+    gpu = document["gpus"][0]
+    lines = ["version: v1", "driver: {version: 550.54.15, cuda: 12040}", "gpus:"]
+    lines.append(
+        f"- {{index: 0, uuid: GPU-0, name: &n {'A' * 1_000_000}, "
+        "compute_capability: {major: 8, minor: 0}}"
+    )
+    for i in range(1, 3000):
+        lines.append(
+            f"- {{index: {i}, uuid: GPU-{i}, name: *n, compute_capability: {{major: 8, minor: 0}}}}"
+        )
+    del gpu
+    result = oneshot_with_snapshot(tmp_path, "\n".join(lines) + "\n")
+    assert_refused(result, "gpus[0].name", "longer than")
+
+
+# ------------------------------------------------------------------ nesting
+
+
+DEEP = 100_000
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("[" * DEEP + "]" * DEEP, id="json-lists"),
+        pytest.param('{"a":' * DEEP + "1" + "}" * DEEP, id="json-mappings"),
+        pytest.param("flags: " + "[" * DEEP + "]" * DEEP, id="yaml-flow-closed"),
+        pytest.param("flags: " + "[" * DEEP, id="yaml-flow-unclosed"),
+        pytest.param("flags: " + "{a: " * DEEP + "1" + "}" * DEEP, id="yaml-flow-mappings"),
+        pytest.param("flags:\n" + "- " * DEEP + "x\n", id="yaml-block-sequences"),
+    ],
+)
+def test_deep_nesting_is_refused_before_the_parser_recurses(tmp_path: Path, text: str) -> None:
+    config = oneshot_with_config(tmp_path, text)
+    assert config.returncode != -11, "the interpreter crashed (SIGSEGV)"
+    assert_refused(config, "nested deeper")
+    snapshot = oneshot_with_snapshot(tmp_path, text)
+    assert snapshot.returncode != -11, "the interpreter crashed (SIGSEGV)"
+    assert_refused(snapshot, "nested deeper")
+
+
+# ------------------------------------------------------------------ numbers
+
+
+@pytest.mark.parametrize("digits", [5000, 70])
+def test_huge_replicas_are_refused(tmp_path: Path, digits: int) -> None:
+    text = (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        f"    - name: nvidia.com/gpu\n      replicas: {'9' * digits}\n"
+    )
+    assert_refused(oneshot_with_config(tmp_path, text), "replicas")
+
+
+@pytest.mark.parametrize("digits", [5000, 70])
+@pytest.mark.parametrize("as_json", [False, True], ids=["yaml", "json"])
+def test_huge_memory_is_refused_never_published_cut(
+    tmp_path: Path, digits: int, as_json: bool
+) -> None:
+    document = base_snapshot()
+    text = json.dumps(document) if as_json else yaml.safe_dump(document)
+    text = text.replace("40960", "9" * digits, 1)
+    result = oneshot_with_snapshot(tmp_path, text)
+    assert_refused(result, "memory_mib")
+
+
+# ------------------------------------------------------------------ durations
+
+
+@pytest.mark.parametrize(
+    "value",
+    [".nan", ".inf", "-.inf", "9999999999", "3000000h", "'9999999999'", "2562048h", "1" * 5000],
+)
+def test_impossible_intervals_in_the_config_are_refused(tmp_path: Path, value: str) -> None:
+    text = f"version: v1\nflags:\n  gfd:\n    sleepInterval: {value}\n"
+    assert_refused(oneshot_with_config(tmp_path, text), "sleepInterval")
+
+
+@pytest.mark.parametrize("value", ["1e999", "NaN", "-Infinity", "1e10"])
+def test_impossible_intervals_in_a_json_config_are_refused(tmp_path: Path, value: str) -> None:
+    text = '{"version": "v1", "flags": {"gfd": {"sleepInterval": VALUE}}}'.replace("VALUE", value)
+    assert_refused(oneshot_with_config(tmp_path, text), "sleepInterval")
+
+
+@pytest.mark.parametrize("value", ["9999999999", "3000000h", "2562048h", "NaN", "inf"])
+def test_impossible_intervals_on_the_command_line_are_refused(value: str) -> None:
+    result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), "--sleep-interval", value)
+    assert_refused(result, "--sleep-interval")
+
+
+# ------------------------------------------------------------------ patterns
+
+
+def test_backtracking_pattern_against_a_long_name_finishes(tmp_path: Path) -> None:
+    document = base_snapshot()
+    for gpu in document["gpus"]:
+        gpu["name"] = "a" * 90
+    snapshot = tmp_path / "long-name.yaml"
+    snapshot.write_text(yaml.safe_dump(document))
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "version: v1\nresources:\n  gpus:\n"
+        f"  - {{pattern: '{'*a' * 20}*b', name: never}}\n"
+        f"  - {{pattern: '{'*a' * 20}*', name: many-a}}\n"
+    )
+    result = run_gfd(
+        "--oneshot",
+        "--no-timestamp",
+        "--snapshot-file",
+        str(snapshot),
+        "--config-file",
+        str(config),
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/many-a.count=8\n" in result.stdout
+    assert "never" not in result.stdout
+
+
+def test_too_many_patterns_are_refused(tmp_path: Path) -> None:
+    entries = "".join(f"  - {{pattern: 'x{i}', name: r{i % 10}}}\n" for i in range(20_000))
+    result = oneshot_with_config(tmp_path, "version: v1\nresources:\n  gpus:\n" + entries)
+    assert_refused(result, "resources.gpus", "patterns")
+
+
+# ------------------------------------------------------------------ duplicate keys
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("version: v1\nversion: v1\n", "'version'"),
+        (
+            "version: v1\nflags:\n  gfd:\n    sleepInterval: 1s\n    sleepInterval: 5s\n",
+            "'sleepInterval'",
+        ),
+        ("version: v1\nflags: {migStrategy: none, migStrategy: mixed}\n", "'migStrategy'"),
+        (
+            '{"version": "v1", "flags": {"migStrategy": "none", "migStrategy": "mixed"}}',
+            "'migStrategy'",
+        ),
+    ],
+)
+def test_duplicate_keys_in_the_config_are_refused(tmp_path: Path, text: str, key: str) -> None:
+    line = assert_refused(oneshot_with_config(tmp_path, text), "duplicate key")
+    assert key in line
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["yaml", "json"])
+def test_duplicate_keys_in_the_snapshot_are_refused(tmp_path: Path, as_json: bool) -> None:
+    text = json.dumps(base_snapshot()) if as_json else SNAPSHOT.read_text()
+    if as_json:
+        text = text.replace('"memory_mib": 40960', '"memory_mib": 40960, "memory_mib": 1', 1)
+    else:
+        text = text.replace("  memory_mib: 40960\n", "  memory_mib: 40960\n  memory_mib: 1\n", 1)
+    line = assert_refused(oneshot_with_snapshot(tmp_path, text), "duplicate key")
+    assert "'memory_mib'" in line
+
+
+@pytest.mark.parametrize("second", ["gpu", "nvidia.com/gpu"])
+def test_two_sharing_entries_for_one_resource_are_refused(tmp_path: Path, second: str) -> None:
+    text = (
+        "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
+        "    - {name: nvidia.com/gpu, replicas: 4}\n"
+        f"    - {{name: {second}, replicas: 2}}\n"
+    )
+    assert_refused(oneshot_with_config(tmp_path, text), "resources[1].name", "nvidia.com/gpu")
+
+
+# ------------------------------------------------------------------ duplicate GPUs
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("uuid", "GPU-79a2ba02-a537-ccbf-2965-8e9d90c0bd00"),
+        ("pci_bus_id", "0000:07:00.0"),
+        ("pci_bus_id", "0000:07:00.0".upper()),
+        ("index", 0),
+    ],
+)
+def test_two_gpus_with_one_identity_are_refused(tmp_path: Path, field: str, value: Any) -> None:
+    document = base_snapshot()
+    document["gpus"][3][field] = value
+    result = oneshot_with_snapshot(tmp_path, yaml.safe_dump(document))
+    assert_refused(result, f"gpus[3].{field}", "duplicate")
+
+
+# ------------------------------------------------------------------ long values
+
+
+MEGA = "x" * 100_000  # one argv or environ string is at most 128 KiB on Linux
+
+
+@pytest.mark.parametrize(
+    ("flags", "env", "name"),
+    [
+        (["--mig-strategy", MEGA], {}, "--mig-strategy"),
+        (["--sleep-interval", MEGA], {}, "--sleep-interval"),
+        (["--oneshot=" + MEGA], {}, "--oneshot"),
+        ([], {"GFD_MIG_STRATEGY": MEGA}, "GFD_MIG_STRATEGY"),
+        ([], {"GFD_SLEEP_INTERVAL": MEGA}, "GFD_SLEEP_INTERVAL"),
+        ([], {"GFD_ONESHOT": MEGA}, "GFD_ONESHOT"),
+        (["--config-file", "/nonexistent/" + MEGA], {}, "--config-file"),
+        (["--node-name", MEGA, "--use-node-labels"], {}, "--node-name"),
+    ],
+)
+def test_long_flag_and_environment_values_are_clipped(
+    flags: list[str], env: dict[str, str], name: str
+) -> None:
+    result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), *flags, env=env)
+    assert_refused(result, name)
+
+
+@pytest.mark.parametrize("argument", ["--" + MEGA, "extra-" + MEGA])
+def test_long_unknown_arguments_are_clipped(argument: str) -> None:
+    assert_refused(run_gfd("--oneshot", argument))
+
+
+def test_long_config_key_is_clipped_in_its_warning(tmp_path: Path) -> None:
+    text = json.dumps({"version": "v1", "flags": {MEGA * 10: 1}})
+    result = oneshot_with_config(tmp_path, text)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "unknown key" in result.stderr
+    assert max(len(line) for line in result.stderr.splitlines()) <= 1000
+
+
+@pytest.mark.parametrize("where", ["version", "machine", "name", "uuid", "driver"])
+def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, where: str) -> None:
+    document = base_snapshot()
+    long_value = "v" * 1_000_000
+    if where in ("version", "machine"):
+        document[where] = long_value
+    elif where == "driver":
+        document["driver"]["version"] = long_value
+    else:
+        document["gpus"][0][where] = long_value
+    result = oneshot_with_snapshot(tmp_path, yaml.safe_dump(document, width=10**7))
+    assert_refused(result)
+
+
+# ------------------------------------------------------------------ names into URLs
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--node-name", "n1?dryRun=All"),
+        ("--node-name", "../namespaces/kube-system/secrets/x"),
+        ("--node-name", "n1/status"),
+        ("--node-name", "n1#x"),
+        ("--node-name", ".."),
+        ("--node-name", "N1"),
+        ("--pod-name", "../../../nodes/n1"),
+        ("--pod-name", "p?x=1"),
+        ("--namespace", ".."),
+        ("--namespace", "kube-system/secrets"),
+        ("--namespace", "a.b"),
+    ],
+)
+@pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
+def test_names_that_are_not_dns_names_are_refused_before_any_request(
+    tmp_path: Path, flag: str, value: str, output: str
+) -> None:
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
+        result = run_gfd(
+            "--oneshot",
+            "--snapshot-file",
+            str(SNAPSHOT),
+            output,
+            "--kubeconfig",
+            str(kubeconfig),
+            *flags,
+            timeout=60,
+        )
+        assert_refused(result, flag)
+        assert server.requests == []
+
+
+@pytest.mark.parametrize("variable", ["NODE_NAME", "POD_NAME", "NAMESPACE"])
+def test_names_from_the_environment_are_checked_for_the_api_outputs(
+    tmp_path: Path, variable: str
+) -> None:
+    with FakeApiServer() as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
+        env = {"NODE_NAME": "n1", "POD_NAME": "p1", variable: "../x?y=1"}
+        result = run_gfd(
+            "--oneshot",
+            "--snapshot-file",
+            str(SNAPSHOT),
+            "--use-node-feature-api",
+            "--kubeconfig",
+            str(kubeconfig),
+            env=env,
+            timeout=60,
+        )
+        assert_refused(result, variable)
+        assert server.requests == []
+
+
+def test_node_name_from_the_environment_is_not_needed_by_the_file_output() -> None:
+    # CI systems set NODE_NAME for their own use; stdout and the file never put it in a URL
+    result = run_gfd(
+        "--oneshot", "--snapshot-file", str(SNAPSHOT), env={"NODE_NAME": "Build Agent 7"}
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# ------------------------------------------------------------------ stdout that fails
+
+
+def run_with_stdout(stdout: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    from tests.process import GFD, clean_env
+
+    return subprocess.run(
+        [*GFD, *args],
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def closed_stdout(*args: str) -> subprocess.CompletedProcess[str]:
+    from tests.process import GFD, clean_env
+
+    return subprocess.run(
+        ["sh", "-c", 'exec "$@" >&-', "sh", *GFD, *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def assert_one_runtime_line(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("gfd: error: ")
+    for word in words:
+        assert word in lines[0]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+@pytest.mark.parametrize("action", ["--dump-snapshot", "--oneshot"])
+def test_stdout_on_dev_full(action: str) -> None:
+    with open("/dev/full", "w") as full:
+        result = run_with_stdout(full, action, "--snapshot-file", str(SNAPSHOT))
+    assert_one_runtime_line(result, "stdout")
+
+
+@pytest.mark.parametrize("action", ["--dump-snapshot", "--oneshot"])
+def test_stdout_closed(action: str) -> None:
+    assert_one_runtime_line(closed_stdout(action, "--snapshot-file", str(SNAPSHOT)), "stdout")
+
+
+def test_file_output_with_stdout_closed_is_fine(tmp_path: Path) -> None:
+    out = tmp_path / "features"
+    result = closed_stdout("--oneshot", "--snapshot-file", str(SNAPSHOT), "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/gpu.count=8\n" in out.read_text()
+
+
+# ------------------------------------------------------------------ files that are not files
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero", "directory"])
+@pytest.mark.parametrize("flag", ["--config-file", "--snapshot-file"])
+def test_documents_that_are_not_regular_files_are_refused(
+    tmp_path: Path, fifo: Path, special: str, flag: str
+) -> None:
+    path = {"fifo": str(fifo), "/dev/zero": "/dev/zero", "directory": str(tmp_path)}[special]
+    args = ["--oneshot", flag, path]
+    if flag == "--config-file":
+        args += ["--snapshot-file", str(SNAPSHOT)]
+    result = run_gfd(*args, timeout=30)
+    assert_refused(result, flag, "not a regular file")
+
+
+@pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
+def test_kubeconfig_that_is_not_a_regular_file_is_refused(fifo: Path, special: str) -> None:
+    path = str(fifo) if special == "fifo" else special
+    result = run_gfd(
+        "--oneshot",
+        "--snapshot-file",
+        str(SNAPSHOT),
+        "--use-node-labels",
+        "--node-name",
+        "n1",
+        "--kubeconfig",
+        path,
+        timeout=30,
+    )
+    assert_refused(result, "--kubeconfig", "not a regular file")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n"],
+    ids=["alias-bomb", "deep", "duplicate-key"],
+)
+def test_hostile_kubeconfig_is_refused_before_the_client_reads_it(
+    tmp_path: Path, text: str
+) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(text)
+    result = run_gfd(
+        "--oneshot", "--snapshot-file", str(SNAPSHOT), "--use-node-labels", "--node-name", "n1",
+        "--kubeconfig", str(kubeconfig), timeout=30,
+    )  # fmt: skip
+    assert_refused(result, "--kubeconfig")
+
+
+def test_output_path_that_is_a_fifo_is_refused_and_kept(fifo: Path) -> None:
+    result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), "-o", str(fifo), timeout=30)
+    assert_refused(result, "--output-file", "FIFO")
+    assert fifo.is_fifo()
+
+
+def test_cleanup_never_removes_a_fifo_at_the_output_path(fifo: Path) -> None:
+    result = run_gfd("--cleanup", "-o", str(fifo), timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert fifo.is_fifo()
+
+
+# ------------------------------------------------------------------ big but valid
+
+
+def test_document_over_the_size_limit_is_refused_at_once(tmp_path: Path) -> None:
+    big = tmp_path / "big.yaml"
+    with big.open("w") as handle:
+        handle.write("version: v1\n# ")
+        handle.write("x" * (MAX_DOCUMENT_BYTES + 10))
+        handle.write("\n")
+    for flag in ("--config-file", "--snapshot-file"):
+        result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), flag, str(big))
+        assert_refused(result, flag, "larger than the limit")
+
+
+def test_many_mig_gpus_are_refused_or_served_never_a_traceback(tmp_path: Path) -> None:
+    document = base_snapshot()
+    device = {
+        "profile": "1g.5gb",
+        "memory_mib": 4864,
+        "multiprocessors": 14,
+        "slices": {"gi": 1, "ci": 1},
+        "engines": {"copy": 1, "decoder": 0, "encoder": 0, "jpeg": 0, "ofa": 0},
+    }
+    template = copy.deepcopy(document["gpus"][0])
+    template["mig"] = {"enabled": True, "devices": [device] * 7}
+    gpus = []
+    for i in range(10_000):
+        gpu = dict(
+            template, index=i, uuid=f"GPU-{i}", pci_bus_id=f"{i // 256:04x}:{i % 256:02x}:00.0"
+        )
+        gpus.append(gpu)
+    document["gpus"] = gpus
+    text = json.dumps(document)
+    result = oneshot_with_snapshot(tmp_path, text, "--mig-strategy", "mixed")
+    assert "Traceback" not in result.stderr
+    if result.returncode == 0:
+        assert "nvidia.com/mig-1g.5gb.count=70000\n" in result.stdout
+    else:
+        assert_refused(result)

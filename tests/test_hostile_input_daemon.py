@@ -1,0 +1,130 @@
+"""Hostile input under a running daemon (issues 10 and 19): real processes, real FIFOs.
+
+A snapshot, config or output path swapped for a FIFO nobody writes, or for ``/dev/zero``,
+while the daemon runs: that pass (or that reload) fails with one log line, the daemon
+keeps going, and SIGTERM still ends it (``Daemon.stop`` gives up after 30 s — a guard
+against a hang, not a timing assertion).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DGX = Path("examples/snapshots/dgx-a100.yaml")
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def swap_for_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+def swap_for_dev_zero(path: Path) -> None:
+    path.unlink()
+    path.symlink_to("/dev/zero")
+
+
+SWAPS = {"fifo": swap_for_fifo, "dev-zero": swap_for_dev_zero}
+
+
+@pytest.mark.parametrize("swap", sorted(SWAPS))
+def test_snapshot_swapped_for_a_special_file_fails_the_pass(
+    tmp_path: Path, daemons: Any, swap: str
+) -> None:
+    snapshot = tmp_path / "node.yaml"
+    snapshot.write_text(DGX.read_text())
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--sleep-interval", "0.2s", "--output-file", str(out), "--snapshot-file", str(snapshot),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    published = out.read_text()
+    SWAPS[swap](snapshot)
+    failed = daemon.wait_for("pass failed")[0]
+    assert "not a regular file" in failed["error"]
+    assert len(failed["error"]) < 300
+    failed_again = daemon.wait_for("pass failed")[0]  # the loop goes on
+    assert failed_again["error"] == failed["error"]
+    assert out.read_text() == published
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.parametrize("swap", sorted(SWAPS))
+def test_config_swapped_for_a_special_file_fails_the_reload(
+    tmp_path: Path, daemons: Any, swap: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\n")
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--sleep-interval", "0.2s", "--output-file", str(out), "--snapshot-file", str(DGX),
+        "--config-file", str(config),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    SWAPS[swap](config)
+    daemon.process.send_signal(signal.SIGHUP)
+    failure = daemon.wait_for("reload failed; keeping the settings in force")[0]
+    assert "not a regular file" in failure["error"]
+    daemon.wait_for("pass finished")
+    assert daemon.process.poll() is None
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+@pytest.mark.parametrize("interval", ["3000000h", "9999999999", ".nan", ".inf"])
+def test_sighup_into_an_impossible_interval_keeps_the_daemon(
+    tmp_path: Path, daemons: Any, interval: str
+) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("version: v1\n")
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--output-file", str(out), "--snapshot-file", str(DGX), "--config-file", str(config),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    config.write_text(f"version: v1\nflags:\n  gfd:\n    sleepInterval: {interval}\n")
+    daemon.process.send_signal(signal.SIGHUP)
+    failure = daemon.wait_for("reload failed; keeping the settings in force")[0]
+    assert "sleepInterval" in failure["error"]
+    assert daemon.process.poll() is None
+    assert out.exists()
+    assert daemon.stop(signal.SIGTERM) == 0
+
+
+def test_longest_valid_interval_waits_without_crashing(tmp_path: Path, daemons: Any) -> None:
+    out = tmp_path / "gfd"
+    # just under Go's maximum (9223372036.854775807 s), and past threading.TIMEOUT_MAX
+    daemon = daemons(
+        "--sleep-interval", "9223372036.8", "--output-file", str(out),
+        "--snapshot-file", str(DGX),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    daemon.process.send_signal(signal.SIGHUP)  # a new run: a second pass, a second long wait
+    daemon.wait_for("settings reloaded")
+    daemon.wait_for("pass finished")
+    assert daemon.process.poll() is None
+    assert daemon.stop(signal.SIGTERM) == 0
+    # issue 16: the file stays on SIGTERM, with an expiry-time far ahead (4 intervals)
+    assert out.read_text().startswith("# +expiry-time=")
+
+
+def test_output_path_swapped_for_a_fifo_is_never_replaced_or_read(
+    tmp_path: Path, daemons: Any
+) -> None:
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--sleep-interval", "0.2s", "--output-file", str(out), "--snapshot-file", str(DGX),
+    )  # fmt: skip
+    daemon.wait_for("pass finished")
+    swap_for_fifo(out)
+    failed = daemon.wait_for("pass failed")[0]
+    assert "not a regular file" in failed["error"]
+    daemon.wait_for("pass failed")
+    assert out.is_fifo()
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert out.is_fifo()  # not removed on exit either
