@@ -14,7 +14,7 @@ import re
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gfd.documents import (
     as_list,
@@ -34,8 +34,9 @@ from gfd.grammar import (
     wildcard_match,
 )
 from gfd.outputs.registry import output_kind_of
-from gfd.partitions import PartitionTable
-from gfd.partitions import parse_table as parse_partition_table
+
+if TYPE_CHECKING:
+    from gfd.partitions import PartitionTable
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 #: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
@@ -676,7 +677,10 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
     if value is None:
         return None
     try:
-        return parse_partition_table(value, "partitions")
+        # decimal and the table's types load only for a config that has a `partitions:`
+        from gfd.partitions import parse_table
+
+        return parse_table(value, "partitions")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 

@@ -85,6 +85,12 @@ NOT_FOR_A_FILE_ONESHOT = [
     "gfd.outputs.kube",
     "gfd.outputs.nodefeature",
     "gfd.outputs.nodelabels",
+    # the interconnect (issue 17) is read and labelled only when asked for
+    "gfd.outputs.koordlet",
+    "gfd.partitions",
+    "gfd.labels.partitions",
+    "gfd.labels.topology",
+    "gfd.discovery.topology",
 ]
 # ... nor, reading a snapshot file, by NVML discovery
 NOT_FOR_THE_SNAPSHOT_PATH = [
@@ -94,6 +100,7 @@ NOT_FOR_THE_SNAPSHOT_PATH = [
     "uuid",
     "gfd.discovery",
     "json",  # the snapshot is YAML
+    "decimal",  # the partition table's quantities (the NVML path's fake loads it itself)
 ]
 
 

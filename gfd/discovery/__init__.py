@@ -35,11 +35,10 @@ from typing import Any
 
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
-from gfd.discovery import topology as topology_source
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
 from gfd.observability import Metrics, get_logger
 from gfd.settings import DISCOVERY_STRATEGIES, Settings
-from gfd.snapshot import Gpu, LostGpu, Snapshot
+from gfd.snapshot import Gpu, LostGpu, Snapshot, Topology
 
 __all__ = ["discover", "discover_host_only", "read_snapshot"]
 
@@ -92,11 +91,15 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
         machine=sysfs.read_machine_type(settings.machine_type_file),
         vgpu=sysfs.scan_vgpu(settings.sysfs_root),
         gpus=gpus,
-        topology=None
-        if topology is None
-        else topology_source.with_numa_nodes(topology, gpus, settings.sysfs_root),
+        topology=None if topology is None else _with_numa_nodes(topology, gpus, settings),
         lost=reading.lost + missing_from_nvml(settings.sysfs_root, reading, gpus),
     )
+
+
+def _with_numa_nodes(topology: Topology, gpus: tuple[Gpu, ...], settings: Settings) -> Topology:
+    from gfd.discovery import topology as topology_source
+
+    return topology_source.with_numa_nodes(topology, gpus, settings.sysfs_root)
 
 
 def missing_from_nvml(

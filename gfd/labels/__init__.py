@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError, LabelError
-from gfd.labels import devices, keys, node, partitions, topology
+from gfd.labels import devices, keys, node
 from gfd.labels.resources import (
     DEFAULT_GPU_RESOURCE,
     Contribution,
@@ -208,6 +208,9 @@ def build(
         labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
         labels.update(node.clique_label(tuple(gpus), warnings))
         if topology_labels:
+            # the interconnect's modules (and decimal) load only with --topology-labels
+            from gfd.labels import partitions, topology
+
             graph = partitions.link_graph(snapshot)
             table = partitions.partition_table(snapshot, config.partitions)
             labels.update(topology.topology_labels(snapshot, graph, table))

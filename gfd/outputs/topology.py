@@ -15,13 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.labels.partitions import partition_table
 from gfd.observability import get_logger
-from gfd.partitions import PartitionTable, dumps
 
 if TYPE_CHECKING:
     from gfd.outputs.koordlet import KoordletDeviceInfos
     from gfd.outputs.kube import KubeClient
+    from gfd.partitions import PartitionTable
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
@@ -44,6 +43,8 @@ class PartitionsAnnotation:
         self._log = get_logger(output="node-annotation", node=self.node_name)
 
     def publish(self, table: PartitionTable) -> bool:
+        from gfd.partitions import dumps
+
         value = dumps(table) if table else None
         if value == self._published:
             return False
@@ -99,6 +100,8 @@ class TopologyOutputs:
         self.koordlet = koordlet
 
     def publish(self, snapshot: Snapshot, override: PartitionTable | None) -> None:
+        from gfd.labels.partitions import partition_table  # decimal: only when asked for
+
         table = partition_table(snapshot, override)
         if self.annotation is not None:
             self.annotation.publish(table)
