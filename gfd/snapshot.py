@@ -107,6 +107,11 @@ class Driver:
 # The GPU interconnect (optional ``topology`` section; README "Snapshot format").
 NVLINK_REMOTES = ("gpu", "nvswitch", "other")  # nvmlDeviceGetNvLinkRemoteDeviceType
 PCIE_LEVELS = ("internal", "single", "multiple", "hostbridge", "node", "system")
+#: the most GPUs a node with a ``topology`` section may list (the partition table and the
+#: per-pair facts grow with the square of it; real boards have 16 at most), and the link
+#: numbers a GPU may use (NVML_NVLINK_MAX_LINKS is 36 today): README "Limits"
+MAX_TOPOLOGY_GPUS = 256
+MAX_NVLINKS = 64
 
 
 @dataclass(frozen=True)
@@ -409,6 +414,8 @@ def _nvlink(value: Any, path: str) -> NvLink:
         remote_pci_bus_id=r.optional("remote_pci_bus_id", _nullable(_str), None),
     )
     r.finish()
+    if link.link >= MAX_NVLINKS:
+        raise SnapshotError(f"{path}.link: link numbers go from 0 to {MAX_NVLINKS - 1}")
     if link.version == 0:
         raise SnapshotError(f"{path}.version: NVLink generations start at 1")
     return link
@@ -514,6 +521,11 @@ def from_dict(document: Any) -> Snapshot:
     if lost and driver is None:
         raise SnapshotError("driver: required when the snapshot lists lost GPUs")
     if topology is not None:
+        if len(gpus) > MAX_TOPOLOGY_GPUS:
+            raise SnapshotError(
+                f"topology: a snapshot with a topology section lists at most "
+                f"{MAX_TOPOLOGY_GPUS} GPUs, this one {len(gpus)}"
+            )
         _check_topology(topology, set(seen))
     return Snapshot(
         driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost

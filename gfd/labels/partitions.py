@@ -29,7 +29,7 @@ The rules (README "GPU topology"), in one place:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError
@@ -40,7 +40,7 @@ from gfd.partitions import (
     check_against_minors,
     format_quantity,
 )
-from gfd.snapshot import GpuTopology, Snapshot
+from gfd.snapshot import MAX_TOPOLOGY_GPUS, GpuTopology, Snapshot
 
 GB = 10**9
 #: Per-link, per-direction NVLink bandwidth in bytes/s, by generation.
@@ -81,8 +81,8 @@ def _names(entries: Sequence[GpuTopology]) -> dict[int, int]:
 def link_graph(snapshot: Snapshot) -> LinkGraph | None:
     """The NVLink graph of the node; None when the snapshot has no topology."""
     topology = snapshot.topology
-    if topology is None:
-        return None
+    if topology is None or len(snapshot.gpus) > MAX_TOPOLOGY_GPUS:
+        return None  # no snapshot read from a file or NVML has more (a hand-built one)
     entries = {entry.index: entry for entry in topology.gpus}
     for gpu in snapshot.gpus:  # a GPU the topology does not mention has no known links
         entries.setdefault(gpu.index, GpuTopology(index=gpu.index))
@@ -129,67 +129,153 @@ def link_graph(snapshot: Snapshot) -> LinkGraph | None:
 
 # ----------------------------------------------------------------------------- rings
 
+#: a group of at most this many GPUs is always searched exhaustively (8 GPUs need 8 x 2^7
+#: states at most)
+EXACT_MEMBERS = 8
+#: search steps the whole table may spend on larger groups that no polynomial rule settles;
+#: past it such a group counts as no ring (README "Limits": never claimed, never a hang)
+SEARCH_STEPS = 50_000
 
-def _has_cycle(members: Sequence[int], connected: Callable[[int, int], bool]) -> bool:
-    """Whether a cycle runs through every member (a Hamiltonian cycle), for 3+ members."""
-    n = len(members)
-    adjacency = [0] * n
-    for i in range(n):
-        for j in range(n):
-            if i != j and connected(members[i], members[j]):
-                adjacency[i] |= 1 << j
-    degrees = [bin(mask).count("1") for mask in adjacency]
+
+class _Budget:
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+
+def _has_cycle(adjacency: Sequence[int], budget: _Budget) -> bool:
+    """Whether a cycle runs through every vertex (a Hamiltonian cycle), for 3+ vertices;
+    ``adjacency[i]`` is the bit mask of ``i``'s neighbours.
+
+    Settled in polynomial time where a rule applies: a vertex of degree < 2 or a
+    disconnected graph has none; Dirac's (every degree >= n/2) and Ore's (every
+    non-adjacent pair's degrees sum to >= n) conditions guarantee one.  Otherwise a
+    depth-first search with dead-state memo, exhaustive for small groups and bounded by
+    ``budget`` for larger ones (a search cut short answers no)."""
+    n = len(adjacency)
+    full = (1 << n) - 1
+    degrees = [mask.bit_count() for mask in adjacency]
     if min(degrees) < 2:
         return False
-    if min(degrees) * 2 >= n:  # Dirac's theorem: such a graph always has one
-        return True
-    full = (1 << n) - 1
-    dead: set[tuple[int, int]] = set()
-
-    def extend(node: int, visited: int) -> bool:
-        if visited == full:
-            return bool(adjacency[node] & 1)
-        if (node, visited) in dead:
-            return False
-        candidates = adjacency[node] & ~visited
-        while candidates:
-            low = candidates & -candidates
-            candidates ^= low
-            if extend(low.bit_length() - 1, visited | low):
-                return True
-        dead.add((node, visited))
+    reached = frontier = 1
+    while frontier:
+        spread = 0
+        while frontier:
+            low = frontier & -frontier
+            frontier ^= low
+            spread |= adjacency[low.bit_length() - 1]
+        frontier = spread & ~reached
+        reached |= spread
+    if reached != full:
         return False
+    if min(degrees) * 2 >= n:  # Dirac's theorem
+        return True
+    if all(
+        degrees[i] + degrees[j] >= n
+        for i in range(n)
+        for j in range(i + 1, n)
+        if not adjacency[i] >> j & 1
+    ):  # Ore's theorem
+        return True
+    return _search(adjacency, None if n <= EXACT_MEMBERS else budget)
 
-    return extend(0, 1)
+
+def _search(adjacency: Sequence[int], budget: _Budget | None) -> bool:
+    """Depth-first search for a Hamiltonian cycle from vertex 0 (iterative: no recursion
+    limit), trying the neighbour with the fewest onward choices first (Warnsdorff's rule);
+    ``budget`` None: exhaustive."""
+    full = (1 << len(adjacency)) - 1
+    dead: set[tuple[int, int]] = set()  # (vertex, visited) known not to complete a cycle
+
+    def choices(vertex: int, visited: int) -> list[int]:
+        mask, found = adjacency[vertex] & ~visited, []
+        while mask:
+            low = mask & -mask
+            mask ^= low
+            found.append(low.bit_length() - 1)
+        found.sort(key=lambda v: ((adjacency[v] & ~visited).bit_count(), v), reverse=True)
+        return found  # popped from the end: fewest onward choices first
+
+    stack = [(0, 1, choices(0, 1))]
+    while stack:
+        vertex, visited, candidates = stack[-1]
+        if visited == full and adjacency[vertex] & 1:
+            return True
+        if not candidates:
+            dead.add((vertex, visited))
+            stack.pop()
+            continue
+        following = candidates.pop()
+        now = visited | 1 << following
+        if (following, now) in dead or not _viable(adjacency, vertex, following, now, full):
+            continue
+        if budget is not None:
+            if budget.left <= 0:
+                return False
+            budget.left -= 1
+        stack.append((following, now, choices(following, now)))
+    return False
 
 
-def ring(graph: LinkGraph, members: Sequence[int]) -> tuple[bool, int | None]:
+def _viable(adjacency: Sequence[int], inner: int, end: int, visited: int, full: int) -> bool:
+    """Whether a path from vertex 0 that has just made ``inner`` an inner vertex and ends
+    at ``end`` can still close a cycle: the start needs a way back, and every unvisited
+    neighbour of ``inner`` still two usable neighbours (unvisited ones, the end, the start)."""
+    if visited == full:
+        return True
+    usable = (full & ~visited) | 1 << end | 1
+    if not adjacency[0] & ((full & ~visited) | 1 << end):
+        return False
+    mask = adjacency[inner] & ~visited
+    while mask:
+        low = mask & -mask
+        mask ^= low
+        if (adjacency[low.bit_length() - 1] & usable).bit_count() < 2:
+            return False
+    return True
+
+
+def ring(
+    graph: LinkGraph, members: Sequence[int], budget: _Budget | None = None
+) -> tuple[bool, int | None]:
     """(whether ``members`` form an NVLink ring, the best ring's bottleneck bandwidth)."""
     if len(members) < 2:
         return True, None
-    hops = {
-        (a, b): hop
+    budget = _Budget(SEARCH_STEPS) if budget is None else budget
+    hops = [
+        (i, j, hop)
         for i, a in enumerate(members)
-        for b in members[i + 1 :]
-        if (hop := graph.hop(a, b)) is not None
-    }
+        for j in range(i + 1, len(members))
+        if (hop := graph.hop(a, members[j])) is not None
+    ]
     if len(members) == 2:
-        only = hops.get((members[0], members[1]))
-        return (only is not None), (None if only is None else only.bandwidth)
-    known = all(hop.bandwidth is not None for hop in hops.values())
+        return (True, hops[0][2].bandwidth) if hops else (False, None)
+    if not hops:
+        return False, None
+    known = all(hop.bandwidth is not None for _, _, hop in hops)
 
     def weight(hop: Hop) -> int:
         return hop.bandwidth if known and hop.bandwidth is not None else hop.links
 
-    for threshold in sorted({weight(hop) for hop in hops.values()}, reverse=True):
+    def cycle_at(threshold: int) -> bool:
+        adjacency = [0] * len(members)
+        for i, j, hop in hops:
+            if weight(hop) >= threshold:
+                adjacency[i] |= 1 << j
+                adjacency[j] |= 1 << i
+        return _has_cycle(adjacency, budget)
 
-        def strong(a: int, b: int, t: int = threshold) -> bool:
-            hop = hops.get((a, b) if a < b else (b, a))
-            return hop is not None and weight(hop) >= t
-
-        if _has_cycle(members, strong):
-            return True, (threshold if known else None)
-    return False, None
+    # a ring at a threshold is one at every lower threshold: search for the highest
+    thresholds = sorted({weight(hop) for _, _, hop in hops})
+    if not cycle_at(thresholds[0]):
+        return False, None
+    low, high = 0, len(thresholds) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if cycle_at(thresholds[middle]):
+            low = middle
+        else:
+            high = middle - 1
+    return True, (thresholds[low] if known else None)
 
 
 # ----------------------------------------------------------------------------- table
@@ -201,6 +287,7 @@ def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
         return {}
     present = set(graph.minors)
     table: dict[int, tuple[Partition, ...]] = {}
+    budget = _Budget(SEARCH_STEPS)
     size = 2
     while size <= len(present):
         found: list[tuple[tuple[int, ...], int | None]] = []
@@ -208,7 +295,7 @@ def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
             members = tuple(range(start, start + size))
             if not present.issuperset(members):
                 continue
-            ok, bandwidth = ring(graph, members)
+            ok, bandwidth = ring(graph, members, budget)
             if ok:
                 found.append((members, bandwidth))
         if found:
