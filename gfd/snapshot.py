@@ -513,11 +513,28 @@ def from_dict(document: Any) -> Snapshot:
                 f"(also gpus[{seen[gpu.index]}])"
             )
         seen[gpu.index] = position
+    buses = {gpu.pci_bus_id.lower(): "gpus" for gpu in gpus if gpu.pci_bus_id}
+    lost_indices: dict[int, int] = {}
     for position, gone in enumerate(lost):
         if gone.index is not None and gone.index in seen:
             raise SnapshotError(
                 f"lost_gpus[{position}].index: GPU {gone.index} is also listed in gpus"
             )
+        if gone.index is not None:
+            if gone.index in lost_indices:
+                raise SnapshotError(
+                    f"lost_gpus[{position}].index: GPU {gone.index} is listed twice "
+                    f"(also lost_gpus[{lost_indices[gone.index]}])"
+                )
+            lost_indices[gone.index] = position
+        bus = gone.pci_bus_id.lower()
+        if bus:
+            if bus in buses:
+                raise SnapshotError(
+                    f"lost_gpus[{position}].pci_bus_id: {gone.pci_bus_id[:100]!r} is also "
+                    f"listed in {buses[bus]}"
+                )
+            buses[bus] = f"lost_gpus[{position}]"
     if lost and driver is None:
         raise SnapshotError("driver: required when the snapshot lists lost GPUs")
     if topology is not None:

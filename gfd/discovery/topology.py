@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gfd.discovery.sysfs import read_attribute
 from gfd.observability import get_logger
 from gfd.snapshot import (
     MAX_NVLINKS,
@@ -113,12 +114,11 @@ def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
     if not bus_id:
         return None
     path = os.path.join(sysfs_root, "bus", "pci", "devices", bus_id, "numa_node")
-    try:
-        with open(path, encoding="ascii") as handle:
-            node = int(handle.read().strip())
-    except (OSError, UnicodeDecodeError, ValueError):
+    text = read_attribute(path, limit=32)
+    if text is None or not text.isascii() or not text.lstrip("-").isdigit():
         return None
-    return node if node >= 0 else None
+    node = int(text)
+    return node if 0 <= node <= UINT32_MAX else None
 
 
 def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
