@@ -132,9 +132,10 @@ def link_graph(snapshot: Snapshot) -> LinkGraph | None:
 #: a group of at most this many GPUs is always searched exhaustively (8 GPUs need 8 x 2^7
 #: states at most)
 EXACT_MEMBERS = 8
-#: search steps the whole table may spend on larger groups that no polynomial rule settles;
-#: past it such a group counts as no ring (README "Limits": never claimed, never a hang)
-SEARCH_STEPS = 50_000
+#: search work (candidate vertices and the neighbours each makes checked) the whole table
+#: may spend on groups larger than EXACT_MEMBERS that no polynomial rule settles; past it
+#: such a group counts as no ring (README "Limits": never claimed, never a hang)
+SEARCH_STEPS = 200_000
 
 
 class _Budget:
@@ -206,12 +207,12 @@ def _search(adjacency: Sequence[int], budget: _Budget | None) -> bool:
             continue
         following = candidates.pop()
         now = visited | 1 << following
-        if (following, now) in dead or not _viable(adjacency, vertex, following, now, full):
-            continue
-        if budget is not None:
+        if budget is not None:  # charged for the work: the neighbours looked at
             if budget.left <= 0:
                 return False
-            budget.left -= 1
+            budget.left -= 1 + (adjacency[vertex] & ~now).bit_count()
+        if (following, now) in dead or not _viable(adjacency, vertex, following, now, full):
+            continue
         stack.append((following, now, choices(following, now)))
     return False
 
