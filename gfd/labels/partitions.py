@@ -78,8 +78,25 @@ def _names(entries: Sequence[GpuTopology]) -> dict[int, int]:
     return {entry.index: entry.index for entry in entries}
 
 
+#: the last snapshot's graph and computed table: a pass asks for them up to three times
+#: (labels, node annotation, koordlet file) and a 256-GPU graph costs 0.2 s.  Keyed by
+#: identity, holding the snapshot so its id is not reused: the answer is the same as
+#: computing afresh, so the functions stay pure in what they return.
+_last_graph: tuple[Snapshot | None, LinkGraph | None] = (None, None)
+_last_table: tuple[LinkGraph | None, dict[int, tuple[Partition, ...]]] = (None, {})
+
+
 def link_graph(snapshot: Snapshot) -> LinkGraph | None:
     """The NVLink graph of the node; None when the snapshot has no topology."""
+    global _last_graph
+    if _last_graph[0] is snapshot:
+        return _last_graph[1]
+    graph = _link_graph(snapshot)
+    _last_graph = (snapshot, graph)
+    return graph
+
+
+def _link_graph(snapshot: Snapshot) -> LinkGraph | None:
     topology = snapshot.topology
     if topology is None or len(snapshot.gpus) > MAX_TOPOLOGY_GPUS:
         return None  # no snapshot read from a file or NVML has more (a hand-built one)
@@ -129,8 +146,8 @@ def link_graph(snapshot: Snapshot) -> LinkGraph | None:
 
 # ----------------------------------------------------------------------------- rings
 
-#: a group of at most this many GPUs is always searched exhaustively (8 GPUs need 8 x 2^7
-#: states at most)
+#: a group of at most this many GPUs is always searched exactly (subsets: 8 GPUs need
+#: 2^7 sets of paths at most)
 EXACT_MEMBERS = 8
 #: search work (candidate vertices and the neighbours each makes checked) the whole table
 #: may spend on groups larger than EXACT_MEMBERS that no polynomial rule settles; past it
@@ -149,9 +166,9 @@ def _has_cycle(adjacency: Sequence[int], budget: _Budget) -> bool:
 
     Settled in polynomial time where a rule applies: a vertex of degree < 2 or a
     disconnected graph has none; Dirac's (every degree >= n/2) and Ore's (every
-    non-adjacent pair's degrees sum to >= n) conditions guarantee one.  Otherwise a
-    depth-first search with dead-state memo, exhaustive for small groups and bounded by
-    ``budget`` for larger ones (a search cut short answers no)."""
+    non-adjacent pair's degrees sum to >= n) conditions guarantee one.  Otherwise an
+    exact subset search for small groups, and for larger ones a depth-first search with
+    dead-state memo bounded by ``budget`` (a search cut short answers no)."""
     n = len(adjacency)
     full = (1 << n) - 1
     degrees = [mask.bit_count() for mask in adjacency]
@@ -177,13 +194,34 @@ def _has_cycle(adjacency: Sequence[int], budget: _Budget) -> bool:
         if not adjacency[i] >> j & 1
     ):  # Ore's theorem
         return True
-    return _search(adjacency, None if n <= EXACT_MEMBERS else budget)
+    if n <= EXACT_MEMBERS:
+        return _exact(adjacency)
+    return _search(adjacency, budget)
+
+
+def _exact(adjacency: Sequence[int]) -> bool:
+    """Held-Karp over subsets: ``ends[mask]`` holds the vertices a path from vertex 0
+    through exactly ``mask`` can end at (at most 2^(n-1) masks of n ends: bounded work)."""
+    full = (1 << len(adjacency)) - 1
+    ends = [0] * (full + 1)
+    ends[1] = 1
+    for mask in range(1, full + 1, 2):  # the masks holding vertex 0
+        at = ends[mask]
+        while at:
+            low = at & -at
+            at ^= low
+            onward = adjacency[low.bit_length() - 1] & ~mask
+            while onward:
+                step = onward & -onward
+                onward ^= step
+                ends[mask | step] |= step
+    return bool(ends[full] & adjacency[0])
 
 
 def _search(adjacency: Sequence[int], budget: _Budget | None) -> bool:
     """Depth-first search for a Hamiltonian cycle from vertex 0 (iterative: no recursion
-    limit), trying the neighbour with the fewest onward choices first (Warnsdorff's rule);
-    ``budget`` None: exhaustive."""
+    limit), trying the neighbour with the fewest onward choices first (Warnsdorff's rule)
+    and pruning paths that strand a vertex; ``budget`` None: exhaustive."""
     full = (1 << len(adjacency)) - 1
     dead: set[tuple[int, int]] = set()  # (vertex, visited) known not to complete a cycle
 
@@ -284,6 +322,15 @@ def ring(
 
 def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     """The partition table the topology allows (module docstring for the rules)."""
+    global _last_table
+    if graph is not None and _last_table[0] is graph:
+        return dict(_last_table[1])
+    table = _computed_table(graph)
+    _last_table = (graph, table)
+    return dict(table)
+
+
+def _computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     if graph is None or not graph.minors:
         return {}
     present = set(graph.minors)
