@@ -112,6 +112,7 @@ PCIE_LEVELS = ("internal", "single", "multiple", "hostbridge", "node", "system")
 #: numbers a GPU may use (NVML_NVLINK_MAX_LINKS is 36 today): README "Limits"
 MAX_TOPOLOGY_GPUS = 256
 MAX_NVLINKS = 64
+MAX_TOPOLOGY_NUMBER = 2**31 - 1  # minors, NUMA nodes
 
 
 @dataclass(frozen=True)
@@ -421,13 +422,21 @@ def _nvlink(value: Any, path: str) -> NvLink:
     return link
 
 
+def _small_int(value: Any, path: str) -> int:
+    """A minor or NUMA node number: what Koordinator's Go ``int`` (32-bit at worst) holds."""
+    number = _non_negative_int(value, path)
+    if number > MAX_TOPOLOGY_NUMBER:
+        raise SnapshotError(f"{path}: expected at most {MAX_TOPOLOGY_NUMBER}, got {number}")
+    return number
+
+
 def _gpu_topology(value: Any, path: str) -> GpuTopology:
     r = _Reader(value, path)
     raw_links: list[Any] = r.optional("nvlinks", _list, [])
     gpu = GpuTopology(
         index=r.required("index", _non_negative_int),
-        minor=r.optional("minor", _nullable(_non_negative_int), None),
-        numa_node=r.optional("numa_node", _nullable(_non_negative_int), None),
+        minor=r.optional("minor", _nullable(_small_int), None),
+        numa_node=r.optional("numa_node", _nullable(_small_int), None),
         cpu_affinity=r.optional("cpu_affinity", _nullable(_cpu_list), None),
         nvlinks=tuple(_nvlink(item, f"{path}.nvlinks[{i}]") for i, item in enumerate(raw_links)),
     )

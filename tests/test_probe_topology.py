@@ -191,6 +191,28 @@ def test_a_link_number_past_the_limit_is_refused() -> None:
         snapshot_io.from_dict(document)
 
 
+@pytest.mark.parametrize("key", ["minor", "numa_node"])
+def test_a_minor_or_numa_node_koordinator_cannot_read_is_refused(key: str) -> None:
+    """A minor past Go's int32 went into the partition table, whose JSON Koordinator then
+    rejects whole."""
+    document = json.loads(snapshot_io.dumps_json(node(2, [(0, 1)])))
+    document["topology"]["gpus"][1][key] = 2**31
+    with pytest.raises(SnapshotError, match=rf"topology\.gpus\[1\]\.{key}: expected at most"):
+        snapshot_io.from_dict(document)
+
+
+def test_a_minor_past_the_limit_from_nvml_is_left_out(tmp_path: Path) -> None:
+    snap = snapshot_io.load(str(EXAMPLES / "l40s-pcie.yaml"))
+    fake = FakeNvml.from_snapshot(snap)
+    fake.module.nvmlDeviceGetMinorNumber = lambda handle: 2**31
+    found = discover(
+        dataclasses.replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module
+    )
+    assert found.topology is not None
+    assert {entry.minor for entry in found.topology.gpus} == {None}
+    assert snapshot_io.loads(snapshot_io.dumps(found)) == found
+
+
 def test_link_graph_of_a_hand_built_oversized_snapshot_is_none() -> None:
     assert link_graph(node(MAX_TOPOLOGY_GPUS + 1, [])) is None
 

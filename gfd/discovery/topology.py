@@ -33,6 +33,7 @@ from gfd.observability import get_logger
 from gfd.snapshot import (
     MAX_NVLINKS,
     MAX_TOPOLOGY_GPUS,
+    MAX_TOPOLOGY_NUMBER,
     Gpu,
     GpuPair,
     GpuTopology,
@@ -118,7 +119,7 @@ def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
     if text is None or not text.isascii() or not text.lstrip("-").isdigit():
         return None
     node = int(text)
-    return node if 0 <= node <= UINT32_MAX else None
+    return node if 0 <= node <= MAX_TOPOLOGY_NUMBER else None
 
 
 def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
@@ -185,9 +186,9 @@ class TopologyReader:
             raise _Unanswered(None)
         return value
 
-    def _optional_number(self, name: str, *args: Any) -> int | None:
+    def _optional_number(self, name: str, *args: Any, limit: int = UINT32_MAX) -> int | None:
         try:
-            return self._number(name, *args)
+            return self._number(name, *args, limit=limit)
         except _Unanswered:
             return None
 
@@ -217,7 +218,7 @@ class TopologyReader:
         return Topology(gpus=tuple(entries), pairs=tuple(pairs))
 
     def _gpu(self, gpu: Gpu, handle: Any) -> GpuTopology:
-        minor = self._optional_number("nvmlDeviceGetMinorNumber", handle)
+        minor = self._optional_number("nvmlDeviceGetMinorNumber", handle, limit=MAX_TOPOLOGY_NUMBER)
         words = self._optional("nvmlDeviceGetCpuAffinity", handle, CPU_SET_WORDS)
         return GpuTopology(
             index=gpu.index,
