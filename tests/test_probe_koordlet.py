@@ -41,12 +41,18 @@ def temp_dir_file(directory: Path, victim: Path) -> None:
     (directory / TEMP_DIR).write_text("not a directory")
 
 
+def temp_dir_world_writable(directory: Path, victim: Path) -> None:
+    (directory / TEMP_DIR).mkdir()
+    os.chmod(directory / TEMP_DIR, 0o777)  # anyone could swap the file before its rename
+
+
 PLANTED: list[object] = [
     pytest.param(symlink_to_victim, id="file-is-symlink"),
     pytest.param(fifo, id="file-is-fifo"),
     pytest.param(subdirectory, id="file-is-directory"),
     pytest.param(temp_dir_symlink, id="temp-dir-is-symlink"),
     pytest.param(temp_dir_file, id="temp-dir-is-file"),
+    pytest.param(temp_dir_world_writable, id="temp-dir-world-writable"),
 ]
 
 
