@@ -121,3 +121,25 @@ def test_cleanup_never_removes_a_fifo_or_directory(tmp_path: Path) -> None:
         output.cleanup()
     output.on_exit()  # not its own file: left alone, no block
     assert fifo.is_fifo()
+
+
+def test_a_running_daemon_does_not_rewrite_a_current_file(tmp_path: Path, daemons: Any) -> None:
+    """The expiry is checked on every pass; it must not turn into a write every pass."""
+    out = tmp_path / "gfd"
+    daemon = daemons(
+        "--sleep-interval",
+        "1s",
+        "--expiry-horizon",
+        "60s",
+        "--output-file",
+        str(out),
+        "--snapshot-file",
+        DGX,
+        "--no-timestamp",
+    )
+    daemon.wait_for("pass finished")
+    inode, text = out.stat().st_ino, out.read_text()
+    daemon.wait_for("pass finished", count=4)
+    assert (out.stat().st_ino, out.read_text()) == (inode, text)
+    assert daemon.stop(signal.SIGTERM) == 0
+    assert out.read_text() == text  # kept on exit, expiry and all
