@@ -213,6 +213,22 @@ def test_a_minor_past_the_limit_from_nvml_is_left_out(tmp_path: Path) -> None:
     assert snapshot_io.loads(snapshot_io.dumps(found)) == found
 
 
+def test_sparse_large_minors_cost_nothing(tmp_path: Path) -> None:
+    """Two linked GPUs with minors 0 and 2^31 - 2: the table walked every buddy group up to
+    the largest minor (a billion candidates)."""
+    snap = node(4, [(0, 1), (2, 3)])
+    assert snap.topology is not None
+    far = 2**31 - 2
+    entries = list(snap.topology.gpus)
+    entries[2] = dataclasses.replace(entries[2], minor=far)
+    entries[3] = dataclasses.replace(entries[3], minor=far + 1)
+    snap = dataclasses.replace(snap, topology=Topology(gpus=tuple(entries)))
+    result = dump_partitions(write(tmp_path, snap))
+    assert result.returncode == 0, result.stderr
+    table = json.loads(result.stdout)
+    assert [p["minors"] for p in table["2"]] == [[0, 1], [far, far + 1]]
+
+
 def test_link_graph_of_a_hand_built_oversized_snapshot_is_none() -> None:
     assert link_graph(node(MAX_TOPOLOGY_GPUS + 1, [])) is None
 

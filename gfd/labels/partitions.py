@@ -339,7 +339,8 @@ def _computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]
     size = 2
     while size <= len(present):
         found: list[tuple[tuple[int, ...], int | None]] = []
-        for start in range(0, max(present) + 1, size):
+        # only the buddy groups that hold a GPU (minors may be sparse and large)
+        for start in sorted({minor - minor % size for minor in present}):
             members = tuple(range(start, start + size))
             if not present.issuperset(members):
                 continue
