@@ -41,9 +41,10 @@ def temp_dir_file(directory: Path, victim: Path) -> None:
     (directory / TEMP_DIR).write_text("not a directory")
 
 
-def temp_dir_world_writable(directory: Path, victim: Path) -> None:
+def temp_dir_of_another_user(directory: Path, victim: Path) -> None:
     (directory / TEMP_DIR).mkdir()
-    os.chmod(directory / TEMP_DIR, 0o777)  # anyone could swap the file before its rename
+    os.chmod(directory / TEMP_DIR, 0o777)
+    os.chown(directory / TEMP_DIR, 4242, 4242)  # could swap the file before its rename
 
 
 PLANTED: list[object] = [
@@ -52,7 +53,11 @@ PLANTED: list[object] = [
     pytest.param(subdirectory, id="file-is-directory"),
     pytest.param(temp_dir_symlink, id="temp-dir-is-symlink"),
     pytest.param(temp_dir_file, id="temp-dir-is-file"),
-    pytest.param(temp_dir_world_writable, id="temp-dir-world-writable"),
+    pytest.param(
+        temp_dir_of_another_user,
+        id="temp-dir-of-another-user",
+        marks=pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root"),
+    ),
 ]
 
 
@@ -157,3 +162,11 @@ def test_a_fifo_swapped_in_while_running_fails_the_pass_without_blocking(
     with pytest.raises(PublishError, match="not a regular file"):
         output.publish(snap, table)
     assert (tmp_path / FILE_NAME).is_fifo()
+
+
+def test_its_own_temp_dir_left_writable_by_others_is_made_private(tmp_path: Path) -> None:
+    (tmp_path / TEMP_DIR).mkdir()
+    os.chmod(tmp_path / TEMP_DIR, 0o777)
+    snap, table = snapshot_and_table()
+    assert KoordletDeviceInfos(str(tmp_path)).publish(snap, table) is True
+    assert (tmp_path / TEMP_DIR).stat().st_mode & 0o777 == 0o700

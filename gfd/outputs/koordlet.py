@@ -210,13 +210,15 @@ class KoordletDeviceInfos:
         name = f"gfd-{os.getpid()}-{secrets.token_hex(4)}"
         try:
             status = os.fstat(temp_dir)
-            if status.st_uid != os.geteuid() or status.st_mode & 0o022:
+            if status.st_uid != os.geteuid():
                 # another user could swap the file between its write and its rename
                 raise PublishError(
                     f"cannot write koordlet device infos {self.path}: "
-                    f"{os.path.join(self.directory, TEMP_DIR)} is not gfd's own private "
-                    "directory (owner or permissions); remove it by hand"
+                    f"{os.path.join(self.directory, TEMP_DIR)} belongs to another user; "
+                    "remove it by hand"
                 )
+            if status.st_mode & 0o077:  # ours, but others may write in it: private first
+                os.fchmod(temp_dir, 0o700)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             fd = os.open(name, flags | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=temp_dir)
             try:
