@@ -208,6 +208,12 @@ class Agent:
             if features != self.output.features:
                 self.output.features = features
                 self.published = None
+                node = features["attributes"].get("nvidia.node") or {}
+                omitted = (node.get("elements") or {}).get("omitted")
+                if omitted:
+                    self.log.warning(
+                        "NodeFeature instances left out to keep it small", omitted=omitted
+                    )
 
     def _confirm_loss(self, snapshot: Snapshot) -> None:
         """A lost GPU is labelled only when two discoveries in a row find it lost: the

@@ -36,6 +36,9 @@ DEFAULT_MIN_EXPIRY_HORIZON = 3600.0
 EXPIRY_INTERVALS = 4
 #: an explicit horizon must leave a renewing daemon this many passes
 MIN_EXPIRY_INTERVALS = 3
+#: and never be shorter than nfd-worker's default re-read (sleepInterval 60s): a shorter
+#: expiry (1ns, 0.5s) is dead on arrival, the labels dropped before NFD reads them
+MIN_EXPIRY_HORIZON = 60.0
 RESOURCE_PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
@@ -927,9 +930,13 @@ def _validate(settings: Settings) -> None:
         flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
         raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
     horizon = settings.expiry_horizon
+    if horizon is not None and horizon < MIN_EXPIRY_HORIZON:
+        raise UsageError(
+            f"--expiry-horizon {format_duration(horizon)}: must be at least "
+            f"{format_duration(MIN_EXPIRY_HORIZON)} (a shorter expiry lapses before NFD reads "
+            "the features file)"
+        )
     if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
-        from gfd.durations import format_duration
-
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(
