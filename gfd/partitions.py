@@ -49,6 +49,19 @@ _SUFFIXES = {
     "Ei": 2**60,
 }
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+_SIZE = re.compile(r"[0-9]{1,6}")
+_LINK_TYPE = re.compile(r"[A-Za-z0-9][-A-Za-z0-9_.]{0,62}")
+
+#: what an operator's table may hold (README "Limits"): Go's ``int`` on every platform for
+#: minors and scores (Koordinator reads them as ``int``; a bigger number fails its whole
+#: JSON), a bandwidth that fits a quantity's int64, sizes up to the topology GPU limit, and
+#: at most 64 KiB of JSON (a Node's annotations hold 256 KiB in all; the largest computed
+#: table, 256 GPUs on NVSwitch, is 43 KiB)
+MAX_INT = 2**31 - 1
+MAX_BANDWIDTH = 2**63 - 1
+MAX_QUANTITY_CHARS = 32
+MAX_SIZE = 256
+MAX_TABLE_BYTES = 64 * 1024
 
 
 def format_quantity(value: int) -> str:
@@ -64,7 +77,7 @@ def format_quantity(value: int) -> str:
 
 def parse_quantity(text: str) -> int:
     """A quantity with an optional SI or binary suffix, as a whole number of bytes."""
-    match = _QUANTITY.match(text.strip())
+    match = _QUANTITY.match(text.strip()) if len(text) <= MAX_QUANTITY_CHARS else None
     if match is None:
         raise ValueError(f"{text[:100]!r} is not a quantity like 450G or 400Gi")
     number, suffix = match.groups()
@@ -124,19 +137,40 @@ def parse_table(value: Any, where: str) -> dict[int, tuple[Partition, ...]]:
         raise ValueError(f"{where}: expected a mapping of sizes to lists, got {_describe(value)}")
     table: dict[int, tuple[Partition, ...]] = {}
     for key, raw in value.items():
-        key_where = f"{where}.{key}"
         text = str(key)
-        if isinstance(key, bool) or not text.isdigit() or int(text) < 1:
-            raise ValueError(f"{key_where}: a size is a positive integer, got {_describe(key)}")
+        key_where = f"{where}.{_clip(text)}"
+        if isinstance(key, bool) or not _SIZE.fullmatch(text) or not 1 <= int(text) <= MAX_SIZE:
+            got = _describe(key)
+            raise ValueError(
+                f"{key_where}: a size is a positive integer (up to {MAX_SIZE}), got {got}"
+            )
         size = int(text)
         if size in table:
             raise ValueError(f"{key_where}: size {size} is given twice")
         if not isinstance(raw, list):
             raise ValueError(f"{key_where}: expected a list of partitions, got {_describe(raw)}")
-        table[size] = tuple(
-            _parse_partition(item, f"{key_where}[{i}]", size) for i, item in enumerate(raw)
+        parsed = []
+        seen: dict[tuple[int, ...], int] = {}
+        for i, item in enumerate(raw):
+            partition = _parse_partition(item, f"{key_where}[{i}]", size)
+            if partition.minors in seen:
+                first = f"{key_where}[{seen[partition.minors]}]"
+                raise ValueError(f"{key_where}[{i}].minors: the same GPUs as {first}")
+            seen[partition.minors] = i
+            parsed.append(partition)
+        table[size] = tuple(parsed)
+    result = dict(sorted(table.items()))
+    length = len(dumps(result))
+    if length > MAX_TABLE_BYTES:
+        raise ValueError(
+            f"{where}: the table takes {length} bytes of JSON, more than the {MAX_TABLE_BYTES} "
+            "a node annotation may take"
         )
-    return dict(sorted(table.items()))
+    return result
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _parse_partition(value: Any, where: str, size: int) -> Partition:
@@ -145,31 +179,47 @@ def _parse_partition(value: Any, where: str, size: int) -> Partition:
     known = {"minors", "gpuLinkType", "ringBusBandwidth", "allocationScore"}
     for key in value:
         if key not in known:
-            raise ValueError(f"{where}.{key}: unknown key")
+            raise ValueError(f"{where}.{_clip(str(key))}: unknown key")
     minors = value.get("minors")
     if not isinstance(minors, list) or not all(
-        isinstance(m, int) and not isinstance(m, bool) and m >= 0 for m in minors
+        isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= MAX_INT for m in minors
     ):
-        raise ValueError(f"{where}.minors: expected a list of GPU minors, got {_describe(minors)}")
-    if len(set(minors)) != len(minors) or len(minors) != size:
-        raise ValueError(f"{where}.minors: expected {size} different minors, got {minors}")
-    link_type = value.get("gpuLinkType", NVLINK)
-    if not isinstance(link_type, str) or not link_type:
-        raise ValueError(f"{where}.gpuLinkType: expected a string, got {_describe(link_type)}")
-    score = value.get("allocationScore", 1)
-    if isinstance(score, bool) or not isinstance(score, int) or score < 1:
         raise ValueError(
-            f"{where}.allocationScore: expected an integer >= 1 (1 is best), got {_describe(score)}"
+            f"{where}.minors: expected a list of GPU minors (0 to {MAX_INT}), "
+            f"got {_describe(minors)}"
+        )
+    if len(minors) != size or len(set(minors)) != len(minors):
+        raise ValueError(
+            f"{where}.minors: expected {size} different minors, got {_describe(minors)}"
+        )
+    link_type = value.get("gpuLinkType", NVLINK)
+    if not isinstance(link_type, str) or not _LINK_TYPE.fullmatch(link_type):
+        raise ValueError(
+            f"{where}.gpuLinkType: expected a name like NVLink (up to 63 letters, digits, "
+            f"'-', '_', '.'), got {_describe(link_type)}"
+        )
+    score = value.get("allocationScore", 1)
+    if isinstance(score, bool) or not isinstance(score, int) or not 1 <= score <= MAX_INT:
+        raise ValueError(
+            f"{where}.allocationScore: expected an integer from 1 (best) to {MAX_INT}, "
+            f"got {_describe(score)}"
         )
     bandwidth = value.get("ringBusBandwidth")
     if bandwidth is not None:
         if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, str)):
             raise ValueError(f"{where}.ringBusBandwidth: expected a quantity like 450G")
+        too_big = isinstance(bandwidth, int) and bandwidth > MAX_BANDWIDTH
+        text = "..." if too_big else str(bandwidth)
         try:
-            parse_quantity(str(bandwidth))
+            amount = MAX_BANDWIDTH + 1 if too_big else parse_quantity(text)
         except ValueError as exc:
             raise ValueError(f"{where}.ringBusBandwidth: {exc}") from None
-        bandwidth = str(bandwidth)
+        if amount > MAX_BANDWIDTH:
+            raise ValueError(
+                f"{where}.ringBusBandwidth: {_clip(text)} is more than a quantity holds "
+                f"({MAX_BANDWIDTH} bytes per second)"
+            )
+        bandwidth = text
     return Partition(
         minors=tuple(sorted(minors)),
         allocation_score=score,

@@ -44,6 +44,9 @@ DEFAULT_MIN_EXPIRY_HORIZON = 3600.0
 EXPIRY_INTERVALS = 4
 #: an explicit horizon must leave a renewing daemon this many passes
 MIN_EXPIRY_INTERVALS = 3
+#: and never be shorter than nfd-worker's default re-read (sleepInterval 60s): a shorter
+#: expiry (1ns, 0.5s) is dead on arrival, the labels dropped before NFD reads them
+MIN_EXPIRY_HORIZON = 60.0
 MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
 LOG_FORMATS = ("json", "console")
@@ -935,9 +938,13 @@ def _special_file_kind(path: str) -> str | None:
 def _validate(settings: Settings) -> None:
     output_kind_of(settings)  # one output selected, with what it needs
     horizon = settings.expiry_horizon
+    if horizon is not None and horizon < MIN_EXPIRY_HORIZON:
+        raise UsageError(
+            f"--expiry-horizon {format_duration(horizon)}: must be at least "
+            f"{format_duration(MIN_EXPIRY_HORIZON)} (a shorter expiry lapses before NFD reads "
+            "the features file)"
+        )
     if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
-        from gfd.durations import format_duration
-
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(

@@ -125,6 +125,12 @@ class Driver:
 # The GPU interconnect (optional ``topology`` section; README "Snapshot format").
 NVLINK_REMOTES = ("gpu", "nvswitch", "other")  # nvmlDeviceGetNvLinkRemoteDeviceType
 PCIE_LEVELS = ("internal", "single", "multiple", "hostbridge", "node", "system")
+#: the most GPUs a node with a ``topology`` section may list (the partition table and the
+#: per-pair facts grow with the square of it; real boards have 16 at most), and the link
+#: numbers a GPU may use (NVML_NVLINK_MAX_LINKS is 36 today): README "Limits"
+MAX_TOPOLOGY_GPUS = 256
+MAX_NVLINKS = 64
+MAX_TOPOLOGY_NUMBER = 2**31 - 1  # minors, NUMA nodes
 
 
 @dataclass(frozen=True)
@@ -437,9 +443,19 @@ def _nvlink(value: Any, path: str) -> NvLink:
         remote_pci_bus_id=r.optional("remote_pci_bus_id", _nullable(_str), None),
     )
     r.finish()
+    if link.link >= MAX_NVLINKS:
+        raise SnapshotError(f"{path}.link: link numbers go from 0 to {MAX_NVLINKS - 1}")
     if link.version == 0:
         raise SnapshotError(f"{path}.version: NVLink generations start at 1")
     return link
+
+
+def _small_int(value: Any, path: str) -> int:
+    """A minor or NUMA node number: what Koordinator's Go ``int`` (32-bit at worst) holds."""
+    number = _non_negative_int(value, path)
+    if number > MAX_TOPOLOGY_NUMBER:
+        raise SnapshotError(f"{path}: expected at most {MAX_TOPOLOGY_NUMBER}, got {number}")
+    return number
 
 
 def _gpu_topology(value: Any, path: str) -> GpuTopology:
@@ -447,8 +463,8 @@ def _gpu_topology(value: Any, path: str) -> GpuTopology:
     raw_links: list[Any] = r.optional("nvlinks", _list, [])
     gpu = GpuTopology(
         index=r.required("index", _non_negative_int),
-        minor=r.optional("minor", _nullable(_non_negative_int), None),
-        numa_node=r.optional("numa_node", _nullable(_non_negative_int), None),
+        minor=r.optional("minor", _nullable(_small_int), None),
+        numa_node=r.optional("numa_node", _nullable(_small_int), None),
         cpu_affinity=r.optional("cpu_affinity", _nullable(_cpu_list), None),
         nvlinks=tuple(_nvlink(item, f"{path}.nvlinks[{i}]") for i, item in enumerate(raw_links)),
     )
@@ -530,14 +546,36 @@ def from_dict(document: Any) -> Snapshot:
         raise SnapshotError("driver: required when the snapshot lists GPUs")
     _check_unique(gpus)
     indices = {gpu.index for gpu in gpus}
+    buses = {gpu.pci_bus_id.lower(): "gpus" for gpu in gpus if gpu.pci_bus_id}
+    lost_indices: dict[int, int] = {}
     for position, gone in enumerate(lost):
         if gone.index is not None and gone.index in indices:
             raise SnapshotError(
                 f"lost_gpus[{position}].index: GPU {gone.index} is also listed in gpus"
             )
+        if gone.index is not None:
+            if gone.index in lost_indices:
+                raise SnapshotError(
+                    f"lost_gpus[{position}].index: GPU {gone.index} is listed twice "
+                    f"(also lost_gpus[{lost_indices[gone.index]}])"
+                )
+            lost_indices[gone.index] = position
+        bus = gone.pci_bus_id.lower()
+        if bus:
+            if bus in buses:
+                raise SnapshotError(
+                    f"lost_gpus[{position}].pci_bus_id: {gone.pci_bus_id[:100]!r} is also "
+                    f"listed in {buses[bus]}"
+                )
+            buses[bus] = f"lost_gpus[{position}]"
     if lost and driver is None:
         raise SnapshotError("driver: required when the snapshot lists lost GPUs")
     if topology is not None:
+        if len(gpus) > MAX_TOPOLOGY_GPUS:
+            raise SnapshotError(
+                f"topology: a snapshot with a topology section lists at most "
+                f"{MAX_TOPOLOGY_GPUS} GPUs, this one {len(gpus)}"
+            )
         _check_topology(topology, indices)
     return Snapshot(
         driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost

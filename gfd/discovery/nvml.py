@@ -155,13 +155,19 @@ def read(nvml: Any) -> NvmlReading:
         return _NvmlReader(nvml).read()
 
 
-def read_with_topology(nvml: Any) -> tuple[NvmlReading, Topology]:
-    """:func:`read` plus the interconnect, in the same NVML session (never fails on it)."""
+def read_with_topology(nvml: Any) -> tuple[NvmlReading, Topology | None]:
+    """:func:`read` plus the interconnect, in the same NVML session (never fails on it:
+    None when it could not be read at all)."""
     from gfd.discovery.topology import TopologyReader
 
     with session(nvml):
         reading = _NvmlReader(nvml).read()
-        return reading, TopologyReader(nvml, normalize_bus_id).read(reading.gpus)
+        try:
+            topology = TopologyReader(nvml, normalize_bus_id).read(reading.gpus)
+        except Exception as exc:  # a fault of its own must never fail the pass
+            _log().warning("topology not read", error=repr(exc)[:100])
+            topology = None
+        return reading, topology
 
 
 class _NvmlReader:

@@ -29,6 +29,7 @@ from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
 
 PCI_DEVICES = os.path.join("bus", "pci", "devices")
 NVIDIA_VENDOR_ID = "0x10de"
+NVIDIA_DRIVER = "nvidia"
 CONFIG_SPACE_SIZE = 256
 
 PCI_STATUS_BYTE = 0x06
@@ -108,18 +109,49 @@ def nvidia_gpu_functions(sysfs_root: str) -> tuple[str, ...] | None:
         return None
     found = []
     for address in addresses:
+        directory = os.path.join(root, address)
+        vendor = read_attribute(os.path.join(directory, "vendor"))
+        if vendor is None or vendor.lower() != NVIDIA_VENDOR_ID:
+            continue
         try:
-            with open(os.path.join(root, address, "vendor"), encoding="ascii") as handle:
-                vendor = handle.read().strip().lower()
-            if vendor != NVIDIA_VENDOR_ID:
-                continue
-            with open(os.path.join(root, address, "class"), encoding="ascii") as handle:
-                pci_class = int(handle.read().strip(), 16)
-        except (OSError, UnicodeDecodeError, ValueError):
+            pci_class = int(read_attribute(os.path.join(directory, "class")) or "", 16)
+        except ValueError:
             continue  # gone, or unreadable: not evidence of a GPU
-        if pci_class >> 8 in GPU_PCI_CLASSES:
-            found.append(address)
+        if pci_class >> 8 not in GPU_PCI_CLASSES or not _could_be_nvml_gpu(directory):
+            continue
+        found.append(address)
     return tuple(found)
+
+
+def _could_be_nvml_gpu(directory: str) -> bool:
+    """False for functions NVML never lists, so their absence from NVML is no loss: SR-IOV
+    virtual functions (``physfn``: a vGPU host's VFs) and GPUs bound to another driver
+    (``vfio-pci`` for passthrough to a VM, ``nouveau``, ``pci-stub``).  Unbound functions
+    count: the driver may have failed to probe a GPU that fell off."""
+    if os.path.lexists(os.path.join(directory, "physfn")):
+        return False
+    try:
+        driver = os.path.basename(os.readlink(os.path.join(directory, "driver")))
+    except OSError:
+        return True  # unbound (or unreadable)
+    return driver == NVIDIA_DRIVER
+
+
+def read_attribute(path: str, limit: int = 4096) -> str | None:
+    """A small sysfs attribute, stripped; None when missing, not a regular file (a FIFO
+    is never waited on), unreadable or not text.  At most ``limit`` bytes are read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 # ------------------------------------------------------------------------ machine type

@@ -24,11 +24,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gfd.discovery.sysfs import read_attribute
 from gfd.observability import get_logger
-from gfd.snapshot import Gpu, GpuPair, GpuTopology, NvLink, Topology
+from gfd.snapshot import (
+    MAX_NVLINKS,
+    MAX_TOPOLOGY_GPUS,
+    MAX_TOPOLOGY_NUMBER,
+    Gpu,
+    GpuPair,
+    GpuTopology,
+    NvLink,
+    Topology,
+)
 
 ERROR_INVALID_ARGUMENT = 2
 ERROR_NOT_SUPPORTED = 3
@@ -37,6 +48,10 @@ FEATURE_ENABLED = 1
 P2P_STATUS_OK = 0
 P2P_CAPS_INDEX_NVLINK = 2
 MAX_LINKS_FALLBACK = 36  # pynvml.NVML_NVLINK_MAX_LINKS in current bindings
+UINT32_MAX = 2**32 - 1
+UINT64_MASK = 2**64 - 1
+#: what a remote PCI id must look like once normalised (else it is unknown)
+BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 #: 64-bit words asked of nvmlDeviceGetCpuAffinity: room for 2048 CPUs
 CPU_SET_WORDS = 32
 
@@ -100,12 +115,11 @@ def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
     if not bus_id:
         return None
     path = os.path.join(sysfs_root, "bus", "pci", "devices", bus_id, "numa_node")
-    try:
-        with open(path, encoding="ascii") as handle:
-            node = int(handle.read().strip())
-    except (OSError, UnicodeDecodeError, ValueError):
+    text = read_attribute(path, limit=32)
+    if text is None or not text.isascii() or not text.lstrip("-").isdigit():
         return None
-    return node if node >= 0 else None
+    node = int(text)
+    return node if 0 <= node <= MAX_TOPOLOGY_NUMBER else None
 
 
 def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
@@ -119,6 +133,11 @@ def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) ->
             for entry in topology.gpus
         ),
     )
+
+
+def clip(text: str, limit: int = 100) -> str:
+    """At most ``limit`` characters of ``text`` for a log line."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Unanswered(Exception):
@@ -146,8 +165,11 @@ class TopologyReader:
             return function(*args)
         except self._error_type as err:
             code = getattr(err, "value", None)
-            self._log.debug("topology fact unknown", call=name, error=str(err))
+            self._log.debug("topology fact unknown", call=name, error=clip(str(err)))
             raise _Unanswered(code if isinstance(code, int) else None) from None
+        except Exception as exc:  # broken bindings or driver: the fact is unknown, no more
+            self._log.debug("topology fact unknown", call=name, error=clip(repr(exc)))
+            raise _Unanswered(None) from None
 
     def _optional(self, name: str, *args: Any) -> Any:
         try:
@@ -155,7 +177,30 @@ class TopologyReader:
         except _Unanswered:
             return None
 
-    def read(self, gpus: Sequence[Gpu]) -> Topology:
+    def _number(self, name: str, *args: Any, limit: int = UINT32_MAX) -> int | None:
+        """An NVML call that answers a number; None when it does not, or answers anything
+        but an integer in ``0..limit`` (garbage is a fact unknown, never a failed pass)."""
+        value = self._call(name, *args)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limit:
+            self._log.debug("topology fact unknown", call=name, answer=clip(repr(value)))
+            raise _Unanswered(None)
+        return value
+
+    def _optional_number(self, name: str, *args: Any, limit: int = UINT32_MAX) -> int | None:
+        try:
+            return self._number(name, *args, limit=limit)
+        except _Unanswered:
+            return None
+
+    def read(self, gpus: Sequence[Gpu]) -> Topology | None:
+        """The interconnect of ``gpus``; None past MAX_TOPOLOGY_GPUS GPUs (a warning)."""
+        if len(gpus) > MAX_TOPOLOGY_GPUS:
+            self._log.warning(
+                "topology not read: more GPUs than the partition table handles",
+                gpus=len(gpus),
+                limit=MAX_TOPOLOGY_GPUS,
+            )
+            return None
         handles: dict[int, Any] = {}
         entries = []
         for gpu in gpus:
@@ -173,52 +218,77 @@ class TopologyReader:
         return Topology(gpus=tuple(entries), pairs=tuple(pairs))
 
     def _gpu(self, gpu: Gpu, handle: Any) -> GpuTopology:
-        minor = self._optional("nvmlDeviceGetMinorNumber", handle)
+        minor = self._optional_number("nvmlDeviceGetMinorNumber", handle, limit=MAX_TOPOLOGY_NUMBER)
         words = self._optional("nvmlDeviceGetCpuAffinity", handle, CPU_SET_WORDS)
         return GpuTopology(
             index=gpu.index,
-            minor=None if minor is None else int(minor),
-            cpu_affinity=None if words is None else cpu_list(list(words)),
+            minor=minor,
+            cpu_affinity=self._affinity(words),
             nvlinks=self._nvlinks(gpu, handle),
         )
 
+    def _affinity(self, words: Any) -> str | None:
+        """The affinity words as a CPU list; None for anything but up to CPU_SET_WORDS
+        integers."""
+        try:
+            listed = list(words)[: CPU_SET_WORDS + 1] if words is not None else None
+        except Exception:  # not a sequence at all
+            listed = None
+        if listed is None or len(listed) > CPU_SET_WORDS:
+            return None
+        if not all(isinstance(w, int) and not isinstance(w, bool) for w in listed):
+            return None
+        return cpu_list([w & UINT64_MASK for w in listed])
+
+    def _links_to_walk(self) -> int:
+        declared = getattr(self._nvml, "NVML_NVLINK_MAX_LINKS", MAX_LINKS_FALLBACK)
+        if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
+            return MAX_LINKS_FALLBACK
+        return min(declared, MAX_NVLINKS)
+
     def _nvlinks(self, gpu: Gpu, handle: Any) -> tuple[NvLink, ...]:
         links = []
-        for link in range(int(getattr(self._nvml, "NVML_NVLINK_MAX_LINKS", MAX_LINKS_FALLBACK))):
+        for link in range(self._links_to_walk()):
             try:
-                state = self._call("nvmlDeviceGetNvLinkState", handle, link)
+                state = self._number("nvmlDeviceGetNvLinkState", handle, link)
             except _Unanswered as missing:
                 if link == 0 or missing.code in (ERROR_INVALID_ARGUMENT, ERROR_FUNCTION_NOT_FOUND):
                     break  # no NVLink at all, or past the GPU's last link
                 continue
-            if int(state) != FEATURE_ENABLED:
+            if state != FEATURE_ENABLED:
                 continue
             links.append(self._link(gpu, handle, link))
         return tuple(links)
 
+    def _bus_id(self, remote_pci: Any) -> str | None:
+        raw = getattr(remote_pci, "busId", None)
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        if not isinstance(raw, str):
+            return None
+        text = self._normalize(raw[:64])
+        return text if BUS_ID.fullmatch(text) else None
+
     def _link(self, gpu: Gpu, handle: Any, link: int) -> NvLink:
-        raw_version = self._optional("nvmlDeviceGetNvLinkVersion", handle, link)
-        remote_type = self._optional("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
+        raw_version = self._optional_number("nvmlDeviceGetNvLinkVersion", handle, link)
+        remote_type = self._optional_number("nvmlDeviceGetNvLinkRemoteDeviceType", handle, link)
         remote_pci = self._optional("nvmlDeviceGetNvLinkRemotePciInfo", handle, link)
-        bus_id = None
-        if remote_pci is not None:
-            raw = remote_pci.busId
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            bus_id = self._normalize(text) or None
         return NvLink(
             link=link,
             version=None
             if raw_version is None
-            else nvlink_generation(int(raw_version), gpu.compute_capability.major),
-            remote=None if remote_type is None else REMOTE_TYPES.get(int(remote_type), "other"),
-            remote_pci_bus_id=bus_id,
+            else nvlink_generation(raw_version, gpu.compute_capability.major),
+            remote=None if remote_type is None else REMOTE_TYPES.get(remote_type, "other"),
+            remote_pci_bus_id=None if remote_pci is None else self._bus_id(remote_pci),
         )
 
     def _pair(self, first: int, second: int, handle_a: Any, handle_b: Any) -> GpuPair:
-        level = self._optional("nvmlDeviceGetTopologyCommonAncestor", handle_a, handle_b)
-        status = self._optional("nvmlDeviceGetP2PStatus", handle_a, handle_b, P2P_CAPS_INDEX_NVLINK)
+        level = self._optional_number("nvmlDeviceGetTopologyCommonAncestor", handle_a, handle_b)
+        status = self._optional_number(
+            "nvmlDeviceGetP2PStatus", handle_a, handle_b, P2P_CAPS_INDEX_NVLINK
+        )
         return GpuPair(
             gpus=(first, second),
-            pcie=None if level is None else PCIE_LEVELS.get(int(level)),
-            nvlink_p2p=None if status is None else int(status) == P2P_STATUS_OK,
+            pcie=None if level is None else PCIE_LEVELS.get(level),
+            nvlink_p2p=None if status is None else status == P2P_STATUS_OK,
         )

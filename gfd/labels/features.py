@@ -19,13 +19,16 @@ at the first dot for templates, so ``{{ .nvidia.gpu }}`` reaches the GPUs):
   ``profile``, ``memory_mib``, ``multiprocessors``, ``slices_gi``, ``slices_ci``;
 - ``nvidia.driver`` (attributes): ``version``, ``major``, ``minor``, ``revision``,
   ``cuda`` (``12.4``), ``cuda_major``, ``cuda_minor``;
-- ``nvidia.node`` (attributes): ``gpu_count`` (GPUs that answered), ``gpus_lost``.
+- ``nvidia.node`` (attributes): ``gpu_count`` (GPUs that answered), ``gpus_lost``, and
+  ``omitted`` when instances were left out to keep the object small (past
+  :data:`MAX_FEATURES_BYTES`: ``nvidia.mig``, then ``nvidia.mig,nvidia.gpu``).
 
 Nothing at all (NFD's empty ``Features``) when the node has no driver.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from gfd.labels.devices import family, product_name
@@ -35,6 +38,10 @@ GPU_FEATURE = "nvidia.gpu"
 MIG_FEATURE = "nvidia.mig"
 DRIVER_FEATURE = "nvidia.driver"
 NODE_FEATURE = "nvidia.node"
+#: the most JSON ``spec.features`` may take: the NodeFeature must stay far below what the
+#: API server stores (etcd's 1.5 MiB an object; its request limit is 3 MiB), with the
+#: labels beside it.  An 8-GPU node with 56 MIG devices takes about 20 KiB.
+MAX_FEATURES_BYTES = 512 * 1024
 
 Features = dict[str, Any]
 
@@ -141,4 +148,23 @@ def node_features(snapshot: Snapshot) -> Features:
     features["attributes"][NODE_FEATURE] = {
         "elements": {"gpu_count": str(len(gpus)), "gpus_lost": str(len(snapshot.lost))}
     }
+    return _within_budget(features)
+
+
+def _size(features: Features) -> int:
+    return len(json.dumps(features, separators=(",", ":")))
+
+
+def _within_budget(features: Features) -> Features:
+    """Features that fit :data:`MAX_FEATURES_BYTES`: past it the per-MIG-device instances,
+    then the per-GPU ones, are left out whole (a partial list would make a rule count
+    wrong) and ``nvidia.node`` says which in ``omitted``; the labels are never at risk."""
+    omitted = []
+    for kind in (MIG_FEATURE, GPU_FEATURE):
+        if _size(features) <= MAX_FEATURES_BYTES:
+            break
+        features["instances"][kind] = {"elements": []}
+        omitted.append(kind)
+    if omitted:
+        features["attributes"][NODE_FEATURE]["elements"]["omitted"] = ",".join(omitted)
     return features

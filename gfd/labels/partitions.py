@@ -29,7 +29,7 @@ The rules (README "GPU topology"), in one place:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError
@@ -40,7 +40,7 @@ from gfd.partitions import (
     check_against_minors,
     format_quantity,
 )
-from gfd.snapshot import GpuTopology, Snapshot
+from gfd.snapshot import MAX_TOPOLOGY_GPUS, GpuTopology, Snapshot
 
 GB = 10**9
 #: Per-link, per-direction NVLink bandwidth in bytes/s, by generation.
@@ -78,11 +78,28 @@ def _names(entries: Sequence[GpuTopology]) -> dict[int, int]:
     return {entry.index: entry.index for entry in entries}
 
 
+#: the last snapshot's graph and computed table: a pass asks for them up to three times
+#: (labels, node annotation, koordlet file) and a 256-GPU graph costs 0.2 s.  Keyed by
+#: identity, holding the snapshot so its id is not reused: the answer is the same as
+#: computing afresh, so the functions stay pure in what they return.
+_last_graph: tuple[Snapshot | None, LinkGraph | None] = (None, None)
+_last_table: tuple[LinkGraph | None, dict[int, tuple[Partition, ...]]] = (None, {})
+
+
 def link_graph(snapshot: Snapshot) -> LinkGraph | None:
     """The NVLink graph of the node; None when the snapshot has no topology."""
+    global _last_graph
+    if _last_graph[0] is snapshot:
+        return _last_graph[1]
+    graph = _link_graph(snapshot)
+    _last_graph = (snapshot, graph)
+    return graph
+
+
+def _link_graph(snapshot: Snapshot) -> LinkGraph | None:
     topology = snapshot.topology
-    if topology is None:
-        return None
+    if topology is None or len(snapshot.gpus) > MAX_TOPOLOGY_GPUS:
+        return None  # no snapshot read from a file or NVML has more (a hand-built one)
     entries = {entry.index: entry for entry in topology.gpus}
     for gpu in snapshot.gpus:  # a GPU the topology does not mention has no known links
         entries.setdefault(gpu.index, GpuTopology(index=gpu.index))
@@ -129,67 +146,175 @@ def link_graph(snapshot: Snapshot) -> LinkGraph | None:
 
 # ----------------------------------------------------------------------------- rings
 
+#: a group of at most this many GPUs is always searched exactly (subsets: 8 GPUs need
+#: 2^7 sets of paths at most)
+EXACT_MEMBERS = 8
+#: search work (candidate vertices and the neighbours each makes checked) the whole table
+#: may spend on groups larger than EXACT_MEMBERS that no polynomial rule settles; past it
+#: such a group counts as no ring (README "Limits": never claimed, never a hang)
+SEARCH_STEPS = 200_000
 
-def _has_cycle(members: Sequence[int], connected: Callable[[int, int], bool]) -> bool:
-    """Whether a cycle runs through every member (a Hamiltonian cycle), for 3+ members."""
-    n = len(members)
-    adjacency = [0] * n
-    for i in range(n):
-        for j in range(n):
-            if i != j and connected(members[i], members[j]):
-                adjacency[i] |= 1 << j
-    degrees = [bin(mask).count("1") for mask in adjacency]
+
+class _Budget:
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+
+def _has_cycle(adjacency: Sequence[int], budget: _Budget) -> bool:
+    """Whether a cycle runs through every vertex (a Hamiltonian cycle), for 3+ vertices;
+    ``adjacency[i]`` is the bit mask of ``i``'s neighbours.
+
+    Settled in polynomial time where a rule applies: a vertex of degree < 2 or a
+    disconnected graph has none; Dirac's (every degree >= n/2) and Ore's (every
+    non-adjacent pair's degrees sum to >= n) conditions guarantee one.  Otherwise an
+    exact subset search for small groups, and for larger ones a depth-first search with
+    dead-state memo bounded by ``budget`` (a search cut short answers no)."""
+    n = len(adjacency)
+    full = (1 << n) - 1
+    degrees = [mask.bit_count() for mask in adjacency]
     if min(degrees) < 2:
         return False
-    if min(degrees) * 2 >= n:  # Dirac's theorem: such a graph always has one
-        return True
-    full = (1 << n) - 1
-    dead: set[tuple[int, int]] = set()
-
-    def extend(node: int, visited: int) -> bool:
-        if visited == full:
-            return bool(adjacency[node] & 1)
-        if (node, visited) in dead:
-            return False
-        candidates = adjacency[node] & ~visited
-        while candidates:
-            low = candidates & -candidates
-            candidates ^= low
-            if extend(low.bit_length() - 1, visited | low):
-                return True
-        dead.add((node, visited))
+    reached = frontier = 1
+    while frontier:
+        spread = 0
+        while frontier:
+            low = frontier & -frontier
+            frontier ^= low
+            spread |= adjacency[low.bit_length() - 1]
+        frontier = spread & ~reached
+        reached |= spread
+    if reached != full:
         return False
+    if min(degrees) * 2 >= n:  # Dirac's theorem
+        return True
+    if all(
+        degrees[i] + degrees[j] >= n
+        for i in range(n)
+        for j in range(i + 1, n)
+        if not adjacency[i] >> j & 1
+    ):  # Ore's theorem
+        return True
+    if n <= EXACT_MEMBERS:
+        return _exact(adjacency)
+    return _search(adjacency, budget)
 
-    return extend(0, 1)
+
+def _exact(adjacency: Sequence[int]) -> bool:
+    """Held-Karp over subsets: ``ends[mask]`` holds the vertices a path from vertex 0
+    through exactly ``mask`` can end at (at most 2^(n-1) masks of n ends: bounded work)."""
+    full = (1 << len(adjacency)) - 1
+    ends = [0] * (full + 1)
+    ends[1] = 1
+    for mask in range(1, full + 1, 2):  # the masks holding vertex 0
+        at = ends[mask]
+        while at:
+            low = at & -at
+            at ^= low
+            onward = adjacency[low.bit_length() - 1] & ~mask
+            while onward:
+                step = onward & -onward
+                onward ^= step
+                ends[mask | step] |= step
+    return bool(ends[full] & adjacency[0])
 
 
-def ring(graph: LinkGraph, members: Sequence[int]) -> tuple[bool, int | None]:
+def _search(adjacency: Sequence[int], budget: _Budget | None) -> bool:
+    """Depth-first search for a Hamiltonian cycle from vertex 0 (iterative: no recursion
+    limit), trying the neighbour with the fewest onward choices first (Warnsdorff's rule)
+    and pruning paths that strand a vertex; ``budget`` None: exhaustive."""
+    full = (1 << len(adjacency)) - 1
+    dead: set[tuple[int, int]] = set()  # (vertex, visited) known not to complete a cycle
+
+    def choices(vertex: int, visited: int) -> list[int]:
+        mask, found = adjacency[vertex] & ~visited, []
+        while mask:
+            low = mask & -mask
+            mask ^= low
+            found.append(low.bit_length() - 1)
+        found.sort(key=lambda v: ((adjacency[v] & ~visited).bit_count(), v), reverse=True)
+        return found  # popped from the end: fewest onward choices first
+
+    stack = [(0, 1, choices(0, 1))]
+    while stack:
+        vertex, visited, candidates = stack[-1]
+        if visited == full and adjacency[vertex] & 1:
+            return True
+        if not candidates:
+            dead.add((vertex, visited))
+            stack.pop()
+            continue
+        following = candidates.pop()
+        now = visited | 1 << following
+        if budget is not None:  # charged for the work: the neighbours looked at
+            if budget.left <= 0:
+                return False
+            budget.left -= 1 + (adjacency[vertex] & ~now).bit_count()
+        if (following, now) in dead or not _viable(adjacency, vertex, following, now, full):
+            continue
+        stack.append((following, now, choices(following, now)))
+    return False
+
+
+def _viable(adjacency: Sequence[int], inner: int, end: int, visited: int, full: int) -> bool:
+    """Whether a path from vertex 0 that has just made ``inner`` an inner vertex and ends
+    at ``end`` can still close a cycle: the start needs a way back, and every unvisited
+    neighbour of ``inner`` still two usable neighbours (unvisited ones, the end, the start)."""
+    if visited == full:
+        return True
+    usable = (full & ~visited) | 1 << end | 1
+    if not adjacency[0] & ((full & ~visited) | 1 << end):
+        return False
+    mask = adjacency[inner] & ~visited
+    while mask:
+        low = mask & -mask
+        mask ^= low
+        if (adjacency[low.bit_length() - 1] & usable).bit_count() < 2:
+            return False
+    return True
+
+
+def ring(
+    graph: LinkGraph, members: Sequence[int], budget: _Budget | None = None
+) -> tuple[bool, int | None]:
     """(whether ``members`` form an NVLink ring, the best ring's bottleneck bandwidth)."""
     if len(members) < 2:
         return True, None
-    hops = {
-        (a, b): hop
+    budget = _Budget(SEARCH_STEPS) if budget is None else budget
+    hops = [
+        (i, j, hop)
         for i, a in enumerate(members)
-        for b in members[i + 1 :]
-        if (hop := graph.hop(a, b)) is not None
-    }
+        for j in range(i + 1, len(members))
+        if (hop := graph.hop(a, members[j])) is not None
+    ]
     if len(members) == 2:
-        only = hops.get((members[0], members[1]))
-        return (only is not None), (None if only is None else only.bandwidth)
-    known = all(hop.bandwidth is not None for hop in hops.values())
+        return (True, hops[0][2].bandwidth) if hops else (False, None)
+    if not hops:
+        return False, None
+    known = all(hop.bandwidth is not None for _, _, hop in hops)
 
     def weight(hop: Hop) -> int:
         return hop.bandwidth if known and hop.bandwidth is not None else hop.links
 
-    for threshold in sorted({weight(hop) for hop in hops.values()}, reverse=True):
+    def cycle_at(threshold: int) -> bool:
+        adjacency = [0] * len(members)
+        for i, j, hop in hops:
+            if weight(hop) >= threshold:
+                adjacency[i] |= 1 << j
+                adjacency[j] |= 1 << i
+        return _has_cycle(adjacency, budget)
 
-        def strong(a: int, b: int, t: int = threshold) -> bool:
-            hop = hops.get((a, b) if a < b else (b, a))
-            return hop is not None and weight(hop) >= t
-
-        if _has_cycle(members, strong):
-            return True, (threshold if known else None)
-    return False, None
+    # a ring at a threshold is one at every lower threshold: search for the highest
+    thresholds = sorted({weight(hop) for _, _, hop in hops})
+    if not cycle_at(thresholds[0]):
+        return False, None
+    low, high = 0, len(thresholds) - 1
+    while low < high:
+        middle = (low + high + 1) // 2
+        if cycle_at(thresholds[middle]):
+            low = middle
+        else:
+            high = middle - 1
+    return True, (thresholds[low] if known else None)
 
 
 # ----------------------------------------------------------------------------- table
@@ -197,18 +322,29 @@ def ring(graph: LinkGraph, members: Sequence[int]) -> tuple[bool, int | None]:
 
 def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     """The partition table the topology allows (module docstring for the rules)."""
+    global _last_table
+    if graph is not None and _last_table[0] is graph:
+        return dict(_last_table[1])
+    table = _computed_table(graph)
+    _last_table = (graph, table)
+    return dict(table)
+
+
+def _computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     if graph is None or not graph.minors:
         return {}
     present = set(graph.minors)
     table: dict[int, tuple[Partition, ...]] = {}
+    budget = _Budget(SEARCH_STEPS)
     size = 2
     while size <= len(present):
         found: list[tuple[tuple[int, ...], int | None]] = []
-        for start in range(0, max(present) + 1, size):
+        # only the buddy groups that hold a GPU (minors may be sparse and large)
+        for start in sorted({minor - minor % size for minor in present}):
             members = tuple(range(start, start + size))
             if not present.issuperset(members):
                 continue
-            ok, bandwidth = ring(graph, members)
+            ok, bandwidth = ring(graph, members, budget)
             if ok:
                 found.append((members, bandwidth))
         if found:

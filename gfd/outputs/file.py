@@ -21,7 +21,7 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from gfd.documents import clip
 from gfd.errors import PublishError
@@ -39,10 +39,47 @@ MAX_FEATURES_FILE_BYTES = 64 * 1024
 EXPIRY_DIRECTIVE = "# +expiry-time="
 
 
+#: the latest expiry RFC 3339 (and Python) can write: a clock or horizon past it is held there
+LATEST_EXPIRY = datetime.datetime(
+    9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc
+).timestamp()
+
+
 def format_expiry(seconds: float) -> str:
-    """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``)."""
-    moment = datetime.datetime.fromtimestamp(int(seconds), tz=datetime.timezone.utc)
+    """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``), held within
+    1970..9999 (a clock far off, or a huge horizon, never fails a write)."""
+    clamped = min(max(int(seconds), 0), int(LATEST_EXPIRY))
+    moment = datetime.datetime.fromtimestamp(clamped, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _open_regular(path: str) -> BinaryIO | None:
+    """``path`` opened for reading when it is a regular file (followed through symlinks);
+    None when missing, unreadable or anything else: a FIFO is opened non-blocking and
+    never read, a device never read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def _refuse_special(path: str, action: str) -> None:
+    """Never rename over or remove what is not a regular file (a FIFO, a device node, a
+    directory, a socket): PublishError naming the path; missing is fine."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise PublishError(f"{clip(path)} is not a regular file; gfd does not {action} it")
 
 
 def parse_expiry(text: str) -> float | None:
@@ -73,18 +110,6 @@ def split_features_file(text: str) -> tuple[float | None, str]:
 def format_labels(labels: Labels) -> str:
     """``key=value`` lines, sorted, each ending in a newline (the NFD features-file format)."""
     return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
-
-
-def _refuse_special_file(path: str) -> None:
-    """Never rename over, read or remove a FIFO, a device node (``-o /dev/null`` as root),
-    a socket or a directory at the output path: only a regular file is gfd's to replace.
-    The CLI refuses such a path at start (exit 2); this catches one put there later."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return  # missing (written fresh), or unreadable (the write says why)
-    if not stat.S_ISREG(mode):
-        raise PublishError(f"{clip(path)}: not a regular file; gfd only replaces regular files")
 
 
 class StdoutOutput:
@@ -187,9 +212,11 @@ class FileOutput:
     def _state(self, labels: Labels) -> str:
         """``current``: the file holds ``labels`` (and an expiry at least half a horizon
         ahead); ``lapsing``: it holds them but the expiry must be renewed; ``differs``."""
-        _refuse_special_file(self.path)  # never open a FIFO or a device to read it
+        handle = _open_regular(self.path)
+        if handle is None:
+            return "differs"
         try:
-            with open(self.path, "rb") as handle:
+            with handle:
                 data = handle.read(MAX_FEATURES_FILE_BYTES + 1)
         except OSError:
             return "differs"
@@ -203,13 +230,15 @@ class FileOutput:
             return "current" if expires_at is None else "differs"
         if expires_at is None:
             return "differs"
-        remaining = expires_at - self._clock()
+        now = self._clock()
+        remaining = expires_at - now
         if remaining > self.expiry_horizon:
-            return "differs"  # written with a longer horizon: bring it in line now
-        return "current" if remaining >= self.expiry_horizon / 2 else "lapsing"
+            return "differs"  # written with a longer horizon (or the clock went back)
+        # the most a write can give now: the horizon, or what is left up to year 9999
+        best = min(self.expiry_horizon, max(int(LATEST_EXPIRY) - now, 0))
+        return "current" if remaining >= best / 2 else "lapsing"
 
     def _write(self, labels: Labels) -> None:
-        _refuse_special_file(self.path)
         expires_at = None if self.expiry_horizon is None else self._clock() + self.expiry_horizon
         data = features_file_text(labels, expires_at).encode("utf-8")
         if len(data) > MAX_FEATURES_FILE_BYTES:
@@ -225,6 +254,7 @@ class FileOutput:
             )
         import tempfile  # the file output only: stdout never pays for it
 
+        _refuse_special(self.path, "replace")
         temporary = None
         try:
             fd, temporary = tempfile.mkstemp(prefix=".gfd-", dir=directory)
@@ -249,9 +279,11 @@ class FileOutput:
         if self._written is None:
             return False
         device, inode, data = self._written
+        handle = _open_regular(self.path)
+        if handle is None:
+            return False
         try:
-            _refuse_special_file(self.path)  # opening a FIFO nobody writes would block
-            with open(self.path, "rb") as handle:
+            with handle:
                 status = os.fstat(handle.fileno())
                 content = handle.read(MAX_FEATURES_FILE_BYTES + 1)
         except (OSError, PublishError):
@@ -259,7 +291,7 @@ class FileOutput:
         return (status.st_dev, status.st_ino) == (device, inode) and content == data
 
     def _remove(self) -> None:
-        _refuse_special_file(self.path)
+        _refuse_special(self.path, "remove")
         remove_file(self.path)
 
 

@@ -23,23 +23,27 @@ Once koordlet finds device infos it stops reporting GPUs from NVML itself (and w
 each GPU's UUID, minor, model, memory, NUMA node and bus id instead (README).
 
 The file is written atomically: a temporary file in a sub-directory (koordlet skips
-directories, but would read — and fail on — a half-written dot-file), then ``os.replace``.
+directories, but would read — and fail on — a half-written dot-file), then ``os.replace``;
+nothing planted inside the directory is followed (:class:`KoordletDeviceInfos`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
+import secrets
+import stat
 from typing import Any
 
 from gfd.errors import PublishError
 from gfd.observability import get_logger
-from gfd.outputs.file import remove_file
 from gfd.partitions import PartitionTable
 from gfd.snapshot import Snapshot
 
 FILE_NAME = "gfd-nvidia-gpus.json"
+#: the file is read back (to see whether it still holds what gfd wrote) up to this size
+MAX_FILE_BYTES = 4 * 1024 * 1024
 TEMP_DIR = ".gfd-tmp"
 VENDOR = "nvidia"
 GPU_CORE = "koordinator.sh/gpu-core"
@@ -95,8 +99,21 @@ def device_infos(snapshot: Snapshot, table: PartitionTable) -> list[dict[str, An
     return infos
 
 
+def _open_directory(path: str, *, follow: bool = True, dir_fd: int | None = None) -> int:
+    flags = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= os.O_NOFOLLOW
+    return os.open(path, flags, dir_fd=dir_fd)
+
+
 class KoordletDeviceInfos:
-    """Writes the device-info file when its content changes; removes it on ``cleanup``."""
+    """Writes the device-info file when its content changes; removes it on ``cleanup``.
+
+    The directory named by the operator is followed wherever it leads; inside it nothing
+    is: the file is replaced only when it is missing or a regular file (a symlink, FIFO,
+    device or directory planted at its name is refused, never written through, renamed
+    over or removed), and the temporary directory is used only when it is a real
+    directory (a symlink there would make gfd write elsewhere)."""
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
@@ -110,31 +127,110 @@ class KoordletDeviceInfos:
             self.cleanup()
             return False
         text = json.dumps(device_infos(snapshot, table), indent=2) + "\n"
-        if text == self._written and os.path.exists(self.path):
-            return False
         try:
-            if not os.path.isdir(self.directory):  # koordlet's directory, mounted from the host
-                raise FileNotFoundError(f"no directory {self.directory}")
-            temp_dir = os.path.join(self.directory, TEMP_DIR)
-            os.makedirs(temp_dir, exist_ok=True)
-            fd, temp = tempfile.mkstemp(dir=temp_dir, prefix="gfd-")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                    handle.write(text)
-                    handle.flush()
-                    os.fsync(handle.fileno())
-                os.chmod(temp, 0o644)
-                os.replace(temp, self.path)
-            except BaseException:
-                if os.path.exists(temp):
-                    os.unlink(temp)
-                raise
+            directory = _open_directory(self.directory)
+        except OSError as exc:
+            raise PublishError(
+                f"cannot write koordlet device infos {self.path}: no directory "
+                f"{self.directory} ({exc.strerror})"
+            ) from None
+        try:
+            if text == self._written and self._content(directory) == text.encode():
+                return False
+            self._write(directory, text.encode())
         except OSError as exc:
             raise PublishError(f"cannot write koordlet device infos {self.path}: {exc}") from None
+        finally:
+            os.close(directory)
         self._written = text
         self._log.info("wrote koordlet device infos", gpus=len(snapshot.gpus))
         return True
 
     def cleanup(self) -> None:
-        remove_file(self.path)
+        """Remove the file if it is there and a regular file (what gfd writes)."""
+        try:
+            directory = _open_directory(self.directory)
+        except OSError:
+            self._written = None
+            return  # no directory: no file
+        try:
+            if self._kind(directory) == "missing":
+                self._written = None
+                return
+            self._refuse_special(directory)
+            os.unlink(FILE_NAME, dir_fd=directory)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise PublishError(f"cannot remove {self.path}: {exc.strerror or exc}") from None
+        finally:
+            os.close(directory)
         self._written = None
+
+    # ------------------------------------------------------------- internals
+
+    @staticmethod
+    def _kind(directory: int) -> str:
+        try:
+            mode = os.stat(FILE_NAME, dir_fd=directory, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return "missing"
+        return "file" if stat.S_ISREG(mode) else "special"
+
+    def _refuse_special(self, directory: int) -> None:
+        if self._kind(directory) == "special":
+            raise PublishError(
+                f"{self.path} is not a regular file (a symlink, FIFO, device or directory); "
+                "gfd only replaces or removes its own regular file: remove it by hand"
+            )
+
+    def _content(self, directory: int) -> bytes | None:
+        if self._kind(directory) != "file":
+            return None
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(FILE_NAME, flags, dir_fd=directory)
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as handle:
+            return handle.read(MAX_FILE_BYTES + 1)
+
+    def _write(self, directory: int, data: bytes) -> None:
+        self._refuse_special(directory)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(TEMP_DIR, 0o700, dir_fd=directory)
+        try:
+            temp_dir = _open_directory(TEMP_DIR, follow=False, dir_fd=directory)
+        except OSError as exc:
+            raise PublishError(
+                f"cannot write koordlet device infos {self.path}: "
+                f"{os.path.join(self.directory, TEMP_DIR)} is not a directory gfd can use "
+                f"({exc.strerror}); remove it by hand"
+            ) from None
+        name = f"gfd-{os.getpid()}-{secrets.token_hex(4)}"
+        try:
+            status = os.fstat(temp_dir)
+            if status.st_uid != os.geteuid():
+                # another user could swap the file between its write and its rename
+                raise PublishError(
+                    f"cannot write koordlet device infos {self.path}: "
+                    f"{os.path.join(self.directory, TEMP_DIR)} belongs to another user; "
+                    "remove it by hand"
+                )
+            if status.st_mode & 0o077:  # ours, but others may write in it: private first
+                os.fchmod(temp_dir, 0o700)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+            fd = os.open(name, flags | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=temp_dir)
+            try:
+                with os.fdopen(fd, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    os.fchmod(handle.fileno(), 0o644)
+                    os.fsync(handle.fileno())
+                os.replace(name, FILE_NAME, src_dir_fd=temp_dir, dst_dir_fd=directory)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=temp_dir)
+                raise
+        finally:
+            os.close(temp_dir)

@@ -131,6 +131,10 @@ class NodeFeatureOutput:
         if features == self.features:
             return False
         self.features = features
+        node = features["attributes"].get("nvidia.node") or {}
+        omitted = (node.get("elements") or {}).get("omitted")
+        if omitted:
+            self._log.warning("NodeFeature instances left out to keep it small", omitted=omitted)
         return True
 
     def keep(self, labels: Mapping[str, str]) -> None:
