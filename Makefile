@@ -20,8 +20,10 @@ venv: $(BIN)/gfd
 run: venv
 	$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
 
+# -n auto: one worker per core; loadfile keeps a module's tests on one worker, so each
+# module-scoped build (the wheel, the rendered manifests) is made once
 test: venv
-	$(BIN)/python -m pytest -q --ignore=tests/e2e
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --ignore=tests/e2e
 
 # The e2e layer (tests/e2e): gfd against a real control plane -- kube-apiserver v1.20.2 built
 # once from Debian's source package (cached under ~/.cache/gfd-e2e), Debian's etcd.  Installs

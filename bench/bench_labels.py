@@ -19,7 +19,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from gfd.labels import build, format_labels
+from gfd.labels import build
+from gfd.outputs.file import format_labels
 from gfd.settings import Config, load_config_file
 from gfd.snapshot import Gpu, Snapshot, load
 

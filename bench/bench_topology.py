@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gfd.discovery import discover  # noqa: E402
-from gfd.labels import build, format_labels  # noqa: E402
+from gfd.labels import build  # noqa: E402
 from gfd.labels.partitions import partition_table  # noqa: E402
+from gfd.outputs.file import format_labels  # noqa: E402
 from gfd.settings import Config, Settings  # noqa: E402
 from gfd.snapshot import Snapshot, load  # noqa: E402
 from tests.fakes.fake_nvml import FakeNvml  # noqa: E402

@@ -14,7 +14,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any
 
 from gfd import interrupt
 from gfd import labels as labelling
@@ -29,6 +28,7 @@ from gfd.errors import (
 )
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
+from gfd.outputs.registry import output_identity
 from gfd.outputs.topology import TopologyOutputs, make_topology_outputs
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
@@ -47,30 +47,16 @@ class AgentExit(Exception):
         self.message = message
 
 
-def read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
-    """The node's snapshot: from ``--snapshot-file`` or from the host.
+#: where a pass gets the node's snapshot: (settings, first_pass=, metrics=) -> Snapshot
+SnapshotSource = Callable[..., Snapshot]
 
-    With NVML unavailable: AgentExit(1) when ``--fail-on-init-error`` applies to this pass,
-    else the host-only snapshot (minimal labels) — NVML is tried again next pass."""
-    if settings.snapshot_file:
-        from gfd import snapshot
 
-        return snapshot.load(settings.snapshot_file)
-    from gfd import discovery
+def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
+    """The default snapshot source; discovery is imported on the first pass that needs it
+    (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
+    from gfd.discovery import read_snapshot
 
-    try:
-        found = discovery.discover(settings)
-    except NvmlUnavailableError as exc:
-        metrics.nvml_up(False)
-        if settings.fail_on_init_error and first_pass:
-            raise AgentExit(EXIT_RUNTIME, str(exc)) from None
-        if settings.fail_on_init_error:
-            raise DiscoveryError(str(exc)) from None
-        get_logger().warning("nvml unavailable; publishing the minimal label set", error=str(exc))
-        return discovery.discover_host_only(settings)
-    metrics.nvml_up(True)
-    metrics.gpus_lost(len(found.lost))
-    return found
+    return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
 
 @dataclass
@@ -87,17 +73,36 @@ class Agent:
         reload_settings: Callable[[], Settings],
         clock: Callable[[], float] = time.time,
         snapshot: Snapshot | None = None,
+        *,
+        read_snapshot: SnapshotSource = _read_snapshot,
+        output: Output | None = None,
+        build_output: Callable[[Settings], Output] = make_output,
+        metrics: Metrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wait: Callable[[float | None], object] | None = None,
     ) -> None:
-        """``snapshot``: the ``--snapshot-file`` document the CLI already read and checked,
-        used for the first pass instead of reading it again."""
+        """The agent's collaborators are handed in; each defaults to the real one.
+
+        ``snapshot``: the ``--snapshot-file`` document the CLI already read and checked,
+        used for the first pass instead of reading it again.  ``read_snapshot``: where every
+        other pass gets the node.  ``output``: where labels go (default: the one the settings
+        select); ``build_output`` builds the next one when a reload changes it.
+        ``metrics``: what passes are reported to (default: as ``--metrics-address`` says).
+        ``clock``: the run's timestamp; ``monotonic``: pass durations and verification.
+        ``wait(interval)``: sleeps between passes (None: forever); it must return early
+        when :meth:`request_stop` or :meth:`request_reload` is called."""
         self.settings = settings
         self._reload_settings = reload_settings
         self._clock = clock
+        self._monotonic = monotonic
         self._preloaded = snapshot
+        self._read_snapshot = read_snapshot
+        self._build_output = build_output
         self._signals = _Signals()
         self._wake = threading.Event()
-        self.metrics: Metrics = start_metrics(settings)
-        self.output: Output = make_output(settings)
+        self._sleep = self._sleep_until_woken if wait is None else wait
+        self.metrics: Metrics = start_metrics(settings) if metrics is None else metrics
+        self.output: Output = build_output(settings) if output is None else output
         self.topology_outputs = make_topology_outputs(settings)  # besides the labels; or None
         # what was in force before the last reload, until the reloaded settings proved good
         self._previous: tuple[Settings, Output] | None = None
@@ -111,14 +116,22 @@ class Agent:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         del frame
         if signum == signal.SIGHUP:
-            self._signals.reload = True
+            self.request_reload()
         else:
-            self._signals.stop = True
-            self._signals.name = signal.Signals(signum).name
-        self._wake.set()
-        if self._signals.stop:
+            self.request_stop(signal.Signals(signum).name)
             # cut an API request or a wait between retries short (raises there)
             interrupt.request_stop(self._signals.name)
+
+    def request_reload(self) -> None:
+        """What SIGHUP does: reload the settings after the current pass or wait."""
+        self._signals.reload = True
+        self._wake.set()
+
+    def request_stop(self, name: str) -> None:
+        """What SIGTERM/SIGINT/SIGQUIT do: run the output's on_exit and return 0."""
+        self._signals.stop = True
+        self._signals.name = name
+        self._wake.set()
 
     def install_signal_handlers(self) -> None:
         for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
@@ -135,14 +148,14 @@ class Agent:
 
     def run_pass(self) -> bool:
         """One pass; True when the destination now holds the current labels."""
-        started = time.monotonic()
+        started = self._monotonic()
         self.metrics.pass_started()
         label_count: int | None = None
         changed = False
         try:
             snapshot, self._preloaded = self._preloaded, None
             if snapshot is None:
-                snapshot = read_snapshot(
+                snapshot = self._read_snapshot(
                     self.settings, first_pass=self._first_pass, metrics=self.metrics
                 )
                 if not self.settings.snapshot_file:
@@ -159,7 +172,8 @@ class Agent:
             for note in result.notes:
                 self.log.debug("label note", detail=note)
             label_count = len(result.labels)
-            self._offer_features(snapshot)
+            if self.output.offer(snapshot):
+                self.published = None  # what it carries besides the labels changed
             changed = self._publish(result.labels)
             if self.topology_outputs is not None:
                 self.topology_outputs.publish(snapshot, self.settings.config.partitions)
@@ -175,13 +189,14 @@ class Agent:
         except (DiscoveryError, LabelError, PublishError, OSError) as exc:
             self._fail_pass(started, exc)
             return False
-        except AgentExit:
+        except NvmlUnavailableError as exc:
+            # only raised when --fail-on-init-error applies to this first pass: exit 1
             self._fail_pass(started, None)
-            raise
+            raise AgentExit(EXIT_RUNTIME, str(exc)) from None
         except Exception as exc:  # the loop boundary: never die of one bad pass
             self._fail_pass(started, exc, unexpected=True)
             return False
-        duration = time.monotonic() - started
+        duration = self._monotonic() - started
         self.metrics.pass_finished("success", duration, label_count)
         # a oneshot run's output is its labels; its pass record is detail (--log-level debug)
         record = self.log.debug if self.settings.oneshot else self.log.info
@@ -194,26 +209,6 @@ class Agent:
         self._first_pass = False
         self._started = True
         return True
-
-    def _offer_features(self, snapshot: Snapshot) -> None:
-        """The NodeFeature output also carries raw features (``spec.features``); a change
-        there is published like a change of labels."""
-        if self.output.kind != "nodefeature":
-            return
-        from gfd.labels.features import node_features
-        from gfd.outputs.nodefeature import NodeFeatureOutput
-
-        if isinstance(self.output, NodeFeatureOutput):
-            features = node_features(snapshot)
-            if features != self.output.features:
-                self.output.features = features
-                self.published = None
-                node = features["attributes"].get("nvidia.node") or {}
-                omitted = (node.get("elements") or {}).get("omitted")
-                if omitted:
-                    self.log.warning(
-                        "NodeFeature instances left out to keep it small", omitted=omitted
-                    )
 
     def _confirm_loss(self, snapshot: Snapshot) -> None:
         """A lost GPU is labelled only when two discoveries in a row find it lost: the
@@ -230,7 +225,7 @@ class Agent:
             )
 
     def _fail_pass(self, started: float, exc: Exception | None, unexpected: bool = False) -> None:
-        duration = time.monotonic() - started
+        duration = self._monotonic() - started
         self.metrics.pass_finished("error", duration, None)
         self.last_error = None if exc is None else str(exc)
         if exc is not None:
@@ -246,20 +241,18 @@ class Agent:
         self._keep_last_labels()
 
     def _keep_last_labels(self) -> None:
-        """A failed pass keeps the last labels (SPEC §7), so a features file's expiry is
-        still renewed: only a gfd that stopped running lets its labels age out."""
-        from gfd.outputs.file import FileOutput
-
-        if not isinstance(self.output, FileOutput) or self.published is None:
+        """A failed pass keeps the last labels (SPEC §7); an output whose labels age out
+        (the features file's expiry) renews them."""
+        if self.published is None:
             return
         try:
-            self.output.verify(self.published)
+            self.output.keep(self.published)
         except PublishError as exc:
             self.log.error("cannot renew the features file", error=str(exc))
 
     def _publish(self, labels: dict[str, str]) -> bool:
         """Publish when the set changed; otherwise verify at the output's interval."""
-        now = time.monotonic()
+        now = self._monotonic()
         kind = self.output.kind
         try:
             if labels != self.published:
@@ -293,9 +286,9 @@ class Agent:
             self.log.error("reload failed; keeping the settings in force", error=str(exc))
             return
         output = self.output
-        if _output_identity(new) != _output_identity(self.settings):
+        if output_identity(new) != output_identity(self.settings):
             try:
-                output = make_output(new)
+                output = self._build_output(new)
             except UsageError as exc:
                 self.log.error("reload failed; keeping the settings in force", error=str(exc))
                 return
@@ -368,7 +361,9 @@ class Agent:
         self._wake.clear()
         if self._signals.stop or self._signals.reload:
             return
-        interval = self.settings.sleep_interval
+        self._sleep(self.settings.sleep_interval)
+
+    def _sleep_until_woken(self, interval: float | None) -> None:
         if interval is None:
             while not self._wake.wait(3600):
                 pass
@@ -380,15 +375,3 @@ class Agent:
                 if remaining <= 0:
                     break
                 self._wake.wait(min(remaining, 3600.0))
-
-
-def _output_identity(settings: Settings) -> tuple[Any, ...]:
-    return (
-        settings.output_kind,
-        settings.effective_output_file,
-        settings.node_name,
-        settings.namespace,
-        settings.kubeconfig,
-        settings.sleep_interval,  # the API outputs bound their retries by it
-        settings.effective_expiry_horizon,
-    )

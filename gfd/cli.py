@@ -282,17 +282,17 @@ def run(
 
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
     from gfd import snapshot
-    from gfd.agent import EXIT_RUNTIME, AgentExit, read_snapshot
-    from gfd.errors import DiscoveryError
+    from gfd.agent import EXIT_RUNTIME
+    from gfd.errors import DiscoveryError, NvmlUnavailableError
     from gfd.observability import NullMetrics
 
     found = preloaded
     try:
         if found is None:
+            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
+
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
-    except AgentExit as exc:
-        return _fail(exc.message, exc.status)
-    except DiscoveryError as exc:
+    except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     problem = write_stdout(snapshot.dumps(found))
     if problem:
@@ -302,19 +302,19 @@ def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
 
 def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
     from gfd import partitions
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, AgentExit, read_snapshot
-    from gfd.errors import ConfigError, DiscoveryError
+    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
+    from gfd.errors import ConfigError, DiscoveryError, NvmlUnavailableError
     from gfd.labels.partitions import partition_table
     from gfd.observability import NullMetrics, get_logger
 
     found = preloaded
     try:
         if found is None:
+            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
+
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
         table = partition_table(found, settings.config.partitions)
-    except AgentExit as exc:
-        return _fail(exc.message, exc.status)
-    except DiscoveryError as exc:
+    except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)

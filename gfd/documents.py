@@ -104,6 +104,20 @@ def file_kind(mode: int) -> str:
     return "a special file"
 
 
+def read_at_most(fd: int, limit: int) -> bytes:
+    """What ``fd`` holds, up to ``limit + 1`` bytes: one more than allowed says "too big"
+    without reading a file (or ``/dev/zero``) to its end."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
 def read_text(
     path: str, flag: str, error: type[UsageError], limit: int = MAX_DOCUMENT_BYTES
 ) -> str:
@@ -128,22 +142,15 @@ def read_text(
         too_big = f"{flag}: {shown} is larger than the limit of {limit} bytes"
         if info.st_size > limit:
             raise error(too_big)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
+        data = read_at_most(fd, limit)
+        if len(data) > limit:
             raise error(too_big)
     except OSError as exc:
         raise error(f"{flag}: cannot read {shown}: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
     try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise error(f"{flag}: {shown} is not UTF-8 text") from None
 

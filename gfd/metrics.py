@@ -23,7 +23,7 @@ from typing import Any
 
 from gfd import __version__
 from gfd.errors import GfdError
-from gfd.observability import get_logger
+from gfd.settings import split_address
 
 #: how much slack the health check gives on top of three intervals
 HEALTH_GRACE_SECONDS = 30.0
@@ -32,13 +32,11 @@ PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0
 
 
 def parse_address(address: str) -> tuple[str, int]:
-    """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6."""
-    host, sep, port = address.rpartition(":")
-    if not sep or not port.isdigit():
-        raise GfdError(f"--metrics-address {address!r}: expected host:port")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    return host, int(port)
+    """``host:port`` → (host, port), as ``--metrics-address`` reads it (settings.split_address)."""
+    try:
+        return split_address(address)
+    except ValueError:
+        raise GfdError(f"--metrics-address {address!r}: expected host:port") from None
 
 
 class PrometheusMetrics:
@@ -63,6 +61,10 @@ class PrometheusMetrics:
         self._published = False
 
         self.registry = CollectorRegistry(auto_describe=True)
+
+        def gauge(name: str, documentation: str) -> Gauge:
+            return Gauge(name, documentation, registry=self.registry)
+
         build_info = Gauge(
             "gfd_build_info", "gfd build information", ["version"], registry=self.registry
         )
@@ -74,32 +76,22 @@ class PrometheusMetrics:
             registry=self.registry,
         )
         self._passes = Counter("gfd_passes", "Passes by result", ["result"], registry=self.registry)
-        self._last_success = Gauge(
+        self._last_success = gauge(
             "gfd_last_success_timestamp_seconds",
             "Unix time at which the last successful pass finished",
-            registry=self.registry,
         )
-        self._labels = Gauge(
-            "gfd_labels",
-            "Number of labels produced by the last successful pass",
-            registry=self.registry,
-        )
+        self._labels = gauge("gfd_labels", "Number of labels produced by the last successful pass")
         self._publishes = Counter(
             "gfd_publish",
             "Publish and verification attempts by output and result",
             ["output", "result"],
             registry=self.registry,
         )
-        self._nvml_up = Gauge(
-            "gfd_nvml_up",
-            "1 when NVML could be initialised on the last pass",
-            registry=self.registry,
-        )
-        self._gpus_lost = Gauge(
+        self._nvml_up = gauge("gfd_nvml_up", "1 when NVML could be initialised on the last pass")
+        self._gpus_lost = gauge(
             "gfd_gpus_lost",
             "GPUs that did not answer on the last discovery (NVML GPU_IS_LOST, or on the PCI "
             "bus but not listed by NVML)",
-            registry=self.registry,
         )
         for result in ("success", "error"):
             self._passes.labels(result=result)
@@ -207,12 +199,6 @@ class PrometheusMetrics:
             daemon=True,
         )
         self._thread.start()
-        get_logger().info(
-            "serving metrics and health endpoints",
-            address=address,
-            port=self.port,
-            paths=["/metrics", "/healthz", "/readyz"],
-        )
 
 
 class _IPv6Server(ThreadingHTTPServer):

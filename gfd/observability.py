@@ -136,4 +136,11 @@ def start_metrics(settings: Settings) -> Metrics:
         return NullMetrics()
     from gfd.metrics import PrometheusMetrics
 
-    return PrometheusMetrics(settings.metrics_address, settings.sleep_interval)
+    metrics = PrometheusMetrics(settings.metrics_address, settings.sleep_interval)
+    get_logger().info(
+        "serving metrics and health endpoints",
+        address=settings.metrics_address,
+        port=metrics.port,
+        paths=["/metrics", "/healthz", "/readyz"],
+    )
+    return metrics

@@ -26,6 +26,14 @@ from gfd.documents import (
 )
 from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
+from gfd.grammar import (
+    LONGEST_RESOURCE_SUFFIX,
+    PREFIX,
+    is_resource_name,
+    is_valid_label_name,
+    wildcard_match,
+)
+from gfd.outputs.registry import output_kind_of
 
 if TYPE_CHECKING:
     from gfd.partitions import PartitionTable
@@ -39,7 +47,6 @@ MIN_EXPIRY_INTERVALS = 3
 #: and never be shorter than nfd-worker's default re-read (sleepInterval 60s): a shorter
 #: expiry (1ns, 0.5s) is dead on arrival, the labels dropped before NFD reads them
 MIN_EXPIRY_HORIZON = 60.0
-RESOURCE_PREFIX = "nvidia.com/"
 MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml")
 LOG_FORMATS = ("json", "console")
@@ -118,13 +125,22 @@ def _parse_horizon(value: Any) -> float:
     return math.inf if seconds is None else seconds
 
 
-def _parse_address(value: Any) -> str:
-    text = _parse_str(value).strip()
-    if not text:
-        return ""
-    _, sep, port = text.rpartition(":")
+def split_address(text: str) -> tuple[str, int]:
+    """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6.
+
+    Raises ValueError with the reason."""
+    host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ValueError("expected host:port (e.g. :8080 or 0.0.0.0:8080), or empty for off")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+def _parse_address(value: Any) -> str:
+    text = _parse_str(value).strip()
+    if text:
+        split_address(text)
     return text
 
 
@@ -384,10 +400,8 @@ class ResourcePattern:
     regex: re.Pattern[str] = field(compare=False, repr=False)
 
     def matches(self, text: str) -> bool:
-        # linear-time matching lives with the naming rules; ``regex`` is kept for callers
-        # that want the pattern as a regular expression, never for matching names
-        from gfd.labels.resources import wildcard_match
-
+        # linear-time matching (gfd.grammar); ``regex`` is kept for callers that want the
+        # pattern as a regular expression, never for matching names
         return wildcard_match(self.pattern, text)
 
 
@@ -409,7 +423,7 @@ class Sharing:
     resources: tuple[ReplicatedResource, ...] = ()
 
     def replication(self, resource: str) -> ReplicatedResource | None:
-        full = resource if resource.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + resource
+        full = resource if resource.startswith(PREFIX) else PREFIX + resource
         for entry in self.resources:
             if entry.name == full:
                 return entry
@@ -441,9 +455,7 @@ class _Pattern:
         return re.fullmatch(self.pattern, text)  # re caches the compiled pattern
 
 
-_DNS_LABEL = _Pattern(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 _DNS_SUBDOMAIN = _Pattern(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_LABEL_NAME = _Pattern(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 
 
 _describe = describe
@@ -462,11 +474,11 @@ def _sequence(value: Any, where: str) -> list[Any]:
 
 
 def _resource_name_error(name: str) -> str | None:
-    if not _DNS_LABEL.fullmatch(name):
+    if not is_resource_name(name):
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
-    longest = f"{name}.sharing-strategy"
-    if len(longest) > 63 or not _LABEL_NAME.fullmatch(longest):
-        return f"makes the label key nvidia.com/{longest} longer than 63 characters"
+    longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
+    if not is_valid_label_name(longest):
+        return f"makes the label key {PREFIX}{longest} longer than 63 characters"
     return None
 
 
@@ -508,14 +520,14 @@ def _parse_patterns(value: Any, where: str) -> tuple[ResourcePattern, ...]:
 def _full_resource_name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"{where}: expected a non-empty string, got {_describe(value)}")
-    full = value if value.startswith(RESOURCE_PREFIX) else RESOURCE_PREFIX + value
-    short = full[len(RESOURCE_PREFIX) :]
+    full = value if value.startswith(PREFIX) else PREFIX + value
+    short = full[len(PREFIX) :]
     if len(full) > 63:
         raise ConfigError(f"{where}: resource name {_describe(value)} is longer than 63 characters")
     if "/" in short or not _DNS_SUBDOMAIN.fullmatch(short):
         raise ConfigError(
             f"{where}: invalid resource name {_describe(value)}: the part after "
-            f"{RESOURCE_PREFIX} must be a DNS subdomain"
+            f"{PREFIX} must be a DNS subdomain"
         )
     return full
 
@@ -705,30 +717,34 @@ def load_config_file(path: str) -> LoadedConfig:
 # ----------------------------------------------------------------- settings
 
 
+#: the defaults of the options, from the OPTIONS table (their one home)
+_DEFAULTS: dict[str, Any] = {option.name: option.default for option in OPTIONS}
+
+
 @dataclass(frozen=True)
 class Settings:
-    mig_strategy: str = "none"
-    fail_on_init_error: bool = True
-    oneshot: bool = False
-    no_timestamp: bool = False
-    sleep_interval: float | None = 60.0  # None: infinite
-    expiry_horizon: float | None = None  # None: not set (the default rule); inf: never
-    output_file: str | None = None  # None: not set anywhere
-    machine_type_file: str = "/sys/class/dmi/id/product_name"
-    config_file: str | None = None
-    use_node_feature_api: bool = False
-    device_discovery_strategy: str = "auto"
-    node_name: str | None = None
-    namespace: str = "default"
-    pod_name: str | None = None
-    kubeconfig: str | None = None
-    use_node_labels: bool = False
-    snapshot_file: str | None = None
-    metrics_address: str = ""
-    topology_labels: bool = False
-    koordlet_device_infos_dir: str = ""
-    log_format: str | None = None
-    log_level: str = "info"
+    mig_strategy: str = _DEFAULTS["mig_strategy"]
+    fail_on_init_error: bool = _DEFAULTS["fail_on_init_error"]
+    oneshot: bool = _DEFAULTS["oneshot"]
+    no_timestamp: bool = _DEFAULTS["no_timestamp"]
+    sleep_interval: float | None = _DEFAULTS["sleep_interval"]  # None: infinite
+    expiry_horizon: float | None = _DEFAULTS["expiry_horizon"]  # None: the default rule; inf: never
+    output_file: str | None = _DEFAULTS["output_file"]  # None: not set anywhere
+    machine_type_file: str = _DEFAULTS["machine_type_file"]
+    config_file: str | None = _DEFAULTS["config_file"]
+    use_node_feature_api: bool = _DEFAULTS["use_node_feature_api"]
+    device_discovery_strategy: str = _DEFAULTS["device_discovery_strategy"]
+    node_name: str | None = _DEFAULTS["node_name"]
+    namespace: str = _DEFAULTS["namespace"]
+    pod_name: str | None = _DEFAULTS["pod_name"]
+    kubeconfig: str | None = _DEFAULTS["kubeconfig"]
+    use_node_labels: bool = _DEFAULTS["use_node_labels"]
+    snapshot_file: str | None = _DEFAULTS["snapshot_file"]
+    metrics_address: str = _DEFAULTS["metrics_address"]
+    topology_labels: bool = _DEFAULTS["topology_labels"]
+    koordlet_device_infos_dir: str = _DEFAULTS["koordlet_device_infos_dir"]
+    log_format: str | None = _DEFAULTS["log_format"]
+    log_level: str = _DEFAULTS["log_level"]
     # actions (command line only)
     dump_snapshot: bool = False
     cleanup: bool = False
@@ -740,11 +756,7 @@ class Settings:
 
     @property
     def output_kind(self) -> str:
-        if self.use_node_feature_api:
-            return "nodefeature"
-        if self.use_node_labels:
-            return "node-labels"
-        return "stdout" if self.effective_output_file is None else "file"
+        return output_kind_of(self).name
 
     @property
     def effective_output_file(self) -> str | None:
@@ -924,11 +936,7 @@ def _special_file_kind(path: str) -> str | None:
 
 
 def _validate(settings: Settings) -> None:
-    if settings.use_node_feature_api and settings.use_node_labels:
-        raise UsageError("--use-node-feature-api and --use-node-labels: choose at most one output")
-    if (settings.use_node_feature_api or settings.use_node_labels) and not settings.node_name:
-        flag = "--use-node-feature-api" if settings.use_node_feature_api else "--use-node-labels"
-        raise UsageError(f"--node-name (or NODE_NAME) is required with {flag}")
+    output_kind_of(settings)  # one output selected, with what it needs
     horizon = settings.expiry_horizon
     if horizon is not None and horizon < MIN_EXPIRY_HORIZON:
         raise UsageError(

@@ -314,47 +314,54 @@ def _list(value: Any, path: str) -> list[Any]:
     return as_list(value, path, SnapshotError)
 
 
-def _compute_capability(value: Any, path: str) -> ComputeCapability:
-    r = _Reader(value, path)
-    cc = ComputeCapability(
-        major=r.required("major", _non_negative_int), minor=r.required("minor", _non_negative_int)
-    )
-    r.finish()
-    return cc
+class _Field:
+    """How one key of a mapping is read: ``convert`` its value, or take ``default`` when the
+    key is absent (no default: the key is required)."""
+
+    def __init__(self, convert: Callable[[Any, str], Any], *default: Any) -> None:
+        self.convert = convert
+        self.default = default
 
 
-def _slices(value: Any, path: str) -> MigSlices:
-    r = _Reader(value, path)
-    slices = MigSlices(
-        gi=r.required("gi", _non_negative_int), ci=r.required("ci", _non_negative_int)
-    )
-    r.finish()
-    return slices
+def _record(build: Callable[..., T], **fields: _Field) -> Callable[[Any, str], T]:
+    """A reader of one mapping into ``build(**values)``: the keys are read in the order
+    given (the first bad one is reported), and a key not listed is an error."""
+
+    def parse(value: Any, path: str) -> T:
+        r = _Reader(value, path)
+        values = {
+            name: r.optional(name, field.convert, field.default[0])
+            if field.default
+            else r.required(name, field.convert)
+            for name, field in fields.items()
+        }
+        r.finish()
+        return build(**values)
+
+    return parse
 
 
-def _engines(value: Any, path: str) -> MigEngines:
-    r = _Reader(value, path)
-    engines = MigEngines(
-        copy=r.optional("copy", _non_negative_int, 0),
-        decoder=r.optional("decoder", _non_negative_int, 0),
-        encoder=r.optional("encoder", _non_negative_int, 0),
-        jpeg=r.optional("jpeg", _non_negative_int, 0),
-        ofa=r.optional("ofa", _non_negative_int, 0),
-    )
-    r.finish()
-    return engines
+_COUNT = _Field(_non_negative_int)
+_compute_capability = _record(ComputeCapability, major=_COUNT, minor=_COUNT)
+_slices = _record(MigSlices, gi=_COUNT, ci=_COUNT)
+_engines = _record(
+    MigEngines,
+    **{
+        name: _Field(_non_negative_int, 0) for name in ("copy", "decoder", "encoder", "jpeg", "ofa")
+    },
+)
+_mig_device_fields = _record(
+    MigDevice,
+    profile=_Field(_str),
+    memory_mib=_Field(_memory_mib),
+    multiprocessors=_COUNT,
+    slices=_Field(_slices),
+    engines=_Field(_engines, MigEngines()),
+)
 
 
 def _mig_device(value: Any, path: str) -> MigDevice:
-    r = _Reader(value, path)
-    device = MigDevice(
-        profile=r.required("profile", _str),
-        memory_mib=r.required("memory_mib", _memory_mib),
-        multiprocessors=r.required("multiprocessors", _non_negative_int),
-        slices=r.required("slices", _slices),
-        engines=r.optional("engines", _engines, MigEngines()),
-    )
-    r.finish()
+    device = _mig_device_fields(value, path)
     if not device.profile:
         raise SnapshotError(f"{path}.profile: must not be empty")
     return device
@@ -371,41 +378,22 @@ def _mig(value: Any, path: str) -> Mig:
     return Mig(enabled=enabled, devices=devices)
 
 
-def _fabric(value: Any, path: str) -> Fabric:
-    r = _Reader(value, path)
-    fabric = Fabric(
-        cluster_uuid=r.required("cluster_uuid", _str),
-        clique_id=r.required("clique_id", _non_negative_int),
-    )
-    r.finish()
-    return fabric
-
-
-def _gpu(value: Any, path: str) -> Gpu:
-    r = _Reader(value, path)
-    gpu = Gpu(
-        index=r.required("index", _non_negative_int),
-        uuid=r.required("uuid", _str),
-        name=r.required("name", _str),
-        pci_bus_id=r.optional("pci_bus_id", _str, ""),
-        pci_class=r.optional("pci_class", _nullable(_pci_class), None),
-        memory_mib=r.optional("memory_mib", _nullable(_memory_mib), None),
-        compute_capability=r.required("compute_capability", _compute_capability),
-        mig=r.optional("mig", _nullable(_mig), None),
-        fabric=r.optional("fabric", _nullable(_fabric), None),
-    )
-    r.finish()
-    return gpu
-
-
-def _vgpu_device(value: Any, path: str) -> VgpuDevice:
-    r = _Reader(value, path)
-    device = VgpuDevice(
-        host_driver_version=r.required("host_driver_version", _str),
-        host_driver_branch=r.required("host_driver_branch", _str),
-    )
-    r.finish()
-    return device
+_fabric = _record(Fabric, cluster_uuid=_Field(_str), clique_id=_COUNT)
+_gpu = _record(
+    Gpu,
+    index=_COUNT,
+    uuid=_Field(_str),
+    name=_Field(_str),
+    pci_bus_id=_Field(_str, ""),
+    pci_class=_Field(_nullable(_pci_class), None),
+    memory_mib=_Field(_nullable(_memory_mib), None),
+    compute_capability=_Field(_compute_capability),
+    mig=_Field(_nullable(_mig), None),
+    fabric=_Field(_nullable(_fabric), None),
+)
+_vgpu_device = _record(
+    VgpuDevice, host_driver_version=_Field(_str), host_driver_branch=_Field(_str)
+)
 
 
 def _vgpu(value: Any, path: str) -> Vgpu:
@@ -417,22 +405,13 @@ def _vgpu(value: Any, path: str) -> Vgpu:
     )
 
 
-def _lost_gpu(value: Any, path: str) -> LostGpu:
-    r = _Reader(value, path)
-    lost = LostGpu(
-        index=r.optional("index", _nullable(_non_negative_int), None),
-        pci_bus_id=r.optional("pci_bus_id", _str, ""),
-        reason=r.optional("reason", _str, ""),
-    )
-    r.finish()
-    return lost
-
-
-def _driver(value: Any, path: str) -> Driver:
-    r = _Reader(value, path)
-    driver = Driver(version=r.required("version", _str), cuda=r.required("cuda", _cuda_version))
-    r.finish()
-    return driver
+_lost_gpu = _record(
+    LostGpu,
+    index=_Field(_nullable(_non_negative_int), None),
+    pci_bus_id=_Field(_str, ""),
+    reason=_Field(_str, ""),
+)
+_driver = _record(Driver, version=_Field(_str), cuda=_Field(_cuda_version))
 
 
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")

@@ -1,12 +1,19 @@
-"""Fixtures shared by the process tests."""
+"""Fixtures shared across test modules: process daemons and the fake API server.
+
+``api`` starts a :class:`FakeApiServer`; a module that wants node ``n1`` to exist declares
+``API_NODE_N1 = {"labels": ..., "annotations": ...}`` (its labels and annotations), and
+``kubeconfig`` points the real client at the server.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import Daemon
 
 
@@ -22,3 +29,17 @@ def daemons() -> Iterator[Any]:
     yield start
     for daemon in started:
         daemon.kill()
+
+
+@pytest.fixture
+def api(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        node = getattr(request.module, "API_NODE_N1", None)
+        if node is not None:
+            server.add_node("n1", labels=node.get("labels"), annotations=node.get("annotations"))
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
+    return str(api.write_kubeconfig(tmp_path / "kubeconfig"))

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,6 +60,43 @@ def run_gfd(
     )
 
 
+def run_gfd_here(
+    *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``run_gfd`` without a new interpreter: ``gfd.cli.main(args)`` in this process, with the
+    same environment and working directory, stdout and stderr captured, the exit status
+    taken from its SystemExit.  For runs that end by themselves (oneshot, bad input,
+    --help); signals, daemons and start-up itself are tested with real processes."""
+    from gfd import cli
+    from gfd.observability import configure_logging
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    saved_environ, saved_cwd = dict(os.environ), os.getcwd()
+    saved_handlers = {signum: signal.getsignal(signum) for signum in _HANDLED}
+    os.environ.clear()
+    os.environ.update(clean_env(env))
+    os.chdir(ROOT)
+    status: int = 0
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                cli.main(list(args))
+            except SystemExit as exit_:
+                code = exit_.code
+                status = code if isinstance(code, int) else (0 if code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_environ)
+        os.chdir(saved_cwd)
+        for signum, handler in saved_handlers.items():
+            signal.signal(signum, handler)
+        configure_logging(None, "info")  # the next record sets logging up anew
+    return subprocess.CompletedProcess([*GFD, *args], status, stdout.getvalue(), stderr.getvalue())
+
+
+_HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+
+
 def spawn_gfd(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [*GFD, *args],
@@ -66,12 +109,25 @@ def spawn_gfd(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Po
     )
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Daemon:
     """A running gfd whose JSON log lines are read on a thread, so the test can wait for
-    events (passes) instead of sleeping for a guessed time."""
+    events (passes) instead of sleeping for a guessed time.
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.process = spawn_gfd("--log-format", "json", *args, env=env)
+    With ``metrics=True`` it serves ``--metrics-address`` on a free port, and the test can
+    follow its progress through ``/metrics`` (:meth:`passes`, :meth:`wait_until`)."""
+
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, metrics: bool = False
+    ) -> None:
+        self.port = free_port() if metrics else None
+        served = ["--metrics-address", f"127.0.0.1:{self.port}"] if metrics else []
+        self.process = spawn_gfd("--log-format", "json", *args, *served, env=env)
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -84,6 +140,9 @@ class Daemon:
                 self.events.put(json.loads(line))
             except json.JSONDecodeError:
                 self.events.put({"event": "raw", "line": line})
+
+    def log(self) -> str:
+        return "".join(self.lines)
 
     def wait_for(self, event: str, count: int = 1, limit: float = 30) -> list[dict[str, Any]]:
         found = []
@@ -98,8 +157,52 @@ class Daemon:
                 found.append(item)
         return found
 
+    # ------------------------------------------------------------- through /metrics
+
+    def get(self, path: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def metric(self, name: str, **labels: str) -> float:
+        from prometheus_client.parser import text_string_to_metric_families
+
+        _, text = self.get("/metrics")
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(key) == value for key, value in labels.items()
+                ):
+                    total += sample.value
+        return total
+
+    def passes(self, **labels: str) -> int:
+        return int(self.metric("gfd_passes_total", **labels))
+
+    def wait_until(self, condition: Callable[[], bool], what: str, limit: float = 60) -> None:
+        """Poll ``condition`` (a guard against a hung test, not a timing assertion)."""
+        deadline = time.monotonic() + limit
+        while True:
+            if self.process.poll() is not None:
+                raise AssertionError(
+                    f"gfd exited ({self.process.returncode}) waiting for {what}:\n{self.log()}"
+                )
+            try:
+                if condition():
+                    return
+            except (urllib.error.URLError, ConnectionError):
+                pass  # the metrics server is not up yet
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gave up waiting for {what}; gfd log:\n{self.log()[-4000:]}")
+            time.sleep(0.05)
+
     def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.process.send_signal(signum)
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
         return self.process.wait(timeout=30)
 
     def kill(self) -> None:

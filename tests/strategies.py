@@ -142,11 +142,18 @@ _odd_text = st.text(
 _digits = st.integers(min_value=0, max_value=9999).map(str)
 
 
+# Strategies are built once, here, rather than inside the composites below: a strategy
+# built per draw is validated again at every draw, which costs more than the draw itself.
+_version_parts = st.lists(_digits | st.sampled_from(("00", "07", "015")), min_size=2, max_size=3)
+
+
 @st.composite
 def driver_versions(draw: st.DrawFn) -> str:
     """``X.Y`` or ``X.Y.Z`` with decimal parts (occasionally with leading zeros)."""
-    parts = draw(st.lists(_digits | st.sampled_from(["00", "07", "015"]), min_size=2, max_size=3))
-    return ".".join(parts)
+    return ".".join(draw(_version_parts))
+
+
+_driver_versions = driver_versions()
 
 
 cuda_versions = st.sampled_from([11000, 11080, 12000, 12020, 12040, 12080, 13000]) | st.integers(
@@ -186,6 +193,14 @@ _models = st.builds(
     compute_capability=compute_capabilities,
     mig_capable=st.booleans(),
 )
+_model_lists = st.lists(_models, min_size=1, max_size=4, unique_by=lambda m: m.name)
+_machines = st.none() | st.sampled_from(MACHINES) | _odd_text
+_vgpus = st.sampled_from((None, Vgpu())) | st.lists(
+    st.sampled_from(VGPU_DEVICES) | st.tuples(_odd_text, _odd_text),
+    min_size=1,
+    max_size=3,
+).map(lambda devs: Vgpu(tuple(VgpuDevice(v, b) for v, b in devs)))
+_palettes = st.lists(st.sampled_from(tuple(sorted(MIG_PROFILES))), min_size=1, max_size=3)
 
 
 def mig_device(profile: str) -> MigDevice:
@@ -203,21 +218,14 @@ _mig_modes = st.sampled_from(["random", "all-enabled", "uniform"])
 def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
     """A valid v1 snapshot (one the loader accepts)."""
     indices = draw(st.lists(st.integers(min_value=0, max_value=63), unique=True, max_size=max_gpus))
-    driver: Driver | None = Driver(draw(driver_versions()), draw(cuda_versions))
+    driver: Driver | None = Driver(draw(_driver_versions), draw(cuda_versions))
     if not indices and draw(st.booleans()):
         driver = None  # NVML unavailable: no driver, no GPUs
-    machine = draw(st.none() | st.sampled_from(MACHINES) | _odd_text)
-    vgpu = draw(
-        st.sampled_from([None, Vgpu()])
-        | st.lists(
-            st.sampled_from(VGPU_DEVICES) | st.tuples(_odd_text, _odd_text),
-            min_size=1,
-            max_size=3,
-        ).map(lambda devs: Vgpu(tuple(VgpuDevice(v, b) for v, b in devs)))
-    )
+    machine = draw(_machines)
+    vgpu = draw(_vgpus)
 
-    models = draw(st.lists(_models, min_size=1, max_size=4, unique_by=lambda m: m.name))
-    palette = draw(st.lists(st.sampled_from(sorted(MIG_PROFILES)), min_size=1, max_size=3))
+    models = draw(_model_lists)
+    palette = draw(_palettes)
     mig_mode = draw(_mig_modes)
     if mig_mode == "uniform":
         palette = palette[:1]
@@ -226,14 +234,15 @@ def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
 
     gpus = []
     for index in indices:
-        model = draw(st.sampled_from(models))
+        model = models[draw(st.integers(0, len(models) - 1))]  # (sampled_from, built once)
         mig: Mig | None = None
         if model.mig_capable or mig_mode == "uniform":
             enabled = mig_mode != "random" or draw(st.booleans())
             profiles: list[str] = []
             if enabled or draw(st.integers(0, 9)) == 0:  # rarely: devices on a disabled GPU
                 least = 1 if mig_mode == "uniform" else 0
-                profiles = draw(st.lists(st.sampled_from(palette), min_size=least, max_size=7))
+                picks = draw(st.lists(st.integers(0, len(palette) - 1), min_size=least, max_size=7))
+                profiles = [palette[pick] for pick in picks]
             mig = Mig(enabled=enabled, devices=tuple(mig_device(p) for p in profiles))
         fabric: Fabric | None = None
         if fabric_mode == "shared" or (fabric_mode == "partial" and draw(st.booleans())):
@@ -331,7 +340,7 @@ _sharing_targets = st.one_of(
 
 @st.composite
 def sharings(draw: st.DrawFn) -> Sharing:
-    strategy = draw(st.sampled_from(["none", "time-slicing", "mps"]))
+    strategy = draw(st.sampled_from(("none", "time-slicing", "mps")))
     if strategy == "none":
         return Sharing()
     targets = draw(st.lists(_sharing_targets, min_size=1, max_size=4, unique=True))
@@ -346,14 +355,22 @@ def sharings(draw: st.DrawFn) -> Sharing:
     return Sharing(strategy, resources)
 
 
+_gpu_pattern_lists = _patterns(gpu_patterns_text)
+_mig_pattern_lists = _patterns(mig_patterns_text)
+_sharings = sharings()
+
+
 @st.composite
 def configs(draw: st.DrawFn) -> Config:
     """A label configuration: resource patterns and a sharing section."""
     return Config(
-        gpu_patterns=draw(_patterns(gpu_patterns_text)),
-        mig_patterns=draw(_patterns(mig_patterns_text)),
-        sharing=draw(sharings()),
+        gpu_patterns=draw(_gpu_pattern_lists),
+        mig_patterns=draw(_mig_pattern_lists),
+        sharing=draw(_sharings),
     )
+
+
+_configs = configs()
 
 
 @st.composite
@@ -362,9 +379,9 @@ def config_documents(draw: st.DrawFn) -> tuple[str, Config]:
 
     Sharing entries here use ``renameByDefault`` (the loader's only source of
     ``renamed``) and names that are DNS subdomains, as the file format requires."""
-    config = draw(configs())
+    config = draw(_configs)
     rename_by_default = draw(st.booleans())
-    document: dict[str, Any] = {"version": draw(st.sampled_from(["v1", ""]))}
+    document: dict[str, Any] = {"version": draw(st.sampled_from(("v1", "")))}
     resources: dict[str, Any] = {}
     if config.gpu_patterns:
         resources["gpus"] = [{"pattern": p.pattern, "name": p.name} for p in config.gpu_patterns]

@@ -1,4 +1,8 @@
-"""The gfd command as a process: oneshot output, and one clear line + exit 2 on bad input."""
+"""The gfd command: oneshot output, and one clear line + exit 2 on bad input.
+
+Most runs call the command line in-process (tests/process.py: run_gfd_here, the same
+``main`` with the same environment); a few run it as a real process, for the interpreter's
+start-up, byte-identical output across processes, and the exit statuses 1 and 2."""
 
 from __future__ import annotations
 
@@ -6,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.process import run_gfd
+from tests.process import run_gfd, run_gfd_here
 
 DGX = "examples/snapshots/dgx-a100.yaml"
 DGX_LABELS = """\
@@ -46,14 +50,14 @@ def test_oneshot_prints_upstreams_25_labels_for_a_dgx_a100() -> None:
 
 
 def test_timestamp_label_is_present_by_default() -> None:
-    result = run_gfd("--oneshot", "--snapshot-file", DGX)
+    result = run_gfd_here("--oneshot", "--snapshot-file", DGX)
     assert result.returncode == 0
     stamps = [line for line in result.stdout.splitlines() if "gfd.timestamp=" in line]
     assert len(stamps) == 1 and stamps[0].split("=")[1].isdigit()
 
 
 def test_seed_example_end_to_end() -> None:
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot",
         "--no-timestamp",
         "--snapshot-file",
@@ -80,7 +84,7 @@ def test_two_models_are_byte_identical_across_runs() -> None:
 
 def test_output_file_and_env_selection(tmp_path: Path) -> None:
     out = tmp_path / "labels"
-    result = run_gfd(
+    result = run_gfd_here(
         "--no-timestamp",
         "--snapshot-file",
         DGX,
@@ -93,7 +97,7 @@ def test_output_file_and_env_selection(tmp_path: Path) -> None:
 
 
 def test_upstream_style_boolean_flag_values() -> None:
-    result = run_gfd("--oneshot=true", "--no-timestamp=true", "--snapshot-file", DGX)
+    result = run_gfd_here("--oneshot=true", "--no-timestamp=true", "--snapshot-file", DGX)
     assert result.returncode == 0 and result.stdout == DGX_LABELS
 
 
@@ -156,7 +160,7 @@ def test_bad_input_is_one_line_and_exit_2(
             resolved.append(arg)
     out = tmp_path / "published"
     out.write_text("previous labels\n")
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot", "--output-file", str(out), *resolved, env={"GFD_SNAPSHOT_FILE": DGX, **env}
     )
     assert result.returncode == 2, (result.stdout, result.stderr)

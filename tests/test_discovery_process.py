@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from gfd import snapshot as snapshot_io
-from gfd.outputs.file import split_features_file
 
+from .fakes.fake_nvml import FakeNvml
 from .fakes.fake_sysfs import FakeSysfs, build_from_snapshot, config_with_capabilities
 from .fakes.fake_sysfs import vgpu_capability as vgpu_cap
-from .process import ROOT, run_gfd
+from .process import ROOT, run_gfd, run_gfd_here
 
 VARIED = Path(ROOT) / "examples" / "snapshots" / "dgx-a100-mig-varied.yaml"
 MESSAGE = (
@@ -37,6 +37,7 @@ SITECUSTOMIZE = '''\
 """Process tests: the fake NVML of tests/fakes stands in for pynvml."""
 import os
 import sys
+import sys
 
 if os.environ.get("FAKE_NVML_SNAPSHOT"):
     sys.path.insert(0, os.environ["FAKE_NVML_REPO"])
@@ -44,13 +45,10 @@ if os.environ.get("FAKE_NVML_SNAPSHOT"):
     from tests.fakes.fake_nvml import FakeNvml
 
     fake = FakeNvml.from_snapshot(snapshot.load(os.environ["FAKE_NVML_SNAPSHOT"]))
-    driver_flag = os.environ.get("FAKE_NVML_DRIVER_FLAG")  # driver loaded iff it exists
     lost_flag = os.environ.get("FAKE_NVML_LOST_FLAG")  # GPU 1 lost while it exists
     real_init = fake.module.nvmlInit
 
     def nvmlInit():
-        if driver_flag:
-            fake.library_missing = not os.path.exists(driver_flag)
         fake.recover_gpus()
         if lost_flag and os.path.exists(lost_flag):
             fake.lose_gpu(1, after_calls=2)
@@ -183,15 +181,17 @@ def test_dump_snapshot_is_the_node(fake_node: dict[str, Any], tmp_path: Path) ->
 
 @pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
 def test_snapshot_file_of_the_dump_gives_the_live_labels(
-    fake_node: dict[str, Any], tmp_path: Path, strategy: str
+    fake_node: dict[str, Any], tmp_path: Path, strategy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """In-process (the fake NVML in place of pynvml here, as the shim does in a process)."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml.from_snapshot(fake_node["snapshot"]).module)
     flags = [*fake_node["flags"], "--mig-strategy", strategy]
-    dump = run_gfd("--dump-snapshot", *flags, env=fake_node["env"])
+    dump = run_gfd_here("--dump-snapshot", *flags, env=fake_node["env"])
     assert dump.returncode == 0, dump.stderr
     dumped = tmp_path / "node.yaml"
     dumped.write_text(dump.stdout)
-    live = run_gfd("--oneshot", "--no-timestamp", *flags, env=fake_node["env"])
-    offline = run_gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(dumped), *flags)
+    live = run_gfd_here("--oneshot", "--no-timestamp", *flags, env=fake_node["env"])
+    offline = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", str(dumped), *flags)
     assert live.returncode == offline.returncode == 0, live.stderr + offline.stderr
     assert "nvidia.com/mig.capable=true\n" in live.stdout
     assert live.stdout == offline.stdout
@@ -206,83 +206,6 @@ def test_gpu_lost_fails_the_oneshot_pass(fake_node: dict[str, Any], tmp_path: Pa
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert "NVML error on GPU 1 in " in result.stderr and "GPU is lost" in result.stderr
-
-
-def test_daemon_picks_up_a_driver_that_appears(
-    fake_node: dict[str, Any], tmp_path: Path, daemons: Any
-) -> None:
-    """SPEC §7 (beyond upstream): minimal labels while NVML is missing, full ones once it
-    loads — NVML is retried every pass, no restart."""
-    driver = tmp_path / "driver-loaded"
-    out = tmp_path / "gfd"
-    env = {**fake_node["env"], "FAKE_NVML_DRIVER_FLAG": str(driver)}
-    daemon = daemons(
-        "--sleep-interval", "1s", "--output-file", str(out), "--no-timestamp",
-        "--no-fail-on-init-error", *fake_node["flags"], env=env,
-    )  # fmt: skip
-    daemon.wait_for("pass finished")
-    # (the file's first line is its NFD expiry, issue 16)
-    assert split_features_file(out.read_text())[1] == "nvidia.com/vgpu.present=false\n"
-    driver.touch()
-    while not daemon.wait_for("pass finished")[0]["changed"]:
-        pass
-    assert "nvidia.com/gpu.count=8\n" in out.read_text()
-    assert daemon.stop(signal.SIGTERM) == 0
-
-
-def test_daemon_keeps_its_labels_while_a_gpu_is_lost(
-    fake_node: dict[str, Any], tmp_path: Path, daemons: Any
-) -> None:
-    lost = tmp_path / "lost"
-    out = tmp_path / "gfd"
-    env = {**fake_node["env"], "FAKE_NVML_LOST_FLAG": str(lost)}
-    daemon = daemons(
-        "--sleep-interval", "1s", "--output-file", str(out), "--no-timestamp",
-        *fake_node["flags"], env=env,
-    )  # fmt: skip
-    daemon.wait_for("pass finished")
-    published = out.read_text()
-    assert "nvidia.com/gpu.count=8\n" in published
-    lost.touch()
-    failed = daemon.wait_for("pass failed")[0]
-    assert "GPU is lost" in failed["error"]
-    assert out.read_text() == published
-    lost.unlink()
-    recovered = daemon.wait_for("pass finished")[0]
-    assert recovered["changed"] is False
-    assert daemon.process.poll() is None
-    assert daemon.stop(signal.SIGTERM) == 0
-
-
-def test_daemon_labels_the_answering_gpus_once_a_loss_is_seen_twice(
-    fake_node: dict[str, Any], tmp_path: Path, daemons: Any
-) -> None:
-    """Issue 16: the first pass that finds GPU 1 lost keeps the last labels (SPEC §7); the
-    second in a row labels the seven GPUs that answer and counts the lost one; when the
-    GPU answers again the full labels come back."""
-    lost = tmp_path / "lost"
-    out = tmp_path / "gfd"
-    env = {**fake_node["env"], "FAKE_NVML_LOST_FLAG": str(lost)}
-    daemon = daemons(
-        "--sleep-interval", "1s", "--output-file", str(out), "--no-timestamp",
-        *fake_node["flags"], env=env,
-    )  # fmt: skip
-    daemon.wait_for("pass finished")
-    published = out.read_text()
-    assert "nvidia.com/gpu.count=8\n" in published and "gpu.lost" not in published
-    lost.touch()
-    failed = daemon.wait_for("pass failed")[0]
-    assert "1 GPU(s) lost" in failed["error"] and "GPU is lost" in failed["error"]
-    assert out.read_text() == published
-    confirmed = daemon.wait_for("pass finished")[0]
-    assert confirmed["changed"] is True
-    text = out.read_text()
-    assert "nvidia.com/gpu.count=7\n" in text and "nvidia.com/gpu.lost=1\n" in text
-    lost.unlink()
-    while not daemon.wait_for("pass finished")[0]["changed"]:
-        pass
-    assert "nvidia.com/gpu.count=8\n" in out.read_text() and "gpu.lost" not in out.read_text()
-    assert daemon.stop(signal.SIGTERM) == 0
 
 
 def test_dump_snapshot_records_a_lost_gpu(fake_node: dict[str, Any], tmp_path: Path) -> None:

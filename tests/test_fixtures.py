@@ -20,6 +20,7 @@ CASES: list[dict[str, Any]] = yaml.safe_load((ROOT / "tests/fixtures/cases.yaml"
 @pytest.mark.parametrize("case", CASES, ids=[c["expected"] for c in CASES])
 def test_fixture_labels(case: dict[str, Any]) -> None:
     from gfd import labels, snapshot
+    from gfd.outputs.file import format_labels
     from gfd.settings import Config, load_config_file
 
     config = load_config_file(str(ROOT / case["config"])).config if "config" in case else Config()
@@ -27,7 +28,7 @@ def test_fixture_labels(case: dict[str, Any]) -> None:
         snapshot.load(str(ROOT / case["snapshot"])), case["strategy"], config, None
     )
     expected = (ROOT / "tests/fixtures/expected" / f"{case['expected']}.labels").read_text()
-    assert labels.format_labels(built.labels) == expected
+    assert format_labels(built.labels) == expected
 
 
 def test_fixture_through_the_command() -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,16 +50,7 @@ B = {
 C = {"nvidia.com/gpu.count": "2"}
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.add_node("n1", labels=FOREIGN)
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
-    return str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+API_NODE_N1 = {"labels": FOREIGN}  # the shared api fixture (tests/conftest.py) adds it
 
 
 def settings(kubeconfig: str, **overrides: Any) -> Settings:

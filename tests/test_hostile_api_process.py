@@ -1,6 +1,8 @@
 """A broken or hostile API server against ``gfd`` as a real process: signals are honoured in
 every state of an API request, a oneshot or ``--cleanup`` always ends with an honest exit
 status and one line, bad server addresses are usage errors, credentials never reach a log.
+(Runs that end by themselves and need no signal go through the same command line
+in-process, tests/process.py run_gfd_here.)
 
 The subprocess waits below carry a timeout as a guard against a hung test (well above the
 second a stop takes, well below the 26 s it took before); speed is measured in
@@ -11,14 +13,14 @@ from __future__ import annotations
 import json
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, run_gfd
+from tests.process import ROOT, run_gfd, run_gfd_here
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,16 +30,7 @@ FOREIGN = {"kubernetes.io/hostname": "n1", "nvidia.com/gpu.present": "true"}
 STOP_GUARD_SECONDS = 8.0
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.add_node("n1", labels=FOREIGN)
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
-    return str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+API_NODE_N1 = {"labels": FOREIGN}  # the shared api fixture (tests/conftest.py) adds it
 
 
 def api_args(kubeconfig: str, *extra: str) -> list[str]:
@@ -146,13 +139,13 @@ BAD_BODIES = {
 def test_cleanup_that_cannot_remove_the_labels_exits_non_zero(
     api: FakeApiServer, kubeconfig: str, body: str
 ) -> None:
-    published = run_gfd(*api_args(kubeconfig, "--oneshot"))
+    published = run_gfd_here(*api_args(kubeconfig, "--oneshot"))
     assert published.returncode == 0, published.stderr
     labelled = api.node_labels("n1")
     assert len(labelled) > len(FOREIGN)
 
     api.inject(Fault(body=BAD_BODIES[body], method="GET", count=None))
-    done = run_gfd(*api_args(kubeconfig, "--cleanup", "--sleep-interval", "1s"))
+    done = run_gfd_here(*api_args(kubeconfig, "--cleanup", "--sleep-interval", "1s"))
     assert done.returncode == 1
     assert_no_traceback(done.stderr)
     errors = [line for line in done.stderr.splitlines() if line.startswith("gfd: error:")]
@@ -183,7 +176,7 @@ def test_a_server_address_that_is_not_http_is_a_usage_error(
     tmp_path: Path, mode: str, server: str
 ) -> None:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server)
-    done = run_gfd(*api_args(kubeconfig, mode))
+    done = run_gfd_here(*api_args(kubeconfig, mode))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
     assert "not an http:// or https:// URL" in done.stderr
@@ -191,7 +184,7 @@ def test_a_server_address_that_is_not_http_is_a_usage_error(
 
 def test_a_password_in_the_server_url_never_reaches_the_log(tmp_path: Path) -> None:
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://admin:s3cr3t@127.0.0.1:9")
-    done = run_gfd(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "1s"))
+    done = run_gfd_here(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "1s"))
     assert done.returncode == 1
     assert "retrying" in done.stderr  # connection errors were logged...
     assert "s3cr3t" not in done.stderr  # ...without the password
@@ -213,10 +206,10 @@ def test_a_second_start_on_a_labelled_node_writes_nothing(
         "--no-timestamp",
         "--oneshot",
     ]
-    first = run_gfd(*args)
+    first = run_gfd_here(*args)
     assert first.returncode == 0, first.stderr
     assert api.count("PATCH") + api.count("POST") == 1
     api.clear_requests()
-    second = run_gfd(*args)
+    second = run_gfd_here(*args)
     assert second.returncode == 0, second.stderr
     assert {request.method for request in api.requests} == {"GET"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,11 +26,7 @@ class FakeTime:
         self.now += seconds
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.add_node("n1", labels={"a": "b"})
-        yield server
+API_NODE_N1 = {"labels": {"a": "b"}}
 
 
 @pytest.fixture

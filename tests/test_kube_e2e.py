@@ -9,24 +9,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from gfd import labels as labelling
 from gfd import snapshot
 from gfd.settings import Config
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, clean_env
+from tests.process import ROOT, Daemon, run_gfd
 
 SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
 SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
@@ -48,12 +41,6 @@ def expected_labels(path: Path) -> dict[str, str]:
     return labelling.build(snapshot.load(str(path)), "none", Config(), None).labels
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def replace_file(source: Path, target: Path) -> None:
     """Swap the snapshot atomically, so the daemon never reads half a file."""
     staging = target.with_suffix(".tmp")
@@ -61,96 +48,7 @@ def replace_file(source: Path, target: Path) -> None:
     os.replace(staging, target)
 
 
-class Daemon:
-    """One ``gfd`` process with its metrics endpoint and a log file."""
-
-    def __init__(self, tmp_path: Path, *args: str) -> None:
-        self.port = free_port()
-        self.log_path = tmp_path / f"gfd-{self.port}.log"
-        self._log = self.log_path.open("w")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gfd",
-                *args,
-                "--metrics-address",
-                f"127.0.0.1:{self.port}",
-                "--log-format",
-                "json",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-            stdin=subprocess.DEVNULL,
-            env=clean_env(),
-            cwd=ROOT,
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text()
-
-    def get(self, path: str) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def metric(self, name: str, **labels: str) -> float:
-        _, text = self.get("/metrics")
-        total = 0.0
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and all(
-                    sample.labels.get(key) == value for key, value in labels.items()
-                ):
-                    total += sample.value
-        return total
-
-    def passes(self, **labels: str) -> int:
-        return int(self.metric("gfd_passes_total", **labels))
-
-    def wait_until(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + PATIENCE_SECONDS
-        while True:
-            if self.process.poll() is not None:
-                pytest.fail(
-                    f"gfd exited ({self.process.returncode}) waiting for {what}:\n{self.log()}"
-                )
-            try:
-                if condition():
-                    return
-            except (urllib.error.URLError, ConnectionError):
-                pass  # the metrics server is not up yet
-            if time.monotonic() > deadline:
-                pytest.fail(f"gave up waiting for {what}; gfd log:\n{self.log()[-4000:]}")
-            time.sleep(0.05)
-
-    def wait_passes(self, count: int) -> None:
-        target = self.passes() + count
-        self.wait_until(lambda: self.passes() >= target, f"{count} more passes")
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=PATIENCE_SECONDS)
-        finally:
-            self._log.close()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._log.close()
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.add_node("n1", labels=FOREIGN, annotations=FOREIGN_ANNOTATIONS)
-        yield server
+API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 
 
 @pytest.fixture
@@ -161,15 +59,11 @@ def node_snapshot(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start(
-    api: FakeApiServer, tmp_path: Path, node_snapshot: Path
-) -> Iterator[Callable[..., Daemon]]:
-    kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+def start(kubeconfig: str, node_snapshot: Path) -> Iterator[Callable[..., Daemon]]:
     daemons: list[Daemon] = []
 
     def start_daemon(output_flag: str, *extra: str) -> Daemon:
         daemon = Daemon(
-            tmp_path,
             output_flag,
             "--node-name",
             "n1",
@@ -181,6 +75,7 @@ def start(
             INTERVAL,
             "--no-timestamp",
             *extra,
+            metrics=True,
         )
         daemons.append(daemon)
         return daemon
@@ -194,27 +89,10 @@ def run_cleanup(
     api: FakeApiServer, tmp_path: Path, output_flag: str
 ) -> subprocess.CompletedProcess[str]:
     kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--cleanup",
-            output_flag,
-            "--node-name",
-            "n1",
-            "--kubeconfig",
-            kubeconfig,
-            "--namespace",
-            "default",
-        ],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=PATIENCE_SECONDS,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_gfd(
+        "--cleanup", output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
+        "--namespace", "default", timeout=PATIENCE_SECONDS,
+    )  # fmt: skip
 
 
 def ready(daemon: Daemon) -> bool:
@@ -222,31 +100,6 @@ def ready(daemon: Daemon) -> bool:
 
 
 # ----------------------------------------------------------------- node labels
-
-
-def test_node_labels_publish_once_stay_quiet_and_follow_a_change(
-    api: FakeApiServer, start: Callable[..., Daemon], node_snapshot: Path
-) -> None:
-    daemon = start("--use-node-labels")
-    daemon.wait_until(lambda: ready(daemon), "the first publish")
-    assert api.node_labels("n1") == {**FOREIGN, **expected_labels(SNAPSHOT_A)}
-    assert [r.method for r in api.requests] == ["GET", "PATCH"]
-
-    # steady state: no request at all (the verification read is 10 minutes away)
-    requests = api.count()
-    daemon.wait_passes(3)
-    assert api.count() == requests
-
-    replace_file(SNAPSHOT_B, node_snapshot)
-    daemon.wait_passes(2)
-    assert api.node_labels("n1") == {**FOREIGN, **expected_labels(SNAPSHOT_B)}
-    assert [r.method for r in api.requests[requests:]] == ["PATCH"]
-    assert api.node_annotations("n1") == {
-        **FOREIGN_ANNOTATIONS,
-        "nvidia.com/gfd.managed-labels": ",".join(sorted(expected_labels(SNAPSHOT_B))),
-    }
-    assert daemon.metric("gfd_publish_total", output="node-labels", result="error") == 0
-    assert daemon.stop() == 0
 
 
 def test_node_labels_survive_restart_and_cleanup_restores_the_node(
@@ -278,38 +131,6 @@ def test_node_labels_survive_restart_and_cleanup_restores_the_node(
 
 
 # ----------------------------------------------------------------- NodeFeature
-
-
-def test_nodefeature_outage_of_three_passes_is_survived(
-    api: FakeApiServer, start: Callable[..., Daemon], node_snapshot: Path
-) -> None:
-    daemon = start("--use-node-feature-api")
-    daemon.wait_until(lambda: ready(daemon), "the first publish")
-    assert [obj["spec"]["labels"] for obj in api.objects("NodeFeature")] == [
-        expected_labels(SNAPSHOT_A)
-    ]
-    requests = api.count()
-    daemon.wait_passes(3)
-    assert api.count() == requests  # steady state: silent
-
-    with api.down():
-        replace_file(SNAPSHOT_B, node_snapshot)
-        daemon.wait_until(
-            lambda: daemon.metric("gfd_publish_total", output="nodefeature", result="error") >= 3,
-            "three failed publishes",
-        )
-        assert daemon.passes(result="error") >= 3
-        assert daemon.get("/healthz")[0] == 200  # failing passes are still progress
-    daemon.wait_until(
-        lambda: (
-            [obj["spec"]["labels"] for obj in api.objects("NodeFeature")]
-            == [expected_labels(SNAPSHOT_B)]
-        ),
-        "the labels after the outage",
-    )
-    assert len(api.objects("NodeFeature")) == 1
-    assert daemon.stop() == 0
-    assert len(api.objects("NodeFeature")) == 1  # never deleted on exit
 
 
 def test_nodefeature_readyz_waits_for_a_reachable_api_server(

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gfd.errors import ConfigError, LabelError
-from gfd.labels import build, format_labels
+from gfd.labels import build
+from gfd.outputs.file import format_labels
 from gfd.settings import Config, parse_config_text
 from gfd.snapshot import (
     Fabric,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -154,11 +153,7 @@ def test_koordlet_flag_writes_the_file_in_a_oneshot_run(tmp_path: Path) -> None:
 # ----------------------------------------------------------------------------- annotation
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.add_node("n1", annotations={"someone/else": "x"})
-        yield server
+API_NODE_N1 = {"annotations": {"someone/else": "x"}}  # the shared api fixture adds it
 
 
 def settings_for(api: FakeApiServer, tmp_path: Path, snapshot: Path, **extra: Any) -> Settings:

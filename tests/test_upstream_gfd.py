@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from gfd import snapshot as snapshot_format
-from gfd.labels import build, format_labels
+from gfd.labels import build
+from gfd.outputs.file import format_labels
 from gfd.settings import Config
 from gfd.snapshot import Mig, Snapshot, Vgpu, VgpuDevice
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 from tests.test_upstream_lm import Mock, full_gpu, manager, mig_enabled_device, new_mig_device
 
 TIMESTAMP = 1700000000
@@ -301,14 +302,14 @@ def test_upstream_end_to_end_labels(
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] != "TestRunOneshot"], ids=lambda c: c[0])
 def test_upstream_end_to_end_through_the_command(case: tuple, tmp_path: Path) -> None:  # type: ignore[type-arg]
-    """The same labels out of the real command line (--oneshot, labels on stdout)."""
+    """The same labels out of the command line (--oneshot, labels on stdout; in-process)."""
     _, devices, strategy, timestamp, patterns, expected = case
     snapshot_file = tmp_path / "node.yaml"
     snapshot_file.write_text(snapshot_format.dumps(mock_node(*devices)))
     args = ["--oneshot", "--snapshot-file", str(snapshot_file), "--mig-strategy", strategy]
     if not timestamp:
         args.append("--no-timestamp")
-    result = run_gfd(*args)
+    result = run_gfd_here(*args)
     assert result.returncode == 0, result.stderr
     published = dict(line.split("=", 1) for line in result.stdout.splitlines())
     if timestamp:

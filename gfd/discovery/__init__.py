@@ -17,6 +17,12 @@ The only code in gfd that imports ``pynvml`` or reads ``/sys``.  Two entry point
     What can be known without NVML: ``driver=None``, no GPUs, the machine type and the vGPU
     scan — the minimal label set when NVML is unavailable and ``--no-fail-on-init-error``.
 
+``read_snapshot(settings, first_pass=, metrics=)``
+    What one agent pass labels: the ``--snapshot-file`` document, or the host.  With NVML
+    unavailable it raises :class:`~gfd.errors.NvmlUnavailableError` on the first pass under
+    ``--fail-on-init-error`` (the agent exits 1), a DiscoveryError on later ones, and
+    otherwise gives the host-only snapshot (NVML is tried again next pass).
+
 ``--device-discovery-strategy``: ``nvml`` and ``auto`` both read NVML (``auto`` means NVML
 when ``libnvidia-ml.so.1`` loads, and NVML is the only backend gfd has).
 """
@@ -29,11 +35,33 @@ from typing import Any
 
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
-from gfd.errors import UsageError
+from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
+from gfd.observability import Metrics, get_logger
 from gfd.settings import DISCOVERY_STRATEGIES, Settings
 from gfd.snapshot import Gpu, LostGpu, Snapshot, Topology
 
-__all__ = ["discover", "discover_host_only"]
+__all__ = ["discover", "discover_host_only", "read_snapshot"]
+
+
+def read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
+    """The node's snapshot for one pass: from ``--snapshot-file`` or from the host."""
+    if settings.snapshot_file:
+        from gfd import snapshot
+
+        return snapshot.load(settings.snapshot_file)
+    try:
+        found = discover(settings)
+    except NvmlUnavailableError as exc:
+        metrics.nvml_up(False)
+        if settings.fail_on_init_error and first_pass:
+            raise
+        if settings.fail_on_init_error:
+            raise DiscoveryError(str(exc)) from None
+        get_logger().warning("nvml unavailable; publishing the minimal label set", error=str(exc))
+        return discover_host_only(settings)
+    metrics.nvml_up(True)
+    metrics.gpus_lost(len(found.lost))
+    return found
 
 
 def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:

@@ -23,7 +23,7 @@ import os
 import stat
 from typing import Any
 
-from gfd.documents import clip
+from gfd.documents import clip, read_at_most
 from gfd.observability import get_logger
 from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
 
@@ -201,17 +201,10 @@ def _read_small_file(path: str, limit: int) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_at_most(fd, limit)
     finally:
         os.close(fd)
-    return None if size > limit else b"".join(chunks)
+    return None if len(data) > limit else data
 
 
 # ------------------------------------------------------------------------ vGPU

@@ -22,7 +22,7 @@ from gfd.labels.sanitize import is_valid_label_name, is_valid_label_value, valid
 from gfd.settings import Config
 from gfd.snapshot import Gpu, MigDevice, Snapshot
 
-__all__ = ["LabelSet", "build", "format_labels"]
+__all__ = ["LabelSet", "build"]
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,6 @@ def _quoted(value: str, limit: int = 100) -> str:
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r}... ({len(value)} characters)"
-
-
-def format_labels(labels: dict[str, str]) -> str:
-    """``key=value`` lines, sorted, each ending in a newline (the NFD features-file format)."""
-    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
 
 
 def _full_gpu_contributions(
@@ -228,13 +223,13 @@ def build(
     published: dict[str, str] = {}
     for name in sorted(labels):
         if not is_valid_label_name(name):
-            warnings.append(f"label nvidia.com/{name} is not a valid label key; left out")
+            warnings.append(f"label {keys.PREFIX}{name} is not a valid label key; left out")
             continue
         if not keys.is_name_valued(name):
             # numbers, versions, UUIDs: a cut value would be a wrong fact on the node
             if not is_valid_label_value(labels[name]):
                 warnings.append(
-                    f"label nvidia.com/{name}: value {_quoted(labels[name])} does not fit a "
+                    f"label {keys.PREFIX}{name}: value {_quoted(labels[name])} does not fit a "
                     "label value; left out (such a value is never cut)"
                 )
                 continue
@@ -243,7 +238,7 @@ def build(
         value, changed = valid_label_value(labels[name])
         if changed:
             warnings.append(
-                f"label nvidia.com/{name}: value {_quoted(labels[name])} is not a valid label "
+                f"label {keys.PREFIX}{name}: value {_quoted(labels[name])} is not a valid label "
                 f"value; published as {value!r}"
             )
         published[keys.full_key(name)] = value

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import re
-
-PREFIX = "nvidia.com/"
+# the prefix and the sharing-strategy suffix are part of the label grammar that settings
+# checks resource names against; they are spelled there (gfd/grammar.py)
+from gfd.grammar import PREFIX as PREFIX
+from gfd.grammar import SHARING_STRATEGY as SHARING_STRATEGY
+from gfd.grammar import is_resource_name
 
 TIMESTAMP = "gfd.timestamp"
 MIG_CAPABLE = "mig.capable"
@@ -34,7 +36,6 @@ CUDA_RUNTIME_VERSION_FULL = "cuda.runtime-version.full"
 PRODUCT = "product"
 COUNT = "count"
 REPLICAS = "replicas"
-SHARING_STRATEGY = "sharing-strategy"
 MEMORY = "memory"
 MACHINE = "machine"
 MODE = "mode"
@@ -50,16 +51,8 @@ ENGINES_ENCODER = "engines.encoder"
 ENGINES_JPEG = "engines.jpeg"
 ENGINES_OFA = "engines.ofa"
 
-#: the longest per-resource suffix; a resource name must leave room for it in a 63-char key
-LONGEST_SUFFIX = SHARING_STRATEGY
-
-#: what a valid MIG configuration under the single strategy overrides on the full-GPU resource
-SINGLE_MIG_OVERRIDES = (
-    PRODUCT,
-    COUNT,
-    REPLICAS,
-    SHARING_STRATEGY,
-    MEMORY,
+#: the per-resource suffixes that describe a MIG device's shape (SMs, slices, engines)
+MIG_SHAPE = (
     MULTIPROCESSORS,
     SLICES_GI,
     SLICES_CI,
@@ -69,6 +62,9 @@ SINGLE_MIG_OVERRIDES = (
     ENGINES_JPEG,
     ENGINES_OFA,
 )
+
+#: what a valid MIG configuration under the single strategy overrides on the full-GPU resource
+SINGLE_MIG_OVERRIDES = (PRODUCT, COUNT, REPLICAS, SHARING_STRATEGY, MEMORY, *MIG_SHAPE)
 
 
 #: per-resource labels whose values are built from a name (model, machine type): too long,
@@ -149,18 +145,8 @@ PER_RESOURCE = (
     FAMILY,
     COMPUTE_MAJOR,
     COMPUTE_MINOR,
-    MULTIPROCESSORS,
-    SLICES_GI,
-    SLICES_CI,
-    ENGINES_COPY,
-    ENGINES_DECODER,
-    ENGINES_ENCODER,
-    ENGINES_JPEG,
-    ENGINES_OFA,
+    *MIG_SHAPE,
 )
-
-#: a resource name as the config allows it (SPEC §4.1: a lowercase DNS label with dots)
-RESOURCE_NAME_PATTERN = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
 
 #: names other NVIDIA components control (GPU Operator, device plugin, MIG manager): never
 #: gfd's, even where a renamed resource could spell them
@@ -178,7 +164,6 @@ def can_produce(key: str) -> bool:
     if name in NODE_WIDE:
         return True
     return any(
-        name.endswith("." + suffix)
-        and re.fullmatch(RESOURCE_NAME_PATTERN, name[: -len(suffix) - 1]) is not None
+        name.endswith("." + suffix) and is_resource_name(name[: -len(suffix) - 1])
         for suffix in PER_RESOURCE
     )

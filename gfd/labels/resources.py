@@ -10,34 +10,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gfd.grammar import wildcard_match as wildcard_match  # the config patterns' rule
 from gfd.labels import keys
 from gfd.settings import ResourcePattern
 
 DEFAULT_GPU_RESOURCE = "gpu"
-
-
-def wildcard_match(pattern: str, text: str) -> bool:
-    """``*`` matches any run of characters, nothing else is special, anchored at both ends.
-
-    Linear in fact, whatever the pattern: the text between the first and last ``*`` is
-    searched for each literal part in turn, leftmost first (taking the leftmost place of a
-    part never loses a match the later parts could use), so ``*a*a*a*...*b`` against a long
-    name costs one pass per part instead of a regular expression's backtracking."""
-    parts = pattern.split("*")
-    if len(parts) == 1:
-        return pattern == text
-    head, tail = parts[0], parts[-1]
-    end = len(text) - len(tail)
-    if end < len(head) or not text.startswith(head) or not text.endswith(tail):
-        return False
-    position = len(head)
-    for part in parts[1:-1]:
-        if part:
-            found = text.find(part, position, end)
-            if found < 0:
-                return False
-            position = found + len(part)
-    return True
 
 
 # (id of the pattern list, text, default) -> (the pattern list, the name): a node's GPUs

@@ -1,26 +1,23 @@
 """Sanitising product and machine names, and Kubernetes label validity (SPEC §5.4, §5.5).
-The character rules live here and nowhere else."""
+The sanitising rules live here; the label-name grammar in gfd/grammar.py."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
 
+from gfd.grammar import MAX_NAME_LENGTH
+from gfd.grammar import is_valid_label_name as is_valid_label_name
+
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9\-_. ]")
-_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
 _EDGE = re.compile(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$")
 _TRAILING = re.compile(r"[^A-Za-z0-9]+$")
-MAX_LENGTH = 63
+MAX_LENGTH = MAX_NAME_LENGTH
 
 
 def sanitize_name(text: str) -> str:
     """Delete every character outside ``[A-Za-z0-9-_. ]``, then join the words with ``-``."""
     return "-".join(_NOT_ALLOWED.sub("", text).split())
-
-
-def is_valid_label_name(text: str) -> bool:
-    """A label key's name part (after ``nvidia.com/``): 1 to 63 characters of the label grammar."""
-    return 0 < len(text) <= MAX_LENGTH and _LABEL_NAME.fullmatch(text) is not None
 
 
 def is_valid_label_value(text: str) -> bool:

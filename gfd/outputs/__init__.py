@@ -1,6 +1,7 @@
 """Destinations for labels.  Every output implements the small :class:`Output` protocol;
-``make_output(settings)`` picks the one the settings select.  The Kubernetes outputs are
-imported only when selected, so the file and stdout paths never pay for the client."""
+``make_output(settings)`` builds the one the settings select, as declared in
+:mod:`gfd.outputs.registry`.  The Kubernetes outputs are imported only when selected, so the
+file and stdout paths never pay for the client."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 Labels = Mapping[str, str]
 
@@ -29,6 +31,15 @@ class Output(Protocol):
 
         Returns True when it had to re-publish.  Raises PublishError on failure."""
 
+    def offer(self, snapshot: Snapshot) -> bool:
+        """Take what this output publishes besides the labels from the pass's snapshot
+        (NodeFeature ``spec.features``); True when that changed, so the agent publishes
+        again although the labels did not."""
+
+    def keep(self, labels: Labels) -> None:
+        """A pass failed and ``labels`` stay (SPEC §7): an output whose labels age out
+        (the features file's expiry) renews them.  Raises PublishError on failure."""
+
     def on_exit(self) -> None:
         """Called when the daemon exits on SIGTERM/SIGINT/SIGQUIT (a features file without
         expiry that is still this process's own is removed; nothing else is)."""
@@ -38,21 +49,8 @@ class Output(Protocol):
 
 
 def make_output(settings: Settings) -> Output:
-    if settings.use_node_feature_api:
-        from gfd.outputs.nodefeature import NodeFeatureOutput
+    """The output the settings select (see :mod:`gfd.outputs.registry`)."""
+    from gfd.outputs.registry import output_kind_of
 
-        return NodeFeatureOutput(settings)
-    if settings.use_node_labels:
-        from gfd.outputs.nodelabels import NodeLabelsOutput
-
-        return NodeLabelsOutput(settings)
-    from gfd.outputs.file import FileOutput, StdoutOutput
-
-    path = settings.effective_output_file
-    if path is None:
-        return StdoutOutput()
-    return FileOutput(
-        path,
-        remove_on_exit=not settings.oneshot and settings.sleep_interval is not None,
-        expiry_horizon=settings.effective_expiry_horizon,
-    )
+    output: Output = output_kind_of(settings).build(settings)
+    return output

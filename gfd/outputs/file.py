@@ -21,13 +21,16 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from gfd.documents import clip
 from gfd.errors import PublishError
-from gfd.labels import format_labels
 from gfd.observability import get_logger
 from gfd.outputs import Labels
+
+if TYPE_CHECKING:
+    from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 #: NFD skips feature files larger than this; fail loudly instead of being ignored quietly
 MAX_FEATURES_FILE_BYTES = 64 * 1024
@@ -104,6 +107,11 @@ def split_features_file(text: str) -> tuple[float | None, str]:
     return None, text
 
 
+def format_labels(labels: Labels) -> str:
+    """``key=value`` lines, sorted, each ending in a newline (the NFD features-file format)."""
+    return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
+
+
 class StdoutOutput:
     kind = "stdout"
     verify_interval: float | None = None
@@ -112,13 +120,19 @@ class StdoutOutput:
         if sys.stdout is None:  # started with stdout closed
             raise PublishError("cannot write labels to stdout: stdout is closed")
         try:
-            sys.stdout.write(format_labels(dict(labels)))
+            sys.stdout.write(format_labels(labels))
             sys.stdout.flush()
         except OSError as exc:
             raise PublishError(f"cannot write labels to stdout: {exc.strerror or exc}") from None
 
     def verify(self, labels: Labels) -> bool:
         return False
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        return False
+
+    def keep(self, labels: Labels) -> None:
+        pass
 
     def on_exit(self) -> None:
         pass
@@ -172,6 +186,14 @@ class FileOutput:
             )
             return False
         return True
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        return False
+
+    def keep(self, labels: Labels) -> None:
+        """A failed pass still renews the expiry: only a gfd that stopped running lets
+        its labels age out."""
+        self.verify(labels)
 
     def on_exit(self) -> None:
         if self.remove_on_exit and self._still_ours():
@@ -270,9 +292,33 @@ class FileOutput:
 
     def _remove(self) -> None:
         _refuse_special(self.path, "remove")
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            raise PublishError(f"cannot remove {self.path}: {exc.strerror or exc}") from None
+        remove_file(self.path)
+
+
+def remove_file(path: str) -> None:
+    """Remove a file gfd wrote; one already gone is fine, any other failure a PublishError."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise PublishError(f"cannot remove {path}: {exc.strerror or exc}") from None
+
+
+def file_output(settings: Settings) -> FileOutput:
+    """The features file the settings name; it carries an expiry directive as the settings'
+    horizon says, and without one a daemon with a finite interval removes it on exit
+    (SPEC §6.1), a oneshot run or an infinite interval keeps it."""
+    path = settings.effective_output_file
+    assert path is not None  # the registry picks "stdout" otherwise
+    return FileOutput(
+        path,
+        remove_on_exit=not settings.oneshot and settings.sleep_interval is not None,
+        expiry_horizon=settings.effective_expiry_horizon,
+    )
+
+
+def stdout_output(settings: Settings) -> StdoutOutput:
+    """Labels on stdout (``--output-file -``, or ``--oneshot`` without a file)."""
+    del settings
+    return StdoutOutput()

@@ -30,6 +30,7 @@ from gfd.outputs.kube import (
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
 GROUP = "nfd.k8s-sigs.io"
 VERSION = "v1alpha1"
@@ -77,14 +78,11 @@ class NodeFeatureOutput:
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        if not settings.node_name:
-            from gfd.errors import UsageError
-
-            raise UsageError("--node-name (or NODE_NAME) is required with --use-node-feature-api")
-        self.node_name = settings.node_name
+        # the registry checked the node name once, where the output kind was chosen
+        self.node_name = settings.node_name or ""
         self.namespace = settings.namespace
         self.pod_name = settings.pod_name
-        self.object_name = NAME_PREFIX + settings.node_name
+        self.object_name = NAME_PREFIX + self.node_name
         self._client = client or KubeClient(
             settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
         )
@@ -123,6 +121,24 @@ class NodeFeatureOutput:
 
         self._client.run(f"verify NodeFeature {self.namespace}/{self.object_name}", check)
         return wrote
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        """``spec.features``: the raw GPU features of the snapshot (gfd.labels.features);
+        True when they changed, so the object is written again."""
+        from gfd.labels.features import node_features
+
+        features = node_features(snapshot)
+        if features == self.features:
+            return False
+        self.features = features
+        node = features["attributes"].get("nvidia.node") or {}
+        omitted = (node.get("elements") or {}).get("omitted")
+        if omitted:
+            self._log.warning("NodeFeature instances left out to keep it small", omitted=omitted)
+        return True
+
+    def keep(self, labels: Mapping[str, str]) -> None:
+        """Nothing: the object does not age out."""
 
     def on_exit(self) -> None:
         """Nothing: the object outlives the pod (owner references and nfd-gc remove it)."""

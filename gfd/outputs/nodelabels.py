@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from gfd.grammar import PREFIX
 from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
 from gfd.outputs.kube import (
@@ -41,8 +42,9 @@ from gfd.outputs.kube import (
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
+    from gfd.snapshot import Snapshot
 
-MANAGED_LABELS_ANNOTATION = "nvidia.com/gfd.managed-labels"
+MANAGED_LABELS_ANNOTATION = f"{PREFIX}gfd.managed-labels"
 #: NFD master's record of the labels it manages (nfd-master.go, updateNodeFeatures)
 NFD_FEATURE_LABELS_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
 #: the namespace NFD leaves out of the names in that record
@@ -98,12 +100,9 @@ class NodeLabelsOutput:
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        if not settings.node_name:
-            from gfd.errors import UsageError
-
-            raise UsageError("--node-name (or NODE_NAME) is required with --use-node-labels")
-        self.node_name = settings.node_name
-        self._path = f"/api/v1/nodes/{path_segment(settings.node_name)}"
+        # the registry checked the node name once, where the output kind was chosen
+        self.node_name = settings.node_name or ""
+        self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
         self._client = client or KubeClient(
             settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
         )
@@ -157,6 +156,12 @@ class NodeLabelsOutput:
 
         self._client.run(f"verify labels of node {self.node_name}", check)
         return wrote
+
+    def offer(self, snapshot: Snapshot) -> bool:
+        return False
+
+    def keep(self, labels: Mapping[str, str]) -> None:
+        """Nothing: node labels do not age out."""
 
     def on_exit(self) -> None:
         """Nothing: labels stay through a restart or a rolling update."""

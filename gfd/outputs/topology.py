@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from gfd.grammar import PREFIX
 from gfd.observability import get_logger
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
-PARTITIONS_ANNOTATION = "nvidia.com/gfd.gpu-partitions"
+PARTITIONS_ANNOTATION = f"{PREFIX}gfd.gpu-partitions"
 
 
 class PartitionsAnnotation:
