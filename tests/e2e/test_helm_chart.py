@@ -332,6 +332,22 @@ def test_release_name_and_namespace_carry_into_the_policy_and_bindings(helm_bin:
     assert NAMESPACE not in subprocess.list2cmdline([yaml.safe_dump(o) for o in objects])
 
 
+def test_the_admission_policies_follow_the_servers_release(helm_bin: Path) -> None:
+    """ValidatingAdmissionPolicy v1 is 1.30+: node-feature-api leaves its policy out on an
+    older server; node-labels, which has no other guard, is refused there."""
+
+    def kinds(values: dict[str, Any], kube_version: str) -> set[str]:
+        return {o["kind"] for o in template(helm_bin, values, kube_version=kube_version)}
+
+    nf = {"output": "node-feature-api"}
+    assert "ValidatingAdmissionPolicy" in kinds(nf, "v1.30.0")
+    assert "ValidatingAdmissionPolicy" not in kinds(nf, "v1.29.9")
+    assert "Role" in kinds(nf, "v1.20.2")
+    with pytest.raises(AssertionError, match="output node-labels"):
+        template(helm_bin, {"output": "node-labels"}, kube_version="v1.29.9")
+    assert "ValidatingAdmissionPolicy" in kinds({"output": "node-labels"}, "v1.30.0")
+
+
 def test_fields_of_newer_releases_are_left_out_for_older_ones(helm_bin: Path) -> None:
     """recursiveReadOnly (1.30+) makes a v1.20 API server refuse the DaemonSet."""
 
