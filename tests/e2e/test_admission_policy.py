@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.current import ControlPlane, pod_token, started
+from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
 from tests.test_manifests import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -195,17 +195,41 @@ def test_changes_outside_gfd_keys_are_refused_on_its_own_node(
 
 
 @pytest.mark.parametrize("label", CONTROL_LABELS)
-@pytest.mark.xfail(
-    reason="the policy in manifests/ allows every nvidia.com/ key; issue 10 (branch i10api) "
-    "restricts it to gfd's own keys: this passes once that is merged",
-    strict=False,
-)
 def test_gpu_operator_control_labels_are_refused(
     plane: ControlPlane, token: str, label: str
 ) -> None:
-    for value in ("gfd-was-here", None):  # neither set nor removed
+    """Neither added, changed nor removed. (Removing a label the node does not have changes
+    nothing and passes: the operator sets it first, as an admin.)"""
+    status, answer = merge_patch(plane, ADMIN_TOKEN, "gpu-node-1", labels={label: "true"})
+    assert status == 200, answer
+    before = node_labels(plane, "gpu-node-1")
+    for value in ("gfd-was-here", None):
         status, answer = merge_patch(plane, token, "gpu-node-1", labels={label: value})
         assert status == 403, f"{label}={value}: {status} {answer}"
+        assert POLICY in answer["message"]
+        assert label in answer["message"]  # the policy names the key it refused
+    assert node_labels(plane, "gpu-node-1") == before
+    assert refusals(plane, "gpu-node-1")
+
+
+@pytest.mark.parametrize(
+    "label", ["nvidia.com/anything", "nvidia.com/gfd.managed-labels", "nvidia.com/gpu.product.x"]
+)
+def test_nvidia_keys_gfd_cannot_produce_are_refused(
+    plane: ControlPlane, token: str, label: str
+) -> None:
+    status, answer = merge_patch(plane, token, "gpu-node-1", labels={label: "1"})
+    assert status == 403, answer
+    assert label in answer["message"]
+
+
+def test_its_partition_annotation_is_allowed(plane: ControlPlane, token: str) -> None:
+    """nvidia.com/gfd.gpu-partitions (--topology-labels) is gfd's own annotation too."""
+    for value in ('[{"ids":[0,1]}]', None):
+        status, answer = merge_patch(
+            plane, token, "gpu-node-1", annotations={"nvidia.com/gfd.gpu-partitions": value}
+        )
+        assert status == 200, answer
 
 
 def test_its_own_keys_are_allowed_on_its_own_node(plane: ControlPlane, token: str) -> None:

@@ -46,19 +46,16 @@ COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     "mig-mixed": {"migStrategy": "mixed"},
     "vgpu-privileged": {"privileged": True},
     "runtime-class-nvidia": {"runtimeClassName": "nvidia"},
+    "koordlet": {"koordlet.enabled": True},
 }
+# Components that make sense on the cleanup Job too (koordlet: the cleanup removes its file).
+CLEANUP_COMPONENTS = {"runtime-class-nvidia", "koordlet"}
 # Labels Helm adds for its own bookkeeping (release, chart version); kustomize has none.
 HELM_LABELS = {
     "app.kubernetes.io/instance",
     "app.kubernetes.io/managed-by",
     "app.kubernetes.io/version",
     "helm.sh/chart",
-}
-# The chart selects stock NFD's class-qualified PCI labels too (issue 16, item 4); the overlays
-# gain them on another branch. Until then the chart may have these terms in addition.
-CHART_ONLY_AFFINITY_KEYS = {
-    "feature.node.kubernetes.io/pci-0300_10de.present",
-    "feature.node.kubernetes.io/pci-0302_10de.present",
 }
 NAME_KEYED_LISTS = {"env", "volumes", "volumeMounts", "ports"}
 
@@ -161,22 +158,14 @@ def assert_same_objects(chart_objects: list[Obj], overlay_objects: list[Obj]) ->
                 lineterm="",
             )
             pytest.fail(f"{k} differs:\n" + "\n".join(diff))
-        if terms is None or their_terms is None:
-            assert terms == their_terms, f"{k}: node affinity in one and not the other"
-            continue
-        extra = {
-            t
-            for t in terms - their_terms
-            if yaml.safe_load(t)["matchExpressions"][0]["key"] in CHART_ONLY_AFFINITY_KEYS
-        }
-        assert terms - extra == their_terms, f"{k}: node affinity terms differ"
+        assert terms == their_terms, f"{k}: node affinity terms differ"
 
 
 VARIANTS = [(overlay, None) for overlay in OVERLAY_VALUES] + [
     (overlay, component)
     for overlay in OVERLAY_VALUES
     for component in COMPONENT_VALUES
-    if overlay != "node-labels-cleanup-job" or component == "runtime-class-nvidia"
+    if overlay != "node-labels-cleanup-job" or component in CLEANUP_COMPONENTS
 ]
 
 
@@ -256,6 +245,35 @@ def test_flags_as_values_reach_gfd_by_its_environment_variables(
     assert "livenessProbe" not in container and container["image"] == "gfd:1.2.3"
 
 
+def test_lifecycle_and_topology_flags_reach_gfd(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    assert not {"GFD_EXPIRY_HORIZON", "GFD_TOPOLOGY_LABELS"} & set(gfd_env(chart({})))
+    env = gfd_env(chart({"gfd.expiryHorizon": "2h", "gfd.topologyLabels": True}))
+    assert env["GFD_EXPIRY_HORIZON"] == "2h"
+    assert env["GFD_TOPOLOGY_LABELS"] == "true"
+    assert gfd_env(chart({"gfd.topologyLabels": False}))["GFD_TOPOLOGY_LABELS"] == "false"
+
+
+def test_gfd_runs_as_its_own_user_and_only_the_init_container_as_root(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    """features-file: gfd is uid 65532; the one-off init container is uid 0 with no capability."""
+    for output in ("features-file", "node-feature-api", "node-labels"):
+        pod = only(chart({"output": output}), "DaemonSet")["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        assert pod["securityContext"]["runAsUser"] == 65532
+        assert container["securityContext"]["runAsNonRoot"] is True
+        assert "runAsUser" not in container["securityContext"]
+        inits = pod.get("initContainers", [])
+        assert [c["name"] for c in inits] == (
+            ["features-d-group"] if output == "features-file" else []
+        )
+        for init in inits:
+            assert init["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+            assert init["securityContext"]["allowPrivilegeEscalation"] is False
+
+
 def test_config_map_is_mounted_and_named_by_the_config_file_variable(
     chart: Callable[[dict[str, Any]], list[Obj]],
 ) -> None:
@@ -312,6 +330,22 @@ def test_release_name_and_namespace_carry_into_the_policy_and_bindings(helm_bin:
     )
     assert only(objects, "ServiceAccount")["metadata"]["namespace"] == "gpu"
     assert NAMESPACE not in subprocess.list2cmdline([yaml.safe_dump(o) for o in objects])
+
+
+def test_the_admission_policies_follow_the_servers_release(helm_bin: Path) -> None:
+    """ValidatingAdmissionPolicy v1 is 1.30+: node-feature-api leaves its policy out on an
+    older server; node-labels, which has no other guard, is refused there."""
+
+    def kinds(values: dict[str, Any], kube_version: str) -> set[str]:
+        return {o["kind"] for o in template(helm_bin, values, kube_version=kube_version)}
+
+    nf = {"output": "node-feature-api"}
+    assert "ValidatingAdmissionPolicy" in kinds(nf, "v1.30.0")
+    assert "ValidatingAdmissionPolicy" not in kinds(nf, "v1.29.9")
+    assert "Role" in kinds(nf, "v1.20.2")
+    with pytest.raises(AssertionError, match="output node-labels"):
+        template(helm_bin, {"output": "node-labels"}, kube_version="v1.29.9")
+    assert "ValidatingAdmissionPolicy" in kinds({"output": "node-labels"}, "v1.30.0")
 
 
 def test_fields_of_newer_releases_are_left_out_for_older_ones(helm_bin: Path) -> None:

@@ -187,22 +187,25 @@ def test_install_upgrade_uninstall_with_gfd_as_the_chart_service_account(
     ).stdout
     expected_labels = dict(line.split("=", 1) for line in expected.splitlines())
 
-    # the policy is loaded asynchronously: wait until it refuses the other node
+    # the policy is loaded asynchronously: wait until it refuses the other node -- probed
+    # with a dry run (a gfd run per probe is slow, and labels the node while it is loading)
     def refused_elsewhere() -> bool:
-        return (
-            gfd(
-                plane,
-                tmp_path,
-                token,
-                "--oneshot",
-                "--use-node-labels",
-                "--node-name",
-                "gpu-node-2",
-            ).returncode
-            != 0
+        status, answer = plane.request(
+            "PATCH",
+            "/api/v1/nodes/gpu-node-2?dryRun=All",
+            {"metadata": {"labels": {"nvidia.com/gpu.count": "1"}}},
+            token=token,
+            content_type="application/merge-patch+json",
         )
+        return status == 403 and "ValidatingAdmissionPolicy" in str(answer)
 
-    wait_until(refused_elsewhere, "the chart's admission policy never refused another node")
+    wait_until(
+        refused_elsewhere, "the chart's admission policy never refused another node", timeout=60
+    )
+    done = gfd(
+        plane, tmp_path, token, "--oneshot", "--use-node-labels", "--node-name", "gpu-node-2"
+    )
+    assert done.returncode != 0, "gfd labelled another node"
     assert nvidia_labels(plane, "gpu-node-2") == {}
 
     done = gfd(

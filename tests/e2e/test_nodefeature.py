@@ -167,6 +167,10 @@ def test_a_deleted_object_is_created_again_at_the_next_verification(
         first = gfd_rbac.ok("GET", nodefeature_path(node))
         gfd_rbac.delete(nodefeature_path(node))  # nfd-gc, or a human
         agent.wait_for("NodeFeature object was removed or edited, publishing again", limit=60)
+        # the warning comes before the write: wait for the object, then stop
+        gfd_rbac.wait_for(
+            "the object created again", lambda: gfd_rbac.get(nodefeature_path(node)), timeout=60
+        )
         assert agent.stop(signal.SIGTERM) == 0
     finally:
         agent.kill()

@@ -67,6 +67,19 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 /etc/kubernetes/node-feature-discovery/features.d
 {{- end -}}
 
+{{/* The init container's script: group 65532 gets write access to features.d (no capability
+used: the directory's owner may chgrp it to a group it belongs to, and chmod it). */}}
+{{- define "gfd.featuresDirGroupScript" -}}
+import os,stat,sys
+d=sys.argv[1]
+s=os.stat(d)
+try:
+  s.st_gid==65532 or os.chown(d,-1,65532)
+  os.chmod(d,stat.S_IMODE(s.st_mode)|0o070)
+except OSError as e:
+  sys.exit(f'cannot make {d} writable for group 65532: {e.strerror}')
+{{ end -}}
+
 {{/*
 The pod spec of the agent, for the DaemonSet and for the Jobs.
 Arguments: dict "root" $ "job" ("" | "oneshot" | "cleanup") "node" NODE
@@ -79,7 +92,7 @@ Arguments: dict "root" $ "job" ("" | "oneshot" | "cleanup") "node" NODE
 {{- $configMap := include "gfd.configMapName" $root -}}
 {{- $mig := or (eq (toString $v.migStrategy) "single") (eq (toString $v.migStrategy) "mixed") -}}
 {{- $metrics := and (not $job) (gt (int $v.metricsPort) 0) -}}
-{{- $asRoot := or $featuresFile $v.privileged -}}
+{{- $koordlet := $v.koordlet.enabled -}}
 {{- if $job }}
 nodeName: {{ .node }}
 restartPolicy: Never
@@ -117,6 +130,41 @@ affinity:
 {{- with $v.tolerations }}
 tolerations:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- if $featuresFile }}
+# features.d on the host belongs to root (0755), and nfd-worker reads it as it is. Rather
+# than running the long-lived gfd as root, a one-off init container (uid 0, but with no
+# capability at all) hands the directory to gfd's group: as the directory's owner it may set
+# its group to one it belongs to (65532) and add group write (0755 -> 0775). Nothing else on
+# the host is touched, and gfd itself then runs as 65532. Note: any host account in group
+# 65532 may then write features.d too.
+initContainers:
+  - name: features-d-group
+    image: {{ include "gfd.image" $root }}
+    imagePullPolicy: {{ $v.image.pullPolicy }}
+    command: ["python3", "-c"]
+    args:
+      - {{ include "gfd.featuresDirGroupScript" $root | quote }}
+      - {{ include "gfd.featuresDir" $root }}
+    securityContext:
+      runAsNonRoot: false
+      runAsUser: 0
+      runAsGroup: 65532
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+      seccompProfile:
+        type: RuntimeDefault
+    resources:
+      requests:
+        cpu: 10m
+        memory: 32Mi
+      limits:
+        memory: 64Mi
+    volumeMounts:
+      - name: features-d
+        mountPath: {{ include "gfd.featuresDir" $root }}
 {{- end }}
 containers:
   - name: gfd
@@ -171,6 +219,18 @@ containers:
       {{- if not (kindIs "invalid" $v.gfd.sleepInterval) }}
       - name: GFD_SLEEP_INTERVAL
         value: {{ $v.gfd.sleepInterval | toString | quote }}
+      {{- end }}
+      {{- if not (kindIs "invalid" $v.gfd.expiryHorizon) }}
+      - name: GFD_EXPIRY_HORIZON
+        value: {{ $v.gfd.expiryHorizon | toString | quote }}
+      {{- end }}
+      {{- if kindIs "bool" $v.gfd.topologyLabels }}
+      - name: GFD_TOPOLOGY_LABELS
+        value: {{ $v.gfd.topologyLabels | quote }}
+      {{- end }}
+      {{- if $koordlet }}
+      - name: GFD_KOORDLET_DEVICE_INFOS_DIR
+        value: {{ $v.koordlet.deviceInfosDir | quote }}
       {{- end }}
       {{- if $configMap }}
       - name: GFD_CONFIG_FILE
@@ -238,8 +298,9 @@ containers:
       {{- else }}
       allowPrivilegeEscalation: false
       {{- end }}
-      {{- if $asRoot }}
-      # Root with no capabilities: features.d belongs to root (0755) on every node.
+      {{- if or $v.privileged $koordlet }}
+      # privileged: root with every capability; koordlet: root (no capability) to write the
+      # root-owned device-info directory on the host.
       runAsNonRoot: false
       runAsUser: 0
       runAsGroup: 0
@@ -270,6 +331,10 @@ containers:
         mountPath: /config
         readOnly: true
       {{- end }}
+      {{- if $koordlet }}
+      - name: koordlet-device-infos
+        mountPath: {{ $v.koordlet.deviceInfosDir }}
+      {{- end }}
 volumes:
   - name: host-sys
     hostPath:
@@ -285,5 +350,11 @@ volumes:
   - name: config
     configMap:
       name: {{ $configMap }}
+  {{- end }}
+  {{- if $koordlet }}
+  - name: koordlet-device-infos
+    hostPath:
+      path: {{ $v.koordlet.deviceInfosDir }}
+      type: DirectoryOrCreate
   {{- end }}
 {{- end -}}
