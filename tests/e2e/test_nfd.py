@@ -142,7 +142,8 @@ def test_nfd_follows_the_daemon_keeps_the_labels_over_a_restart_and_expires_them
     features.mkdir()
     config = tmp_path / "config.yaml"
     config.write_text("version: v1\nflags:\n  migStrategy: none\n")
-    horizon = ("--expiry-horizon", "15s")
+    # the shortest horizon gfd accepts (60 s: nfd-worker's default re-read interval)
+    horizon = ("--expiry-horizon", "60s")
     first = daemon(features, config, *horizon)
     second: subprocess.Popen[bytes] | None = None
     worker = nfd.run_worker(
