@@ -1,5 +1,6 @@
 # The two commands: `make run` (labels for a bundled example node, no GPU needed) and
-# `make test` (the whole suite).  Both create the virtualenv and install on first use.
+# `make test` (the whole suite).  Both create the virtualenv and install on first use:
+# `make run` only what running needs (gfd and its dependencies), `make test` the dev tools too.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -9,16 +10,20 @@ IMAGE ?= gfd:$(VERSION)
 
 .PHONY: run test venv lint format bench clean image manifests e2e e2e-tools
 
-$(BIN)/gfd: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(BIN)/gfd
+$(VENV)/.gfd-run: pyproject.toml
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@touch $@
 
-venv: $(BIN)/gfd
+$(VENV)/.gfd-dev: pyproject.toml $(VENV)/.gfd-run
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
 
-run: venv
-	$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
+venv: $(VENV)/.gfd-dev
+
+run: $(VENV)/.gfd-run
+	@$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
 
 # -n auto: one worker per core; loadfile keeps a module's tests on one worker, so each
 # module-scoped build (the wheel, the rendered manifests) is made once
