@@ -105,9 +105,9 @@ def test_a_write_applied_but_unanswered_orphans_nothing(
     assert api.node_labels("n1") == FOREIGN
 
 
-def test_cleanup_after_an_unanswered_write_removes_what_it_wrote(
-    api: FakeApiServer, kubeconfig: str
-) -> None:
+def published_a_then_b_unanswered(api: FakeApiServer, kubeconfig: str) -> NodeLabelsOutput:
+    """A published and confirmed; then B applied by the server, its answer lost (a 504 from
+    a proxy) and the node unreadable until the faults are cleared."""
     output = node_labels(kubeconfig)
     output.publish(A)
     api.inject(Fault(status=504, after_apply=True, method="PATCH", count=None))
@@ -115,6 +115,13 @@ def test_cleanup_after_an_unanswered_write_removes_what_it_wrote(
     with pytest.raises(PublishError):
         output.publish(B)
     api.clear_faults()
+    return output
+
+
+def test_cleanup_after_an_unanswered_write_removes_what_it_wrote(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    published_a_then_b_unanswered(api, kubeconfig)
     node_labels(kubeconfig).cleanup()  # a fresh process, as the cleanup Job is
     assert api.node_labels("n1") == FOREIGN
 
@@ -122,13 +129,7 @@ def test_cleanup_after_an_unanswered_write_removes_what_it_wrote(
 def test_verification_after_an_unanswered_write_removes_stale_keys(
     api: FakeApiServer, kubeconfig: str
 ) -> None:
-    output = node_labels(kubeconfig)
-    output.publish(A)
-    api.inject(Fault(status=504, after_apply=True, method="PATCH", count=None))
-    api.fail(503, count=None, method="GET")
-    with pytest.raises(PublishError):
-        output.publish(B)
-    api.clear_faults()
+    output = published_a_then_b_unanswered(api, kubeconfig)
     # the next pass's labels equal what was published before, so the agent only verifies
     assert output.verify(A) is True
     assert gfd_keys_on(api) == A
