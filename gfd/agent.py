@@ -9,7 +9,6 @@ in force stay.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,7 +98,7 @@ class Agent:
         self._read_snapshot = read_snapshot
         self._build_output = build_output
         self._signals = _Signals()
-        self._wake = threading.Event()
+        self._wake = interrupt.Wakeup()  # set from signal handlers: takes no lock
         self._sleep = self._sleep_until_woken if wait is None else wait
         self.metrics: Metrics = start_metrics(settings) if metrics is None else metrics
         self.output: Output = build_output(settings) if output is None else output
@@ -364,14 +363,4 @@ class Agent:
         self._sleep(self.settings.sleep_interval)
 
     def _sleep_until_woken(self, interval: float | None) -> None:
-        if interval is None:
-            while not self._wake.wait(3600):
-                pass
-        else:
-            # in chunks: one wait of more than threading.TIMEOUT_MAX (~292 years) overflows
-            deadline = time.monotonic() + interval
-            while not self._wake.is_set():
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    break
-                self._wake.wait(min(remaining, 3600.0))
+        self._wake.wait(interval)  # None: until a signal

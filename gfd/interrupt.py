@@ -16,10 +16,13 @@ thread ``interruptible`` only checks the flag on entry.
 
 from __future__ import annotations
 
+import os
+import select
 import threading
 import time
+import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 
 #: how often a wait looks at the stop flag (a signal handler takes no lock: see sleep())
 _POLL_SECONDS = 0.05
@@ -96,3 +99,67 @@ def reset() -> None:
     _state.stop = False
     _state.name = ""
     _state.depth = 0
+
+
+class Wakeup:
+    """A flag that a signal handler may set, and that a sleeper can wait on.
+
+    ``threading.Event`` cannot be set from a signal handler: ``set()`` takes the Event's
+    lock (a plain, non-reentrant Lock), and the handler runs in the main thread between
+    bytecodes — possibly while that same thread holds the lock inside ``Event.wait()`` or
+    ``Event.clear()``; the handler then waits for itself forever and SIGTERM is never
+    honoured.  This takes no lock: ``set()`` stores a flag and writes a byte to a
+    non-blocking pipe (both safe in a handler), and ``wait()`` polls the pipe's read end,
+    so a wake that lands just before the wait still ends it at once."""
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._read, self._write = os.pipe()  # non-inheritable (PEP 446)
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._poll = select.poll()
+        self._poll.register(self._read, select.POLLIN)
+        weakref.finalize(self, _close_pair, self._read, self._write)
+
+    def set(self) -> None:
+        self._flag = True
+        with suppress(OSError):  # the pipe is full (a wake is already pending) or closed
+            os.write(self._write, b"\0")
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def clear(self) -> None:
+        self._flag = False
+        self._drain()
+
+    def _drain(self) -> None:
+        try:
+            while os.read(self._read, 512):
+                pass
+        except OSError:  # drained (EAGAIN)
+            pass
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Return True once set, or False after ``timeout`` seconds (None: no limit)."""
+        if self._flag:
+            return True
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while not self._flag:
+            if deadline is None:
+                self._poll.poll()
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                # milliseconds, rounded up, at most an hour a call (poll takes a C int)
+                self._poll.poll(min(3_600_000, int(left * 1000) + 1))
+            if not self._flag:
+                self._drain()  # a byte left by a set() that a clear() already undid
+        return self._flag
+
+
+def _close_pair(read: int, write: int) -> None:
+    for fd in (read, write):
+        with suppress(OSError):
+            os.close(fd)
