@@ -11,7 +11,6 @@ costs a driver round trip; the call count is printed so the two can be put toget
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import statistics
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gfd import records  # noqa: E402
 from gfd.discovery import discover  # noqa: E402
 from gfd.settings import Settings  # noqa: E402
 from tests.fakes.fake_nvml import dgx_a100_mig_node  # noqa: E402
@@ -39,7 +39,7 @@ def main() -> None:
             sysfs.add_device(f"0000:{0x07 + 8 * index:02x}:00.0")
         machine = Path(directory) / "product_name"
         machine.write_text("DGXA100 920-23687-2530-000\n")
-        settings = dataclasses.replace(
+        settings = records.replace(
             Settings(), sysfs_root=str(sysfs.root), machine_type_file=str(machine)
         )
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from types import FrameType
 
 from gfd import interrupt
@@ -58,11 +57,15 @@ def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) ->
     return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
 
-@dataclass
 class _Signals:
-    stop: bool = False
-    reload: bool = False
-    name: str = ""
+    """What the signal handlers asked for (set in a handler: plain attributes, no lock)."""
+
+    __slots__ = ("name", "reload", "stop")
+
+    def __init__(self) -> None:
+        self.stop = False
+        self.reload = False
+        self.name = ""
 
 
 class Agent:

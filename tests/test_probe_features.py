@@ -3,10 +3,10 @@ object stays far below etcd's ~1.5 MiB, the labels are always published."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
+from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.labels.features import (
     GPU_FEATURE,
@@ -25,10 +25,10 @@ ETCD_OBJECT_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
 def many_gpus(count: int) -> snapshot_io.Snapshot:
     snap = snapshot_io.load(str(EXAMPLES / "dgx-a100.yaml"))
     first = snap.gpus[0]
-    return dataclasses.replace(
+    return records.replace(
         snap,
         gpus=tuple(
-            dataclasses.replace(first, index=i, uuid=f"GPU-{i:05d}", pci_bus_id="")
+            records.replace(first, index=i, uuid=f"GPU-{i:05d}", pci_bus_id="")
             for i in range(count)
         ),
     )

@@ -4,7 +4,6 @@ themselves or the GPUs, PCI functions NVML never lists, sysfs entries that are n
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import re
@@ -14,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover, sysfs
 from gfd.errors import SnapshotError
@@ -80,7 +80,7 @@ def test_thousands_of_lost_entries_are_served(tmp_path: Path) -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return dataclasses.replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
+    return records.replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 def gpu(index: int) -> FakeGpu:

@@ -3,7 +3,6 @@ per example node (complete, compared whole), the opt-in labels and ``--dump-part
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd import partitions
+from gfd import partitions, records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
 from gfd.discovery.topology import cpu_list, nvlink_generation
@@ -148,7 +147,7 @@ def test_topology_labels_of_each_example_node(path: Path) -> None:
 def test_topology_labels_are_opt_in(path: Path) -> None:
     snap = load(path)
     default = build(snap, "none", Config(), None).labels
-    assert default == build(dataclasses.replace(snap, topology=None), "none", Config(), None).labels
+    assert default == build(records.replace(snap, topology=None), "none", Config(), None).labels
     assert not set(default) & TOPOLOGY_KEYS
 
 
@@ -166,10 +165,9 @@ def test_p2p_not_ok_removes_the_pair() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     pairs = tuple(
-        dataclasses.replace(p, nvlink_p2p=False) if p.gpus == (0, 1) else p
-        for p in snap.topology.pairs
+        records.replace(p, nvlink_p2p=False) if p.gpus == (0, 1) else p for p in snap.topology.pairs
     )
-    snap = dataclasses.replace(snap, topology=dataclasses.replace(snap.topology, pairs=pairs))
+    snap = records.replace(snap, topology=records.replace(snap.topology, pairs=pairs))
     table = partitions.to_json_document(partition_table(snap, None))
     assert table == {
         "1": singletons({0: 1, 1: 1, 2: 2, 3: 2}),
@@ -185,32 +183,28 @@ def test_nvswitch_is_recognised_by_the_remote_type_not_the_pci_id() -> None:
     other = snap.gpus[1].pci_bus_id
     gpus = []
     for entry in snap.topology.gpus:
-        links = tuple(dataclasses.replace(n, remote_pci_bus_id=other) for n in entry.nvlinks)
-        gpus.append(dataclasses.replace(entry, nvlinks=links))
-    moved = dataclasses.replace(snap.topology, gpus=tuple(gpus))
-    table = partition_table(dataclasses.replace(snap, topology=moved), None)
+        links = tuple(records.replace(n, remote_pci_bus_id=other) for n in entry.nvlinks)
+        gpus.append(records.replace(entry, nvlinks=links))
+    moved = records.replace(snap.topology, gpus=tuple(gpus))
+    table = partition_table(records.replace(snap, topology=moved), None)
     assert partitions.to_json_document(table) == EXPECTED_TABLES[H100]
     as_gpu = tuple(
-        dataclasses.replace(
-            e, nvlinks=tuple(dataclasses.replace(n, remote="gpu") for n in e.nvlinks)
-        )
+        records.replace(e, nvlinks=tuple(records.replace(n, remote="gpu") for n in e.nvlinks))
         for e in snap.topology.gpus
     )
-    lost = dataclasses.replace(snap.topology, gpus=as_gpu)
+    lost = records.replace(snap.topology, gpus=as_gpu)
     for entry in as_gpu:
         assert entry.nvlinks[0].remote_pci_bus_id == "0000:05:00.0"  # a switch, not a GPU
-    assert partition_table(dataclasses.replace(snap, topology=lost), None) == {}
+    assert partition_table(records.replace(snap, topology=lost), None) == {}
 
 
 def test_a_gpu_on_no_pair_is_the_best_single() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     entries = list(snap.topology.gpus)
-    entries[2] = dataclasses.replace(entries[2], nvlinks=())
-    entries[3] = dataclasses.replace(entries[3], nvlinks=())
-    snap = dataclasses.replace(
-        snap, topology=dataclasses.replace(snap.topology, gpus=tuple(entries))
-    )
+    entries[2] = records.replace(entries[2], nvlinks=())
+    entries[3] = records.replace(entries[3], nvlinks=())
+    snap = records.replace(snap, topology=records.replace(snap.topology, gpus=tuple(entries)))
     table = partitions.to_json_document(partition_table(snap, None))
     assert table["1"] == singletons({0: 2, 1: 2, 2: 1, 3: 1})
     labels = build(snap, "none", Config(), None, topology_labels=True).labels
@@ -221,10 +215,9 @@ def test_minors_name_the_gpus_when_known() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     renamed = tuple(
-        dataclasses.replace(e, minor=m)
-        for e, m in zip(snap.topology.gpus, (2, 3, 0, 1), strict=True)
+        records.replace(e, minor=m) for e, m in zip(snap.topology.gpus, (2, 3, 0, 1), strict=True)
     )
-    snap = dataclasses.replace(snap, topology=dataclasses.replace(snap.topology, gpus=renamed))
+    snap = records.replace(snap, topology=records.replace(snap.topology, gpus=renamed))
     graph = link_graph(snap)
     assert graph is not None and set(graph.hops) == {(0, 1), (2, 3)}
 
@@ -366,7 +359,7 @@ def test_minimal_topology_loads_and_round_trips() -> None:
 
 def discover_node(snap: Snapshot, root: Path, **options: Any) -> Snapshot:
     overrides = build_from_snapshot(root, snap)
-    settings = dataclasses.replace(Settings(), **overrides)
+    settings = records.replace(Settings(), **overrides)
     fake = FakeNvml.from_snapshot(snap, **options)
     found = discover(settings, nvml=fake.module)
     assert fake.init_depth == 0
@@ -386,8 +379,8 @@ def test_topology_is_read_only_when_wanted(tmp_path: Path) -> None:
     overrides = build_from_snapshot(tmp_path, snap)
     overrides.pop("topology_labels")
     fake = FakeNvml.from_snapshot(snap)
-    found = discover(dataclasses.replace(Settings(), **overrides), nvml=fake.module)
-    assert found == dataclasses.replace(snap, topology=None)
+    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    assert found == records.replace(snap, topology=None)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 0
 
 
@@ -404,7 +397,7 @@ def test_no_topology_call_can_fail_the_pass(how: str, tmp_path: Path) -> None:
     snap = load(DGX1)
     overrides = build_from_snapshot(tmp_path, snap)
     fake = FakeNvml.from_snapshot(snap, **{how: TOPOLOGY_CALLS})
-    found = discover(dataclasses.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
     assert found.gpus == snap.gpus
     assert found.topology is not None
     assert [e.nvlinks for e in found.topology.gpus] == [()] * 8
@@ -426,7 +419,7 @@ def test_each_link_field_is_optional(tmp_path: Path) -> None:
                 link.remote_bus_id = None
     fake.common_ancestor.clear()
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(dataclasses.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     links = found.topology.gpus[0].nvlinks
     assert len(links) == 18
@@ -441,7 +434,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
     fake = FakeNvml.from_snapshot(snap)
     fake.gpus[0].nvlinks[5].active = False
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(dataclasses.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     assert [n.link for n in found.topology.gpus[0].nvlinks] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
     # 12 links answered, the 13th said INVALID_ARGUMENT: no walk to NVML_NVLINK_MAX_LINKS
@@ -451,9 +444,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
 def test_pcie_only_gpu_costs_one_state_call(tmp_path: Path) -> None:
     snap = load(L40S)
     fake = FakeNvml.from_snapshot(snap)
-    discover(
-        dataclasses.replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module
-    )
+    discover(records.replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 4
 
 
@@ -550,7 +541,7 @@ def test_any_link_text_round_trips(
 ) -> None:
     snap = snapshot_io.loads(BASE + "  gpus: []\n")
     link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
-    snap = dataclasses.replace(
+    snap = records.replace(
         snap,
         topology=Topology(
             gpus=(GpuTopology(index=0, nvlinks=(link,)),),

@@ -19,7 +19,8 @@ Pure arithmetic: no NVML here.  The enum values are NVML's ``NVML_GPU_INSTANCE_P
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+
+from gfd.records import record
 
 GPU_INSTANCE_PROFILE_1_SLICE = 0x0
 GPU_INSTANCE_PROFILE_2_SLICE = 0x1
@@ -45,7 +46,7 @@ _MIB = 1 << 20
 _GIB = 1 << 30
 
 
-@dataclass(frozen=True)
+@record
 class GpuInstanceProfile:
     """What a GPU-instance profile enum means for the name: its slices and its suffix."""
 

@@ -22,12 +22,12 @@ Facts relied on (README "GPU topology"):
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from gfd import records
 from gfd.discovery.sysfs import read_attribute
 from gfd.observability import get_logger
 from gfd.snapshot import (
@@ -124,10 +124,10 @@ def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
 
 def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
     bus_ids = {gpu.index: gpu.pci_bus_id for gpu in gpus}
-    return dataclasses.replace(
+    return records.replace(
         topology,
         gpus=tuple(
-            dataclasses.replace(
+            records.replace(
                 entry, numa_node=read_numa_node(sysfs_root, bus_ids.get(entry.index, ""))
             )
             for entry in topology.gpus
