@@ -473,3 +473,25 @@ def test_any_snapshot_and_config_publish_only_keys_gfd_can_own(
         return  # the documented ConfigError
     labels = build(snap, strategy, config, 1).labels
     assert [key for key in labels if not keys.can_produce(key)] == []
+
+
+@pytest.mark.parametrize("padding", [0, 5000])
+def test_an_admission_refusal_keeps_its_reason_in_one_short_line(
+    api: FakeApiServer, kubeconfig: str, padding: int
+) -> None:
+    """A Status message is quoted by both ends: the policy's own message comes last, after
+    ~110 characters naming the object, the policy and its binding."""
+    reason = "gfd may only change the nvidia.com/ labels it publishes"
+    message = (
+        f'nodes "{"n" * 63}" is forbidden: ValidatingAdmissionPolicy '
+        "'gfd-node-labels.nvidia.com' with binding 'gfd-node-labels.nvidia.com' denied "
+        f"request: {'x' * padding} {reason}"
+    )
+    status = {"kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422}
+    body = json.dumps({**status, "message": message}).encode()
+    api.inject(Fault(status=422, body=body, method="PATCH", count=None))
+    with pytest.raises(PublishError) as raised:
+        node_labels(kubeconfig).publish(A)
+    text = str(raised.value)
+    assert "\n" not in text and len(text) < 400
+    assert text.endswith(reason) and 'nodes "nnn' in text

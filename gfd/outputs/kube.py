@@ -164,6 +164,20 @@ def _quote(text: str) -> str:
     return flat
 
 
+#: a Status message is quoted by its two ends: its head names the object, its tail says
+#: why (an admission refusal puts the policy's own message last, after ~110 characters of
+#: "nodes "n" is forbidden: ValidatingAdmissionPolicy '...' with binding '...' denied")
+STATUS_HEAD_CHARS = 60
+STATUS_TAIL_CHARS = 160
+
+
+def _quote_status(text: str) -> str:
+    flat = " ".join(text.split())
+    if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
+        flat = f"{flat[:STATUS_HEAD_CHARS]} ... {flat[-STATUS_TAIL_CHARS:]}"
+    return flat
+
+
 class KubeClient:
     """A configured ``ApiClient`` plus the retry policy.
 
@@ -409,7 +423,7 @@ def _error_from_answer(response: Any, status: int) -> KubeError:
         body = None
         message = _quote(_text(data))
     if isinstance(body, dict):
-        message = _quote(str(body.get("message") or ""))
+        message = _quote_status(str(body.get("message") or ""))
         reason = _quote(str(body.get("reason") or reason))
     return KubeError(
         message,
