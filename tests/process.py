@@ -145,13 +145,16 @@ class Daemon:
         return "".join(self.lines)
 
     def wait_for(self, event: str, count: int = 1, limit: float = 30) -> list[dict[str, Any]]:
+        """The next ``count`` ``event`` log lines, waiting at most ``limit`` seconds in all
+        (other events keep arriving: the limit is for the whole wait, not for each line)."""
         found = []
+        deadline = time.monotonic() + limit
         while len(found) < count:
             try:
-                item = self.events.get(timeout=limit)
+                item = self.events.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise AssertionError(
-                    f"no {event!r} event; log so far:\n{''.join(self.lines)}"
+                    f"no {event!r} event; log so far:\n{''.join(self.lines)[-8000:]}"
                 ) from None
             if item.get("event") == event:
                 found.append(item)
