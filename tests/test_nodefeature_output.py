@@ -102,6 +102,29 @@ def test_an_existing_object_from_upstream_is_taken_over(
     assert obj["spec"]["labels"] == LABELS
 
 
+def test_created_and_updated_objects_carry_a_status(api: FakeApiServer, kubeconfig: str) -> None:
+    """NFD's Go type has ``Status`` without omitempty (api/nfd/v1alpha1/types.go), so its
+    clients always send one and its development CRD lists ``status`` as required; a CRD
+    without the field prunes it.  An object taken over without one gets one on update."""
+    api.put_object(
+        {
+            "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
+            "kind": "NodeFeature",
+            "metadata": {
+                "name": OBJECT,
+                "namespace": NAMESPACE,
+                "labels": {"nfd.node.kubernetes.io/node-name": "n1"},
+            },
+            "spec": {"labels": {"nvidia.com/gpu.count": "1"}},
+        }
+    )
+    make_output(kubeconfig).publish(LABELS)
+    assert stored(api)["status"] == {}
+    api.delete("NodeFeature", OBJECT, NAMESPACE)
+    make_output(kubeconfig).publish(LABELS)
+    assert stored(api)["status"] == {} and stored(api)["spec"]["labels"] == LABELS
+
+
 def test_a_conflict_is_retried_with_a_fresh_get(api: FakeApiServer, kubeconfig: str) -> None:
     output = make_output(kubeconfig)
     output.publish(LABELS)

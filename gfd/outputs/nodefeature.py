@@ -202,6 +202,10 @@ class NodeFeatureOutput:
                     "labels": {NODE_NAME_LABEL: self.node_name},
                 },
                 "spec": desired_spec(desired, self.features),
+                # NFD's Go type has a Status without omitempty, so its own clients always
+                # send one, and NFD's development CRD requires it; a CRD without the field
+                # (v0.19 and older) prunes it
+                "status": {},
             }
             if owners:
                 body["metadata"]["ownerReferences"] = owners
@@ -222,6 +226,7 @@ class NodeFeatureOutput:
             else:
                 metadata.pop("ownerReferences", None)
         updated["spec"] = desired_spec(desired, self.features)
+        updated.setdefault("status", {})
         # metadata.resourceVersion stays as read: a concurrent write answers 409 and the
         # retry policy re-runs the whole read-compare-write
         self._checked(self._client.request("PUT", self._path, updated))
