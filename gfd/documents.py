@@ -176,14 +176,13 @@ def parse_yaml(text: str, source: str, error: type[UsageError]) -> Any:
                 return _parse_json(text)
             except json.JSONDecodeError:
                 pass  # flow-style YAML, or broken: the YAML parser says which
-        else:
-            from gfd import yamlfast
+        from gfd import yamlfast
 
-            # the plain YAML documents are made of, without importing PyYAML (~20 ms);
-            # anything else, and every error, is PyYAML's below
-            document = yamlfast.read(text, MAX_NESTING, MAX_NODES, MAX_NUMBER_CHARS)
-            if document is not yamlfast.GIVE_UP:
-                return document
+        # the plain YAML documents are made of, without importing PyYAML (~20 ms);
+        # anything else, and every error, is PyYAML's below
+        document = yamlfast.read(text, MAX_NESTING, MAX_NODES, MAX_NUMBER_CHARS)
+        if document is not yamlfast.GIVE_UP:
+            return document
         import yaml
 
         try:

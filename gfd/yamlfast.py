@@ -404,6 +404,7 @@ class _Reader:
         self.limits = limits
         self.stack: list[_Block] = []
         self.root: Any = None
+        self.rooted = False  # the document's top value has begun
 
     def open(self, is_map: bool, indent: int, inline: bool = False) -> _Block:
         if len(self.stack) >= self.limits.max_nesting:
@@ -421,11 +422,15 @@ class _Reader:
         """One line holding something; ``line[indent]`` is its first character."""
         stack = self.stack
         if not stack:
-            if self.root is not None:
+            if self.rooted:
                 raise _Unsupported  # a second root
+            self.rooted = True
+            if line[indent] in "[{":
+                self.root = _inline_value(line, indent, 0, self.limits)
+                return
             is_map = not _is_dash(line, indent)
             if is_map and _key(line, indent, self.limits.max_number_chars) is None:
-                raise _Unsupported  # a scalar or flow document
+                raise _Unsupported  # a scalar document
             self.entries(self.open(is_map, indent), line)
             return
         dash = _is_dash(line, indent)
@@ -510,10 +515,14 @@ def read(text: str, max_nesting: int, max_nodes: int, max_number_chars: int) -> 
                 continue
             indent = len(line) - len(content)
             if indent == 0 and content.startswith(("---", "...")):
-                if content.rstrip(" ") == "---" and not started:
-                    started = True
+                if started or not (content == "---" or content.startswith("--- ")):
+                    return GIVE_UP  # a second document, an end marker, "---x"
+                started = True
+                if _rest_is_blank(line, 3):
                     continue
-                return GIVE_UP  # a marker with content, a second document, an end marker
+                indent = len(line) - len(line[3:].lstrip(" "))
+                if line[indent] not in "[{":
+                    return GIVE_UP  # only a flow collection is read on the marker's line
             started = True
             reader.line(line, indent)
         return reader.finish()
