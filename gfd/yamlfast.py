@@ -177,10 +177,12 @@ def _double_quoted(text: str, start: int) -> tuple[str, int]:
     parts: list[str] = []
     at = start + 1
     end = len(text)
+    quote = -1
     while True:
-        quote = text.find('"', at)
-        if quote < 0:
-            raise _Unsupported  # continues on the next line
+        if quote < at:  # (found again only when an escape has passed it: linear)
+            quote = text.find('"', at)
+            if quote < 0:
+                raise _Unsupported  # continues on the next line
         escape = text.find("\\", at, quote)
         if escape < 0:
             parts.append(text[at:quote])
