@@ -132,10 +132,14 @@ def resolve_plain(text: str, max_number_chars: int) -> Any:
         if text in _UNSURE_WORDS:
             raise _Unsupported
         return text
-    if first not in _NUMBER_FIRST or _MAYBE_NUMBER.fullmatch(text) is None:
+    if first not in _NUMBER_FIRST:
         return text
     simple = _SIMPLE_NUMBER.fullmatch(text)
-    if simple is None or len(text) > max_number_chars:
+    if simple is None:
+        if _MAYBE_NUMBER.fullmatch(text) is None:
+            return text
+        raise _Unsupported
+    if len(text) > max_number_chars:
         raise _Unsupported
     decimal, hexadecimal, _ = simple.groups()
     if decimal is not None:
