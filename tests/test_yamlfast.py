@@ -593,9 +593,17 @@ def test_every_dumped_snapshot_is_read_by_the_fast_reader(path: str) -> None:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(snapshots())
-def test_dumped_snapshots_read_as_pyyaml_reads_them(node: snapshot_io.Snapshot) -> None:
+def test_dumped_snapshots_are_read_by_the_fast_reader(node: snapshot_io.Snapshot) -> None:
+    """Every snapshot ``dumps`` writes is read without PyYAML, odd strings and all, unless
+    PyYAML wrote a scalar over several lines (a string holding a line break, or one it
+    wrapped at 80 columns): those are left to PyYAML."""
     text = snapshot_io.dumps(node)
-    check(text)
+    spans_lines = any(
+        event.start_mark.line != event.end_mark.line
+        for event in yaml.parse(text)
+        if isinstance(event, yaml.ScalarEvent)
+    )
+    assert check(text) is not spans_lines
     assert snapshot_io.loads(text) == node
 
 
