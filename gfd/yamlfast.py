@@ -75,8 +75,8 @@ _MAYBE_NUMBER = re.compile(
 # The forms read here: decimal int, hex int, simple decimal fraction.
 _SIMPLE_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))|(0x[0-9a-fA-F]+)|(-?[0-9]+\.[0-9]+)")
 
-# A plain scalar may not start with an indicator (`-`, `?` and `:` may, when followed by
-# a non-space, but only `-` is read here, and not before a flow indicator).
+# A plain scalar may not start with an indicator; `-` may when a non-space follows, and so
+# may `?` and `:` outside flow collections (read here only when no flow indicator follows).
 _INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 
 # In a flow collection a plain scalar ends at one of these (or, being the end of the line,
@@ -149,12 +149,12 @@ def resolve_plain(text: str, max_number_chars: int) -> Any:
     return float(text)
 
 
-def _plain_starts(text: str, at: int) -> bool:
+def _plain_starts(text: str, at: int, flow: bool = False) -> bool:
     """Whether a plain scalar read here may start at ``text[at]``."""
     char = text[at]
     if char not in _INDICATORS:
         return char != " "
-    if char == "-" and at + 1 < len(text):
+    if at + 1 < len(text) and (char == "-" or (char in "?:" and not flow)):
         return text[at + 1] not in " ,[]{}"
     return False
 
@@ -288,7 +288,7 @@ def _flow(text: str, start: int, depth: int, limits: _Limits) -> tuple[Any, int]
         if char in "'\"":
             value, at = _quoted(text, at)
         else:
-            if not _plain_starts(text, at):
+            if not _plain_starts(text, at, flow=True):
                 raise _Unsupported
             plain = _FLOW_PLAIN.match(text, at)
             stop = plain.end() if plain is not None else at
@@ -526,8 +526,12 @@ def _yaml_printable(line: str) -> bool:
 
 def read(text: str, max_nesting: int, max_nodes: int, max_number_chars: int) -> Any:
     """The document ``text`` holds, or :data:`GIVE_UP` if it is not in the subset."""
-    if "\t" in text or "\r" in text:
+    if "\t" in text:
         return GIVE_UP
+    if "\r" in text:
+        if text.count("\r") != text.count("\r\n"):
+            return GIVE_UP  # a lone CR is a line break too
+        text = text.replace("\r\n", "\n")  # (no scalar read here spans a line break)
     reader = _Reader(_Limits(max_nesting, max_nodes, max_number_chars))
     started = False  # a --- or content seen
     try:

@@ -277,6 +277,7 @@ def styles(draw: st.DrawFn) -> dict[str, Any]:
         "flow": draw(st.sampled_from(["never", "leaves", "always"])),
         "comments": draw(st.booleans()),
         "start": draw(st.booleans()),
+        "newline": draw(st.sampled_from(["\n", "\n", "\n", "\r\n"])),
         "tilde": draw(st.booleans()),  # None written ~ (which PyYAML reads) at times
         "seed": draw(st.integers(0, 2**16)),
     }
@@ -374,7 +375,7 @@ def emit(data: Any, style: dict[str, Any]) -> str:
         lines.append(text)
     else:
         block(data, 0, None)
-    return "\n".join(lines) + "\n"
+    return style["newline"].join(lines) + style["newline"]
 
 
 DUMP_STYLES = st.fixed_dictionaries(
@@ -388,7 +389,7 @@ DUMP_STYLES = st.fixed_dictionaries(
     }
 )
 
-MUTATION_CHARS = ": -#'\"[]{},&*!|>%@`\t\n?~\\.0x"
+MUTATION_CHARS = ": -#'\"[]{},&*!|>%@`\t\n\r?~\\.0x"
 
 
 @st.composite
@@ -460,6 +461,23 @@ def test_plain_documents_are_read_by_the_fast_reader(
         assert same(result, data), (text, result, data)
 
 
+@settings(max_examples=500, deadline=None)
+@given(st.characters(blacklist_categories=("Cs",)), st.sampled_from(["a: x{}y", "- {}", "{}: 1"]))
+def test_any_character_reads_as_pyyaml_reads_it(char: str, form: str) -> None:
+    check(form.format(char) + "\n")
+
+
+def test_the_characters_read_are_those_yaml_reads_as_text() -> None:
+    refused = {
+        point
+        for point in range(0x110000)
+        if not 0xD800 <= point <= 0xDFFF and not yamlfast._yaml_printable(chr(point))
+    }
+    breaks_and_bom = {0x85, 0x2028, 0x2029, 0xFEFF}
+    controls = {*range(0x20), *range(0x7F, 0xA0), 0xFFFE, 0xFFFF}
+    assert refused == breaks_and_bom | controls
+
+
 # ------------------------------------------------------------------------------ examples
 
 ACCEPTED = [
@@ -475,6 +493,7 @@ ACCEPTED = [
     ("", None),
     ("# only a comment\n---\n", None),
     ("a: []\nb: {}\nc: [ ]\n", {"a": [], "b": {}, "c": []}),
+    ("a: 1\r\nb:\r\n- 'x'\r\n", {"a": 1, "b": ["x"]}),
     ("  a: 1\n  b: 2\n", {"a": 1, "b": 2}),
 ]  # fmt: skip
 
@@ -513,7 +532,8 @@ GIVEN_UP = [
     "a: b: c\n",  # errors
     "a\n",
     "- a\nb: 1\n",
-    "a: 1\r\nb: 2\r\n",  # CRLF
+    "a: 1\rb: 2\r",  # CR line ends
+    "a: 1\r\nb: 2\rc: 3\r\n",
     "\ufeffa: 1\n",  # a byte-order mark
     "a: \x01\n",  # a control character
     'a: "\\/"\n',  # an escape the readers disagree on
