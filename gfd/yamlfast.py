@@ -12,11 +12,11 @@ result is the same data (values, types, key order) that PyYAML's SafeLoader buil
 
 Plain scalars are resolved as YAML 1.1 does (PyYAML's implicit resolvers), but only where
 the answer is certain and simple: ``true``/``false``/``null`` in their three spellings,
-decimal integers without sign, ``+``, leading zero or underscore (``-`` is fine), hex
-integers ``0x...``, and decimals ``1.5``.  A scalar that YAML 1.1 might read as anything
-else -- ``yes``, ``On``, ``~``, ``012``, ``0o7``, ``1_000``, ``+1``, ``1:30``, ``.5``,
-``1e3``, ``.inf``, ``2001-12-14``, ``<<`` -- makes the reader give up; everything else is
-a string.
+decimal integers without ``+``, leading zero or underscore (``-`` is fine), hex integers
+``0x...`` without sign or underscore, and decimals ``1.5``.  A scalar that YAML 1.1 might
+read as anything else -- ``yes``, ``On``, ``~``, ``012``, ``0x_1F``, ``1_000``, ``+1``,
+``1:30``, ``.5``, ``1.0e3``, ``.inf``, ``2001-12-14``, ``<<`` -- makes the reader give up;
+everything else is a string (``0o7`` and ``1e3`` too: numbers in YAML 1.2, not in 1.1).
 
 The reader is one pass over the lines with an explicit stack (no recursion), and every
 scan is linear: :meth:`str.find` and regular expressions without nested ambiguity.  It
@@ -63,10 +63,11 @@ _UNSURE_WORDS = frozenset(
 
 # A superset of YAML 1.1's int, float and timestamp forms (every base, underscores,
 # sexagesimal, exponents, .inf/.nan, dates): a plain scalar that does not match is
-# certainly a string.  Each repeated group starts with its own separator, so matching never
-# backtracks more than linearly.
+# certainly a string.  (YAML 1.1 has no exponent without a fraction and no 0o prefix: 1e3
+# and 0o7 are strings to PyYAML, and so here.)  Each repeated group starts with its own
+# separator, so matching never backtracks more than linearly.
 _MAYBE_NUMBER = re.compile(
-    r"[-+]?(?:[0-9][0-9_]*(?::[0-5]?[0-9])*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?"
+    r"[-+]?(?:[0-9][0-9_]*(?::[0-5]?[0-9])*(?:\.[0-9_]*(?:[eE][-+]?[0-9]+)?)?"
     r"|\.[0-9_]+(?:[eE][-+]?[0-9]+)?"
     r"|\.(?:inf|Inf|INF|nan|NaN|NAN)"
     r"|0b[0-1_]+|0x[0-9a-fA-F_]+)"
