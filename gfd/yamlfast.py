@@ -301,6 +301,7 @@ def _flow(text: str, start: int, depth: int, limits: _Limits) -> tuple[Any, int]
         if top.state == "next":
             raise _Unsupported
         # a scalar
+        token = at
         if char in "'\"":
             value, at = _quoted(text, at)
         else:
@@ -319,7 +320,7 @@ def _flow(text: str, start: int, depth: int, limits: _Limits) -> tuple[Any, int]
             # a key: ": " must follow
             if at < end and text[at] == " ":
                 at = _skip_spaces(text, at)
-            if text[at : at + 2] != ": ":
+            if text[at : at + 2] != ": " or at - token > _LONGEST_KEY:
                 raise _Unsupported
             if value in top.value:
                 raise _Unsupported  # a duplicate key: PyYAML's path names it

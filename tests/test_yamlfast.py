@@ -248,6 +248,8 @@ SCALARS = st.one_of(
 )
 KEYS = st.one_of(
     st.sampled_from(["a", "b", "version", "gpus", "name", "index", "x y", "k:", "1", "-k"]),
+    # about as long as PyYAML lets a key be (1,024 characters from its start to the colon)
+    st.sampled_from(["k" * n for n in (990, 998, 1000, 1010, 1020, 1022, 1024, 1026, 1030)]),
     st.sampled_from(SPECIAL),
     _text,
     st.integers(-5, 5),
@@ -550,6 +552,9 @@ GIVEN_UP = [
     "a: [1, 2,]\n",  # a trailing comma
     '{"a": 1}x\n',
     "k" * 1100 + ": 1\n",  # a key longer than PyYAML allows
+    "- " + "k" * 1100 + ": 1\n",
+    "a: {" + "k" * 1100 + ": v}\n",
+    "{'" + "k" * 1100 + "': v}\n",
 ]
 
 
