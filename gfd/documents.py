@@ -15,6 +15,10 @@ The documents come from operators and from other machines, so reading them is bo
   sees it (Python refuses more than 4,300 digits with a ValueError);
 - every value quoted in a message is clipped to about 100 characters (:func:`describe`,
   :func:`clip`), so a megabyte-long value never becomes a megabyte-long line.
+
+Plain YAML -- what snapshots and config files are made of -- is read by
+:mod:`gfd.yamlfast` without importing PyYAML; that reader gives up on anything else (and
+on anything these rules refuse), so PyYAML's path above decides every error.
 """
 
 from __future__ import annotations
