@@ -80,8 +80,8 @@ _SIMPLE_NUMBER = re.compile(r"(-?(?:0|[1-9][0-9]*))|(0x[0-9a-fA-F]+)|(-?[0-9]+\.
 # may `?` and `:` outside flow collections (read here only when no flow indicator follows).
 _INDICATORS = frozenset("-?:,[]{}#&*!|>'\"%@`")
 
-# In a flow collection a plain scalar ends at one of these (or, being the end of the line,
-# is cut short there, which is an error the reader leaves to PyYAML).
+# In a flow collection a plain scalar runs up to the first of these (a `:` not followed by a
+# space, a `#` or a `?` there makes the reader give up).
 _FLOW_PLAIN = re.compile(r"[^,\[\]{}:#?]*")
 
 _ESCAPES = {
