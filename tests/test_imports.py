@@ -102,6 +102,7 @@ NOT_FOR_THE_SNAPSHOT_PATH = [
     "uuid",
     "gfd.discovery",
     "json",  # the snapshot is YAML
+    "yaml",  # ... plain YAML, which gfd.yamlfast reads (PyYAML only for the rest)
     "decimal",  # the partition table's quantities (the NVML path's fake loads it itself)
 ]
 
@@ -142,8 +143,8 @@ def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) ->
     assert loaded(recorded, ["tempfile"]) == []  # the atomic write is the file output's
     assert not recorded["yaml_dumper_built"]
     # what it does use is seen (the recorder works)
-    assert loaded(recorded, ["yaml", "gfd.outputs.file", "gfd.labels"]) == [
-        "yaml",
+    assert loaded(recorded, ["gfd.yamlfast", "gfd.outputs.file", "gfd.labels"]) == [
+        "gfd.yamlfast",
         "gfd.outputs.file",
         "gfd.labels",
     ]
