@@ -794,6 +794,9 @@ def dumps(snapshot: Snapshot) -> str:
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
+        # one line a value (PyYAML folds long scalars at 80 columns): gfd.yamlfast reads a
+        # dumped snapshot without PyYAML unless a value itself holds a line break
+        width=1 << 30,
     )
 
 
