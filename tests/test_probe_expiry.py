@@ -103,6 +103,7 @@ def test_special_file_swapped_in_under_a_running_daemon(
     """With an expiry, every pass reads the file back: a FIFO put at its path blocked the
     loop (and SIGTERM) for good, a directory was renamed over or read."""
     out = tmp_path / "gfd"
+    # 1s: the swap below (unlink, then make) must fall between two passes
     daemon = daemons("--sleep-interval", "1s", "--output-file", str(out), "--snapshot-file", DGX)
     daemon.wait_for("pass finished")
     out.unlink()
@@ -126,9 +127,11 @@ def test_cleanup_never_removes_a_fifo_or_directory(tmp_path: Path) -> None:
 def test_a_running_daemon_does_not_rewrite_a_current_file(tmp_path: Path, daemons: Any) -> None:
     """The expiry is checked on every pass; it must not turn into a write every pass."""
     out = tmp_path / "gfd"
+    # 100ms passes against a 60s horizon: five passes in half a second, the expiry
+    # still far off at every one of them
     daemon = daemons(
         "--sleep-interval",
-        "1s",
+        "100ms",
         "--expiry-horizon",
         "60s",
         "--output-file",
