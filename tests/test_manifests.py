@@ -32,6 +32,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
 
 from gfd import __version__
 from gfd.errors import UsageError
@@ -99,10 +100,17 @@ def rendered() -> Callable[[str], list[dict[str, Any]]]:
             text = diskcache.cached_text(
                 "kustomize", diskcache.key(inputs, name), lambda: tool.build(variant)
             )
-            cache[name] = tool.load_objects(tool.substitute_placeholders(text))
+            cache[name] = load_objects(tool.substitute_placeholders(text))
         return copy.deepcopy(cache[name])
 
     return get
+
+
+def load_objects(rendered: str) -> list[dict[str, Any]]:
+    """``tool.load_objects`` with libyaml's parser where PyYAML has it (the same objects,
+    several times faster on kustomize's output)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [doc for doc in yaml.load_all(rendered, Loader=loader) if doc is not None]
 
 
 _validated: dict[tuple[str, str], list[str]] = {}
