@@ -25,10 +25,12 @@ venv: $(VENV)/.gfd-dev
 run: $(VENV)/.gfd-run
 	@$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
 
-# -n auto: one worker per core; loadfile keeps a module's tests on one worker, so each
-# module-scoped build (the wheel, the rendered manifests) is made once
+# -n auto: one worker per core plus one (tests/conftest.py), for the tests that wait;
+# worksteal: an idle worker takes tests from a busy one, so no worker idles at the end.
+# Bytecode is cached (__pycache__/, gitignored) even where the environment says not to:
+# without it every worker recompiles gfd and rewrites every test module's asserts.
 test: venv
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --ignore=tests/e2e
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n auto --dist worksteal --ignore=tests/e2e
 
 # The e2e layer (tests/e2e): gfd against a real control plane -- kube-apiserver v1.20.2 built
 # once from Debian's source package (cached under ~/.cache/gfd-e2e), Debian's etcd.  Installs

@@ -7,14 +7,37 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import Daemon
+
+#: Every property test: no per-example deadline (a wall-clock limit only fails examples on
+#: a loaded machine, it proves nothing about gfd) and no health check for slow or large
+#: data generation (snapshots are big on purpose).  Each property keeps its own
+#: ``max_examples``; HYPOTHESIS_PROFILE picks another registered profile.
+settings.register_profile(
+    "gfd",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gfd"))
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker more than there are CPUs.  Many tests spend part of their
+    time waiting -- on a daemon's next pass, a client's timeout, a server that stalls on
+    purpose -- and the extra worker runs on the CPU they leave free.  An explicit
+    PYTEST_XDIST_AUTO_NUM_WORKERS still decides (xdist's own reading of it)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
 
 
 @pytest.fixture

@@ -68,7 +68,10 @@ def run_gfd_here(
     taken from its SystemExit.  For runs that end by themselves (oneshot, bad input,
     --help); signals, daemons and start-up itself are tested with real processes."""
     from gfd import cli
+    from gfd.discovery import sysfs
     from gfd.observability import configure_logging
+
+    sysfs._warned.clear()  # a new process has warned about nothing yet (warnings are once each)
 
     stdout, stderr = io.StringIO(), io.StringIO()
     saved_environ, saved_cwd = dict(os.environ), os.getcwd()

@@ -15,7 +15,7 @@ import pytest
 from gfd import labels, records
 from gfd.discovery import discover
 from gfd.settings import Config, Settings
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 from .fakes.fake_nvml import FakeGpu, FakeNvml
 
@@ -93,7 +93,7 @@ def test_a_listed_display_is_logged_at_debug_only() -> None:
     like upstream and says so in one debug line."""
     args = ["--oneshot", "--no-timestamp", "--snapshot-file"]
     args += ["examples/snapshots/dgx-station-a100.yaml", "--log-format", "json"]
-    debug = run_gfd(*args, "--log-level", "debug")
+    debug = run_gfd_here(*args, "--log-level", "debug")
     assert debug.returncode == 0, debug.stderr
     assert "nvidia.com/gpu.count=4\n" in debug.stdout
     events = [json.loads(line) for line in debug.stderr.splitlines() if line.startswith("{")]
@@ -101,6 +101,6 @@ def test_a_listed_display_is_logged_at_debug_only() -> None:
     assert [(n["level"], n["detail"]) for n in notes] == [
         ("debug", "GPU 3 (NVIDIA DGX Display) is a display device; not labelled")
     ]
-    quiet = run_gfd(*args)
+    quiet = run_gfd_here(*args)
     assert quiet.stdout == debug.stdout
     assert "display device" not in quiet.stderr

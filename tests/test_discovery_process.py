@@ -1,11 +1,16 @@
-"""gfd as a real process: NVML failure modes, live discovery, --dump-snapshot.
+"""The gfd command on a node: NVML failure modes, live discovery, --dump-snapshot.
 
 Two kinds of run:
 - with the real ``pynvml`` on this machine, which has no NVIDIA driver (skipped where
   ``libnvidia-ml.so.1`` does load);
-- with the fake NVML standing in for ``pynvml``: a ``sitecustomize`` on ``PYTHONPATH``
-  builds it from a snapshot and puts it in ``sys.modules`` before gfd starts, so the CLI,
-  the agent and discovery run unchanged.  Flag files switch the driver on and lose a GPU.
+- with the fake NVML standing in for ``pynvml``: in a real process a ``sitecustomize`` on
+  ``PYTHONPATH`` builds it from a snapshot and puts it in ``sys.modules`` before gfd
+  starts, so the CLI, the agent and discovery run unchanged (a flag file loses a GPU);
+  in-process the test puts it in ``sys.modules`` itself (``fake_nvml_here``).
+
+Most runs call the command line in-process (tests/process.py: ``run_gfd_here``); real
+processes stay for the exit status 1 of a failed pass (no driver; a GPU lost, through the
+shim) and for the GPU lost while a process dumps its snapshot.
 """
 
 from __future__ import annotations
@@ -91,20 +96,20 @@ def test_oneshot_without_driver_exits_1_with_the_message() -> None:
 
 @no_driver_here
 def test_oneshot_without_driver_and_no_fail_on_init_error() -> None:
-    result = run_gfd("--oneshot", "--no-fail-on-init-error", "--no-timestamp")
+    result = run_gfd_here("--oneshot", "--no-fail-on-init-error", "--no-timestamp")
     assert result.returncode == 0, result.stderr
     assert result.stdout == "nvidia.com/vgpu.present=false\n"
 
 
 @no_driver_here
 def test_no_fail_on_init_error_from_the_environment() -> None:
-    result = run_gfd("--oneshot", "--no-timestamp", env={"GFD_FAIL_ON_INIT_ERROR": "false"})
+    result = run_gfd_here("--oneshot", "--no-timestamp", env={"GFD_FAIL_ON_INIT_ERROR": "false"})
     assert (result.returncode, result.stdout) == (0, "nvidia.com/vgpu.present=false\n")
 
 
 @no_driver_here
 def test_dump_snapshot_without_driver() -> None:
-    result = run_gfd("--dump-snapshot")
+    result = run_gfd_here("--dump-snapshot")
     assert result.returncode == 1
     assert result.stdout == ""
     assert_one_clean_line(result.stderr, MESSAGE)
@@ -113,7 +118,7 @@ def test_dump_snapshot_without_driver() -> None:
 @no_driver_here
 @pytest.mark.parametrize("strategy", ["auto", "nvml"])
 def test_both_strategies_without_driver(strategy: str) -> None:
-    result = run_gfd("--oneshot", "--device-discovery-strategy", strategy)
+    result = run_gfd_here("--oneshot", "--device-discovery-strategy", strategy)
     assert result.returncode == 1
     assert MESSAGE in result.stderr
 
@@ -124,7 +129,7 @@ def test_minimal_labels_of_a_vgpu_guest(tmp_path: Path) -> None:
     sysfs = FakeSysfs(tmp_path / "sys")
     sysfs.add_device("0000:00:00.0", vendor="0x8086")
     sysfs.add_device("0000:07:00.0", config=config_with_capabilities([vgpu_cap("535.54", "r535")]))
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot", "--no-fail-on-init-error", "--no-timestamp",
         env={"GFD_SYSFS_ROOT": str(sysfs.root)},
     )  # fmt: skip
@@ -141,7 +146,7 @@ def test_minimal_labels_when_not_privileged(tmp_path: Path) -> None:
     """A short config read: no vgpu.* labels at all, and a warning to run privileged."""
     sysfs = FakeSysfs(tmp_path / "sys")
     sysfs.add_device("0000:07:00.0", config=bytes(64))
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot", "--no-fail-on-init-error", "--no-timestamp", "--log-format", "json",
         env={"GFD_SYSFS_ROOT": str(sysfs.root)},
     )  # fmt: skip
@@ -173,18 +178,25 @@ def fake_node(tmp_path: Path) -> Iterator[dict[str, Any]]:
     }
 
 
+@pytest.fixture
+def fake_nvml_here(fake_node: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake NVML of the fake node in place of pynvml in this process (what the
+    sitecustomize shim does in a gfd process)."""
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml.from_snapshot(fake_node["snapshot"]).module)
+
+
+@pytest.mark.usefixtures("fake_nvml_here")
 def test_dump_snapshot_is_the_node(fake_node: dict[str, Any], tmp_path: Path) -> None:
-    result = run_gfd("--dump-snapshot", *fake_node["flags"], env=fake_node["env"])
+    result = run_gfd_here("--dump-snapshot", *fake_node["flags"], env=fake_node["env"])
     assert result.returncode == 0, result.stderr
     assert snapshot_io.loads(result.stdout) == fake_node["snapshot"]
 
 
+@pytest.mark.usefixtures("fake_nvml_here")
 @pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
 def test_snapshot_file_of_the_dump_gives_the_live_labels(
-    fake_node: dict[str, Any], tmp_path: Path, strategy: str, monkeypatch: pytest.MonkeyPatch
+    fake_node: dict[str, Any], tmp_path: Path, strategy: str
 ) -> None:
-    """In-process (the fake NVML in place of pynvml here, as the shim does in a process)."""
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml.from_snapshot(fake_node["snapshot"]).module)
     flags = [*fake_node["flags"], "--mig-strategy", strategy]
     dump = run_gfd_here("--dump-snapshot", *flags, env=fake_node["env"])
     assert dump.returncode == 0, dump.stderr
@@ -219,6 +231,6 @@ def test_dump_snapshot_records_a_lost_gpu(fake_node: dict[str, Any], tmp_path: P
     assert len(dumped.gpus) == len(fake_node["snapshot"].gpus) - 1
     recorded = tmp_path / "node.yaml"
     recorded.write_text(result.stdout)
-    labels = run_gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(recorded))
+    labels = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", str(recorded))
     assert labels.returncode == 0, labels.stderr  # a record is labelled as it says
     assert "nvidia.com/gpu.lost=1\n" in labels.stdout

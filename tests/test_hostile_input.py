@@ -1,8 +1,15 @@
-"""Hostile input at the command line (issues 10 and 19): ``gfd`` as a real process.
+"""Hostile input at the command line (issues 10 and 19).
 
 Every bad input ends with exit status 2 and one short line on stderr naming the key, with
 at most ~100 characters of the value; nothing reaches stdout; never a traceback, a hang or
 a crash of the interpreter.  Big-but-valid inputs are served or refused the same way.
+
+Most runs call the command line in-process (tests/process.py: ``run_gfd_here``: the same
+``main``, argv, environment and working directory; stdout, stderr and the exit status
+captured; an exception escaping ``main`` fails the test outright, which is stricter than
+looking for "Traceback" on a process's stderr).  Real processes stay where the process is
+what is tested: stdout that is closed or full (a real file descriptor), deep nesting in a
+fresh interpreter's own stack, and click's own usage errors (``REAL``).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ import copy
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +27,7 @@ import yaml
 
 from gfd.documents import MAX_DOCUMENT_BYTES
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, run_gfd
+from tests.process import ROOT, run_gfd, run_gfd_here
 
 SNAPSHOT = Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml"
 #: a message quotes at most ~100 characters of a value; the rest of the line is words
@@ -48,20 +56,25 @@ def assert_refused(result: subprocess.CompletedProcess[str], *words: str, status
     return line
 
 
-def oneshot_with_config(tmp_path: Path, text: str, *flags: str) -> subprocess.CompletedProcess[str]:
+Run = Callable[..., subprocess.CompletedProcess[str]]
+#: a real ``gfd`` process, for the tests whose subject is the process itself
+REAL: Run = run_gfd
+
+
+def oneshot_with_config(
+    tmp_path: Path, text: str, *flags: str, run: Run = run_gfd_here
+) -> subprocess.CompletedProcess[str]:
     config = tmp_path / "config.yaml"
     config.write_text(text)
-    return run_gfd(
-        "--oneshot", "--snapshot-file", str(SNAPSHOT), "--config-file", str(config), *flags
-    )
+    return run("--oneshot", "--snapshot-file", str(SNAPSHOT), "--config-file", str(config), *flags)
 
 
 def oneshot_with_snapshot(
-    tmp_path: Path, text: str, *flags: str
+    tmp_path: Path, text: str, *flags: str, run: Run = run_gfd_here
 ) -> subprocess.CompletedProcess[str]:
     snapshot = tmp_path / "snapshot.yaml"
     snapshot.write_text(text)
-    return run_gfd("--oneshot", "--snapshot-file", str(snapshot), *flags)
+    return run("--oneshot", "--snapshot-file", str(snapshot), *flags)
 
 
 # ------------------------------------------------------------------ YAML alias bombs
@@ -116,24 +129,34 @@ def test_one_alias_to_a_megabyte_name_used_by_thousands_of_gpus(tmp_path: Path) 
 DEEP = 100_000
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        pytest.param("[" * DEEP + "]" * DEEP, id="json-lists"),
-        pytest.param('{"a":' * DEEP + "1" + "}" * DEEP, id="json-mappings"),
-        pytest.param("flags: " + "[" * DEEP + "]" * DEEP, id="yaml-flow-closed"),
-        pytest.param("flags: " + "[" * DEEP, id="yaml-flow-unclosed"),
-        pytest.param("flags: " + "{a: " * DEEP + "1" + "}" * DEEP, id="yaml-flow-mappings"),
-        pytest.param("flags:\n" + "- " * DEEP + "x\n", id="yaml-block-sequences"),
-    ],
-)
-def test_deep_nesting_is_refused_before_the_parser_recurses(tmp_path: Path, text: str) -> None:
-    config = oneshot_with_config(tmp_path, text)
+NESTED = {
+    "json-lists": "[" * DEEP + "]" * DEEP,
+    "json-mappings": '{"a":' * DEEP + "1" + "}" * DEEP,
+    "yaml-flow-closed": "flags: " + "[" * DEEP + "]" * DEEP,
+    "yaml-flow-unclosed": "flags: " + "[" * DEEP,
+    "yaml-flow-mappings": "flags: " + "{a: " * DEEP + "1" + "}" * DEEP,
+    "yaml-block-sequences": "flags:\n" + "- " * DEEP + "x\n",
+}
+
+
+def assert_nesting_refused(tmp_path: Path, text: str, run: Run) -> None:
+    config = oneshot_with_config(tmp_path, text, run=run)
     assert config.returncode != -11, "the interpreter crashed (SIGSEGV)"
     assert_refused(config, "nested deeper")
-    snapshot = oneshot_with_snapshot(tmp_path, text)
+    snapshot = oneshot_with_snapshot(tmp_path, text, run=run)
     assert snapshot.returncode != -11, "the interpreter crashed (SIGSEGV)"
     assert_refused(snapshot, "nested deeper")
+
+
+@pytest.mark.parametrize("text", list(NESTED.values()), ids=list(NESTED))
+def test_deep_nesting_is_refused_before_the_parser_recurses(tmp_path: Path, text: str) -> None:
+    assert_nesting_refused(tmp_path, text, run_gfd_here)
+
+
+@pytest.mark.parametrize("shape", ["json-lists", "yaml-flow-unclosed"])
+def test_deep_nesting_is_refused_in_a_fresh_interpreter(tmp_path: Path, shape: str) -> None:
+    # a new process: its own C stack and recursion limit, as in production
+    assert_nesting_refused(tmp_path, NESTED[shape], REAL)
 
 
 # ------------------------------------------------------------------ numbers
@@ -180,7 +203,7 @@ def test_impossible_intervals_in_a_json_config_are_refused(tmp_path: Path, value
 
 @pytest.mark.parametrize("value", ["9999999999", "3000000h", "2562048h", "NaN", "inf"])
 def test_impossible_intervals_on_the_command_line_are_refused(value: str) -> None:
-    result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), "--sleep-interval", value)
+    result = run_gfd_here("--oneshot", "--snapshot-file", str(SNAPSHOT), "--sleep-interval", value)
     assert_refused(result, "--sleep-interval")
 
 
@@ -199,14 +222,13 @@ def test_backtracking_pattern_against_a_long_name_finishes(tmp_path: Path) -> No
         f"  - {{pattern: '{'*a' * 20}*b', name: never}}\n"
         f"  - {{pattern: '{'*a' * 20}*', name: many-a}}\n"
     )
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot",
         "--no-timestamp",
         "--snapshot-file",
         str(snapshot),
         "--config-file",
         str(config),
-        timeout=30,
     )
     assert result.returncode == 0, result.stderr
     assert "nvidia.com/many-a.count=8\n" in result.stdout
@@ -304,13 +326,14 @@ MEGA = "x" * 100_000  # one argv or environ string is at most 128 KiB on Linux
 def test_long_flag_and_environment_values_are_clipped(
     flags: list[str], env: dict[str, str], name: str
 ) -> None:
-    result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), *flags, env=env)
+    result = run_gfd_here("--oneshot", "--snapshot-file", str(SNAPSHOT), *flags, env=env)
     assert_refused(result, name)
 
 
 @pytest.mark.parametrize("argument", ["--" + MEGA, "extra-" + MEGA])
 def test_long_unknown_arguments_are_clipped(argument: str) -> None:
-    assert_refused(run_gfd("--oneshot", argument))
+    # a real process: click's own usage error, through the interpreter's exit
+    assert_refused(REAL("--oneshot", argument))
 
 
 def test_long_config_key_is_clipped_in_its_warning(tmp_path: Path) -> None:
@@ -331,7 +354,11 @@ def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, whe
         document["driver"]["version"] = long_value
     else:
         document["gpus"][0][where] = long_value
-    result = oneshot_with_snapshot(tmp_path, yaml.safe_dump(document, width=10**7))
+    # libyaml's emitter where PyYAML has it: the pure-Python one takes half a second to
+    # write a megabyte scalar; the document is the same
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    text = yaml.dump(document, Dumper=dumper, width=10**7)
+    result = oneshot_with_snapshot(tmp_path, text)
     assert_refused(result)
 
 
@@ -362,7 +389,7 @@ def test_names_that_are_not_dns_names_are_refused_before_any_request(
         server.add_node("n1")
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
-        result = run_gfd(
+        result = run_gfd_here(
             "--oneshot",
             "--snapshot-file",
             str(SNAPSHOT),
@@ -370,7 +397,6 @@ def test_names_that_are_not_dns_names_are_refused_before_any_request(
             "--kubeconfig",
             str(kubeconfig),
             *flags,
-            timeout=60,
         )
         assert_refused(result, flag)
         assert server.requests == []
@@ -383,7 +409,7 @@ def test_names_from_the_environment_are_checked_for_the_api_outputs(
     with FakeApiServer() as server:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
         env = {"NODE_NAME": "n1", "POD_NAME": "p1", variable: "../x?y=1"}
-        result = run_gfd(
+        result = run_gfd_here(
             "--oneshot",
             "--snapshot-file",
             str(SNAPSHOT),
@@ -391,7 +417,6 @@ def test_names_from_the_environment_are_checked_for_the_api_outputs(
             "--kubeconfig",
             str(kubeconfig),
             env=env,
-            timeout=60,
         )
         assert_refused(result, variable)
         assert server.requests == []
@@ -399,7 +424,7 @@ def test_names_from_the_environment_are_checked_for_the_api_outputs(
 
 def test_node_name_from_the_environment_is_not_needed_by_the_file_output() -> None:
     # CI systems set NODE_NAME for their own use; stdout and the file never put it in a URL
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot", "--snapshot-file", str(SNAPSHOT), env={"NODE_NAME": "Build Agent 7"}
     )
     assert result.returncode == 0, result.stderr
@@ -486,14 +511,14 @@ def test_documents_that_are_not_regular_files_are_refused(
     args = ["--oneshot", flag, path]
     if flag == "--config-file":
         args += ["--snapshot-file", str(SNAPSHOT)]
-    result = run_gfd(*args, timeout=30)
+    result = run_gfd_here(*args)
     assert_refused(result, flag, "not a regular file")
 
 
 @pytest.mark.parametrize("special", ["fifo", "/dev/zero"])
 def test_kubeconfig_that_is_not_a_regular_file_is_refused(fifo: Path, special: str) -> None:
     path = str(fifo) if special == "fifo" else special
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot",
         "--snapshot-file",
         str(SNAPSHOT),
@@ -502,7 +527,6 @@ def test_kubeconfig_that_is_not_a_regular_file_is_refused(fifo: Path, special: s
         "n1",
         "--kubeconfig",
         path,
-        timeout=30,
     )
     assert_refused(result, "--kubeconfig", "not a regular file")
 
@@ -517,21 +541,21 @@ def test_hostile_kubeconfig_is_refused_before_the_client_reads_it(
 ) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(text)
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot", "--snapshot-file", str(SNAPSHOT), "--use-node-labels", "--node-name", "n1",
-        "--kubeconfig", str(kubeconfig), timeout=30,
+        "--kubeconfig", str(kubeconfig),
     )  # fmt: skip
     assert_refused(result, "--kubeconfig")
 
 
 def test_output_path_that_is_a_fifo_is_refused_and_kept(fifo: Path) -> None:
-    result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), "-o", str(fifo), timeout=30)
+    result = run_gfd_here("--oneshot", "--snapshot-file", str(SNAPSHOT), "-o", str(fifo))
     assert_refused(result, "--output-file", "FIFO")
     assert fifo.is_fifo()
 
 
 def test_cleanup_never_removes_a_fifo_at_the_output_path(fifo: Path) -> None:
-    result = run_gfd("--cleanup", "-o", str(fifo), timeout=30)
+    result = run_gfd_here("--cleanup", "-o", str(fifo))
     assert result.returncode == 2, result.stderr
     assert fifo.is_fifo()
 
@@ -546,7 +570,7 @@ def test_document_over_the_size_limit_is_refused_at_once(tmp_path: Path) -> None
         handle.write("x" * (MAX_DOCUMENT_BYTES + 10))
         handle.write("\n")
     for flag in ("--config-file", "--snapshot-file"):
-        result = run_gfd("--oneshot", "--snapshot-file", str(SNAPSHOT), flag, str(big))
+        result = run_gfd_here("--oneshot", "--snapshot-file", str(SNAPSHOT), flag, str(big))
         assert_refused(result, flag, "larger than the limit")
 
 

@@ -19,7 +19,7 @@ from gfd import labels as labelling
 from gfd import snapshot
 from gfd.settings import Config
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, Daemon, run_gfd
+from tests.process import ROOT, Daemon, run_gfd_here
 
 SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
 SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
@@ -88,10 +88,12 @@ def start(kubeconfig: str, node_snapshot: Path) -> Iterator[Callable[..., Daemon
 def run_cleanup(
     api: FakeApiServer, tmp_path: Path, output_flag: str
 ) -> subprocess.CompletedProcess[str]:
+    """``gfd --cleanup`` in-process (tests/process.py run_gfd_here): the command ends by
+    itself, so a process adds nothing to what the cleanup leaves on the server."""
     kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    return run_gfd(
+    return run_gfd_here(
         "--cleanup", output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
-        "--namespace", "default", timeout=PATIENCE_SECONDS,
+        "--namespace", "default",
     )  # fmt: skip
 
 

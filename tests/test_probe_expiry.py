@@ -89,10 +89,29 @@ def test_a_horizon_that_lapses_before_nfd_reads_the_file_is_refused(
     assert not out.exists()
 
 
+def swap_in_a_fifo(path: Path) -> None:
+    """Put a FIFO where the file is, in one rename: no pass can see the path empty."""
+    staging = path.with_name(".fifo")
+    os.mkfifo(staging)
+    os.replace(staging, path)
+
+
+def swap_in_a_directory(path: Path) -> None:
+    """Put a directory where the file is (a rename cannot put a directory over a file);
+    if a pass rewrote the file between the two steps, do it again."""
+    while True:
+        path.unlink(missing_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return
+
+
 def special_files() -> list[Any]:
     return [
-        pytest.param(lambda p: os.mkfifo(p), id="fifo"),
-        pytest.param(lambda p: p.mkdir(), id="directory"),
+        pytest.param(swap_in_a_fifo, id="fifo"),
+        pytest.param(swap_in_a_directory, id="directory"),
     ]
 
 
@@ -103,9 +122,10 @@ def test_special_file_swapped_in_under_a_running_daemon(
     """With an expiry, every pass reads the file back: a FIFO put at its path blocked the
     loop (and SIGTERM) for good, a directory was renamed over or read."""
     out = tmp_path / "gfd"
-    daemon = daemons("--sleep-interval", "1s", "--output-file", str(out), "--snapshot-file", DGX)
+    daemon = daemons(
+        "--sleep-interval", "100ms", "--output-file", str(out), "--snapshot-file", DGX
+    )  # fmt: skip
     daemon.wait_for("pass finished")
-    out.unlink()
     make(out)
     daemon.wait_for("pass failed")  # refused, logged, the loop goes on
     daemon.wait_for("pass failed")
@@ -126,9 +146,11 @@ def test_cleanup_never_removes_a_fifo_or_directory(tmp_path: Path) -> None:
 def test_a_running_daemon_does_not_rewrite_a_current_file(tmp_path: Path, daemons: Any) -> None:
     """The expiry is checked on every pass; it must not turn into a write every pass."""
     out = tmp_path / "gfd"
+    # 100ms passes against a 60s horizon: five passes in half a second, the expiry
+    # still far off at every one of them
     daemon = daemons(
         "--sleep-interval",
-        "1s",
+        "100ms",
         "--expiry-horizon",
         "60s",
         "--output-file",

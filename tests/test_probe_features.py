@@ -16,7 +16,7 @@ from gfd.labels.features import (
     node_features,
 )
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "snapshots"
 ETCD_OBJECT_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
@@ -56,7 +56,7 @@ def test_the_nodefeature_object_of_a_huge_node_is_stored(tmp_path: Path) -> None
     with FakeApiServer() as api:
         api.add_node("n1")
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-        result = run_gfd(
+        result = run_gfd_here(
             "--oneshot",
             "--use-node-feature-api",
             "--node-name",

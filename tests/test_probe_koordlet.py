@@ -15,7 +15,7 @@ from gfd.errors import PublishError
 from gfd.labels.partitions import partition_table
 from gfd.outputs.koordlet import FILE_NAME, TEMP_DIR, KoordletDeviceInfos
 from gfd.partitions import PartitionTable
-from tests.process import run_gfd
+from tests.process import run_gfd, run_gfd_here
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "snapshots"
 DGX1 = EXAMPLES / "dgx1-v100-cube-mesh.yaml"
@@ -95,15 +95,11 @@ def test_planted_entries_are_refused_not_followed(
     victim.write_text("precious")
     plant(directory, victim)
     before_elsewhere, before_here = tree(elsewhere), tree(directory)
-    # a real process: a FIFO nobody writes must not block it (the timeout is a hang guard)
-    result = run_gfd(
-        "--oneshot",
-        "--snapshot-file",
-        str(DGX1),
-        "--koordlet-device-infos-dir",
-        str(directory),
-        timeout=60,
-    )
+    args = ["--oneshot", "--snapshot-file", str(DGX1)]
+    args += ["--koordlet-device-infos-dir", str(directory)]
+    # the FIFO in a real process: one nobody writes must not block it (the timeout is a
+    # hang guard); the rest in-process (tests/process.py run_gfd_here), the same command
+    result = run_gfd(*args, timeout=60) if plant is fifo else run_gfd_here(*args)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("gfd: error: ") and str(directory) in last

@@ -18,7 +18,7 @@ from gfd import snapshot as snapshot_io
 from gfd.discovery import discover, sysfs
 from gfd.errors import SnapshotError
 from gfd.settings import Settings
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 from .fakes.fake_nvml import FakeGpu, FakeNvml
 from .fakes.fake_sysfs import FakeSysfs
@@ -60,7 +60,7 @@ def test_contradictory_lost_entries_are_snapshot_errors(
         snapshot_io.from_dict(document_with(lost))
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(document_with(lost)))
-    result = run_gfd("--oneshot", "--snapshot-file", str(path))
+    result = run_gfd_here("--oneshot", "--snapshot-file", str(path))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and where in lines[0]
@@ -70,7 +70,7 @@ def test_thousands_of_lost_entries_are_served(tmp_path: Path) -> None:
     lost = [{"pci_bus_id": f"0001:{i // 256:02x}:{i % 256:02x}.0"} for i in range(5000)]
     path = tmp_path / "snapshot.json"
     path.write_text(json.dumps(document_with(lost)))
-    result = run_gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(path))
+    result = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", str(path))
     assert result.returncode == 0, result.stderr[-500:]
     assert "nvidia.com/gpu.lost=5000\n" in result.stdout
 

@@ -1,6 +1,7 @@
 """Hostile operator partition tables (config ``partitions:``, issue 17 probe): every value
 Koordinator could not read, or that would not fit a node annotation, is refused when the
-file is read, with one line naming the key and at most ~100 characters of the value."""
+file is read, with one line naming the key and at most ~100 characters of the value.
+The command line runs in-process (tests/process.py ``run_gfd_here``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gfd import partitions
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "examples/snapshots/dgx1-v100-cube-mesh.yaml"
 BIG = "9" * 400  # longer numbers are the document reader's (issue 10)
@@ -82,7 +83,7 @@ def test_hostile_partition_tables_are_one_short_line_exit_2(
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(text + "\n")
-    result = run_gfd(
+    result = run_gfd_here(
         "--dump-partitions", "--snapshot-file", str(SNAPSHOT), "--config-file", str(config)
     )
     assert result.returncode == 2, result.stdout[:300]

@@ -27,7 +27,7 @@ from gfd.snapshot import (
     Snapshot,
     Topology,
 )
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 from .fakes.fake_nvml import FakeGpu, FakeNvml
 from .fakes.fake_sysfs import build_from_snapshot
@@ -100,8 +100,9 @@ def write(tmp_path: Path, snap: Snapshot, name: str = "node.json") -> Path:
 
 
 def dump_partitions(path: Path) -> Any:
-    # the timeout only guards against a hang; the bound itself is shown in bench/
-    return run_gfd("--dump-partitions", "--snapshot-file", str(path), timeout=120)
+    # in-process (tests/process.py run_gfd_here); the test's timeout guards against a
+    # hang, the bound itself is shown in bench/
+    return run_gfd_here("--dump-partitions", "--snapshot-file", str(path))
 
 
 # ------------------------------------------------------------------ the ring search

@@ -1,10 +1,11 @@
 """GPU topology: the snapshot section, discovery through the fake NVML, the partition table
-per example node (complete, compared whole), the opt-in labels and ``--dump-partitions``."""
+per example node (complete, compared whole), the opt-in labels and ``--dump-partitions``
+(the command line run in-process: tests/process.py ``run_gfd_here``)."""
 
 from __future__ import annotations
 
 import json
-import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from gfd.labels import build
 from gfd.labels.partitions import link_graph, partition_table
 from gfd.settings import Config, Settings
 from gfd.snapshot import GpuPair, GpuTopology, NvLink, Snapshot, Topology
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 from .fakes.fake_nvml import FUNCTIONS, FakeNvml
 from .fakes.fake_sysfs import build_from_snapshot
@@ -231,7 +232,7 @@ def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
         "version: v1\npartitions:\n  2:\n  - {minors: [1, 0], ringBusBandwidth: 40Gi}\n"
         "  '4':\n  - {minors: [0, 1, 2, 3], allocationScore: 3}\n"
     )
-    result = run_gfd(
+    result = run_gfd_here(
         "--dump-partitions", "--snapshot-file", str(A100_PCIE), "--config-file", str(config)
     )
     assert result.returncode == 0, result.stderr
@@ -239,7 +240,7 @@ def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
         "2": [group([0, 1], "40Gi", 1)],
         "4": [{"minors": [0, 1, 2, 3], "gpuLinkType": "NVLink", "allocationScore": 3}],
     }
-    labels = run_gfd(
+    labels = run_gfd_here(
         "--oneshot",
         "--no-timestamp",
         "--topology-labels",
@@ -267,7 +268,7 @@ def test_bad_operator_table_is_one_line_and_exit_2(
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text(f"version: v1\n{document}\n")
-    result = run_gfd(
+    result = run_gfd_here(
         "--dump-partitions", "--snapshot-file", str(L40S), "--config-file", str(config)
     )
     assert result.returncode == 2
@@ -278,7 +279,7 @@ def test_bad_operator_table_is_one_line_and_exit_2(
 def test_operator_table_must_fit_the_node(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("partitions: {2: [{minors: [3, 4]}]}\n")
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot",
         "--topology-labels",
         "--snapshot-file",
@@ -490,41 +491,34 @@ def test_quantities() -> None:
 
 
 def test_dump_partitions_from_a_snapshot_file() -> None:
-    result = run_gfd("--dump-partitions", "--snapshot-file", str(DGX1))
+    result = run_gfd_here("--dump-partitions", "--snapshot-file", str(DGX1))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == EXPECTED_TABLES[DGX1]
     assert '"allocationScore": 1}' in result.stdout  # an int, never a string
 
 
 def test_dump_partitions_of_a_snapshot_without_topology_is_empty() -> None:
-    result = run_gfd("--dump-partitions", "--snapshot-file", str(EXAMPLES / "dgx-a100.yaml"))
+    result = run_gfd_here("--dump-partitions", "--snapshot-file", str(EXAMPLES / "dgx-a100.yaml"))
     assert (result.returncode, result.stdout) == (0, "{}\n")
     assert "no topology section" in result.stderr
 
 
 def test_dump_partitions_and_dump_snapshot_exclude_each_other() -> None:
-    result = run_gfd("--dump-partitions", "--dump-snapshot", "--snapshot-file", str(DGX1))
+    result = run_gfd_here("--dump-partitions", "--dump-snapshot", "--snapshot-file", str(DGX1))
     assert result.returncode == 2
     assert "choose one" in result.stderr
 
 
-def test_dump_partitions_on_live_nvml(tmp_path: Path) -> None:
-    from tests.test_discovery_process import SITECUSTOMIZE
-
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SITECUSTOMIZE)
+def test_dump_partitions_on_live_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the fake NVML in place of pynvml, as tests/test_discovery_process.py's shim puts it
+    # in a gfd process
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml.from_snapshot(load(H100)).module)
     overrides = build_from_snapshot(tmp_path / "node", load(H100))
-    env = {
-        "PYTHONPATH": f"{shim}{os.pathsep}{REPO}",
-        "FAKE_NVML_REPO": str(REPO),
-        "FAKE_NVML_SNAPSHOT": str(H100),
-        "GFD_SYSFS_ROOT": overrides["sysfs_root"],
-    }
-    result = run_gfd("--dump-partitions", env=env)
+    env = {"GFD_SYSFS_ROOT": overrides["sysfs_root"]}
+    result = run_gfd_here("--dump-partitions", env=env)
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == EXPECTED_TABLES[H100]
-    labels = run_gfd("--oneshot", "--no-timestamp", "--topology-labels", env=env)
+    labels = run_gfd_here("--oneshot", "--no-timestamp", "--topology-labels", env=env)
     assert "nvidia.com/gpu.interconnect=nvswitch\n" in labels.stdout, labels.stderr
     assert "nvidia.com/gpu.numa.gpus-per-node=4\n" in labels.stdout
 

@@ -23,7 +23,7 @@ from gfd.outputs.koordlet import FILE_NAME, KoordletDeviceInfos, device_infos
 from gfd.outputs.topology import PARTITIONS_ANNOTATION
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 from tests.test_manifests import (  # the manifest helpers and their fixture
     DAEMONSETS,
     effective_security,
@@ -126,7 +126,7 @@ def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -
 
 
 def test_koordlet_flag_writes_the_file_in_a_oneshot_run(tmp_path: Path) -> None:
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot",
         "--no-timestamp",
         "--snapshot-file",
@@ -138,7 +138,7 @@ def test_koordlet_flag_writes_the_file_in_a_oneshot_run(tmp_path: Path) -> None:
     assert "gpu.interconnect" not in result.stdout  # the labels stay opt-in
     derived, _ = koordlet_partition_table(json.loads((tmp_path / FILE_NAME).read_text()))
     assert derived is not None and sorted(derived) == [2, 4, 8]
-    missing = run_gfd(
+    missing = run_gfd_here(
         "--oneshot",
         "--snapshot-file",
         str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"),
@@ -217,7 +217,7 @@ def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> N
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
     env = {"KUBECONFIG": settings.kubeconfig or "", "NODE_NAME": "n1"}
-    result = run_gfd("--cleanup", "--use-node-labels", env=env)  # topology labels or not
+    result = run_gfd_here("--cleanup", "--use-node-labels", env=env)  # topology labels or not
     assert result.returncode == 0, result.stderr
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert not any(k.startswith("nvidia.com/gpu") for k in api.node_labels("n1"))

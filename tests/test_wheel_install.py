@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from gfd import __version__
+from tests import diskcache
 
 pytestmark = pytest.mark.timeout(300)  # builds a wheel; may fetch build tools once
 
@@ -169,6 +170,40 @@ def _can_build_offline() -> bool:
     return int(setuptools.split(".")[0]) >= 68
 
 
+def _build_wheel(context: Path, dist: Path) -> Path:
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist)]
+    if _can_build_offline():
+        build.append("--no-build-isolation")
+    done = subprocess.run(
+        [*build, str(context)], capture_output=True, text=True, check=False, env=_clean_env()
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = dist.glob("gfd-*.whl")
+    return wheel
+
+
+def _built_wheel(context: Path, dist: Path) -> Path:
+    """The wheel of ``context`` in ``dist``: built, or copied from the disk cache
+    (tests/diskcache.py) where the same context was built before with the same Python,
+    pip, setuptools and wheel."""
+    if not diskcache.enabled():
+        return _build_wheel(context, dist)
+    tools = [sys.version]
+    for name in ("pip", "setuptools", "wheel"):
+        try:
+            tools.append(f"{name} {importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            tools.append(f"{name} -")
+    entry = diskcache.CACHE / "wheel" / diskcache.key(diskcache.tree_digest(context), *tools)
+    found = sorted(entry.glob("gfd-*.whl"))
+    if len(found) == 1:
+        dist.mkdir(parents=True, exist_ok=True)
+        return Path(shutil.copy2(found[0], dist / found[0].name))
+    wheel = _build_wheel(context, dist)
+    diskcache.store(entry / wheel.name, wheel.read_bytes())
+    return wheel
+
+
 @dataclass(frozen=True)
 class Installed:
     venv: Path
@@ -194,16 +229,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
         else:
             shutil.copy2(source, context / name)
 
-    # 2. pip wheel --no-deps, as the wheel stage does.
+    # 2. pip wheel --no-deps, as the wheel stage does -- or the wheel an earlier run built
+    #    from a build context with the same bytes, with the same build tools.
     dist = work / "dist"
-    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(dist)]
-    if _can_build_offline():
-        build.append("--no-build-isolation")
-    done = subprocess.run(
-        [*build, str(context)], capture_output=True, text=True, check=False, env=_clean_env()
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (wheel,) = dist.glob("gfd-*.whl")
+    wheel = _built_wheel(context, dist)
 
     # 3. A fresh virtualenv without pip; the wheel installed into it from outside.
     venv = work / "venv"

@@ -1,0 +1,81 @@
+"""Results of slow, deterministic set-up steps (a kustomize render, a wheel build) kept on
+disk under ``.pytest-cache-gfd/`` (gitignored), keyed by a hash of everything the result
+depends on: the inputs' bytes and the tool that made it.
+
+A changed input is a new key, so a stale entry is never read; a clean clone has no entries
+and computes everything (the same code path, only slower).  Entries are written to a
+temporary name and renamed into place, so xdist workers filling the same key race safely.
+Delete the directory (or set ``GFD_TEST_NO_DISK_CACHE=1``) to compute everything afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".pytest-cache-gfd"
+
+
+def enabled() -> bool:
+    return os.environ.get("GFD_TEST_NO_DISK_CACHE", "") in ("", "0")
+
+
+def tree_digest(root: Path, *, skip: Iterable[str] = ()) -> str:
+    """A hash of every file under ``root``: relative paths and contents."""
+    skipped = set(skip)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if not path.is_file() or skipped.intersection(relative.parts):
+            continue
+        digest.update(str(relative).encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def program_identity(program: str) -> str:
+    """Which executable ``program`` is (its resolved path, size and modification time):
+    a new build of the tool is a new key."""
+    found = shutil.which(program) or program
+    try:
+        real = os.path.realpath(found)
+        stat = os.stat(real)
+    except OSError:
+        return program
+    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def key(*parts: str) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def cached_text(kind: str, entry_key: str, compute: Callable[[], str]) -> str:
+    """The text stored for ``entry_key``, computed (and stored) when there is none."""
+    if not enabled():
+        return compute()
+    path = CACHE / kind / f"{entry_key}.txt"
+    try:
+        return path.read_text()
+    except OSError:
+        pass
+    text = compute()
+    store(path, text.encode())
+    return text
+
+
+def store(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (a temporary file renamed into place)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
