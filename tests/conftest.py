@@ -30,6 +30,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gfd"))
 
 
+@pytest.hookimpl(optionalhook=True)  # a plain pytest without xdist runs the suite too
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """``-n auto``: one worker more than there are CPUs.  Many tests spend part of their
     time waiting -- on a daemon's next pass, a client's timeout, a server that stalls on
