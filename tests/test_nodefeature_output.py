@@ -81,9 +81,8 @@ def test_changed_labels_update_the_object(api: FakeApiServer, kubeconfig: str) -
     assert len(api.objects("NodeFeature")) == 1
 
 
-def test_an_existing_object_from_upstream_is_taken_over(
-    api: FakeApiServer, kubeconfig: str
-) -> None:
+def put_foreign_object(api: FakeApiServer, **labels: str) -> None:
+    """This node's NodeFeature as another writer (upstream gfd) left it: no status."""
     api.put_object(
         {
             "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
@@ -91,11 +90,17 @@ def test_an_existing_object_from_upstream_is_taken_over(
             "metadata": {
                 "name": OBJECT,
                 "namespace": NAMESPACE,
-                "labels": {"nfd.node.kubernetes.io/node-name": "n1", "extra": "x"},
+                "labels": {"nfd.node.kubernetes.io/node-name": "n1", **labels},
             },
             "spec": {"labels": {"nvidia.com/gpu.count": "1"}},
         }
     )
+
+
+def test_an_existing_object_from_upstream_is_taken_over(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    put_foreign_object(api, extra="x")
     make_output(kubeconfig).publish(LABELS)
     obj = stored(api)
     assert obj["metadata"]["labels"] == {"nfd.node.kubernetes.io/node-name": "n1"}
@@ -106,18 +111,7 @@ def test_created_and_updated_objects_carry_a_status(api: FakeApiServer, kubeconf
     """NFD's Go type has ``Status`` without omitempty (api/nfd/v1alpha1/types.go), so its
     clients always send one and its development CRD lists ``status`` as required; a CRD
     without the field prunes it.  An object taken over without one gets one on update."""
-    api.put_object(
-        {
-            "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
-            "kind": "NodeFeature",
-            "metadata": {
-                "name": OBJECT,
-                "namespace": NAMESPACE,
-                "labels": {"nfd.node.kubernetes.io/node-name": "n1"},
-            },
-            "spec": {"labels": {"nvidia.com/gpu.count": "1"}},
-        }
-    )
+    put_foreign_object(api)
     make_output(kubeconfig).publish(LABELS)
     assert stored(api)["status"] == {}
     api.delete("NodeFeature", OBJECT, NAMESPACE)
