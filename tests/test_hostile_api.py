@@ -28,7 +28,7 @@ from gfd.outputs.nodelabels import (
     owned_keys_from,
 )
 from gfd.settings import Settings
-from tests.fakes.fake_apiserver import FakeApiServer, Fault
+from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
 from tests.strategies import configs, snapshots
 
 pytestmark = pytest.mark.timeout(120)
@@ -415,16 +415,7 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
     ["ftp://127.0.0.1:6443", "127.0.0.1:6443", "unix:///run/kube.sock", "http://", "https://:0"],
 )
 def test_a_server_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path, server: str) -> None:
-    path = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    path.write_text(json.dumps(config))
+    path = write_kubeconfig(tmp_path / "kubeconfig", server)
     with pytest.raises(UsageError, match="not an http:// or https:// URL"):
         KubeClient(str(path), budget=1.0)
 

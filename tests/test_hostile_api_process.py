@@ -10,7 +10,6 @@ bench/bench_api_faults.py, not asserted here."""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.fake_apiserver import FakeApiServer, Fault
+from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
 from tests.process import ROOT, run_gfd, run_gfd_here
 
 pytestmark = pytest.mark.timeout(120)
@@ -157,25 +156,12 @@ def test_cleanup_that_cannot_remove_the_labels_exits_non_zero(
 # ----------------------------------------------------------------- the server address
 
 
-def write_kubeconfig(path: Path, server: str) -> str:
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": server}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    path.write_text(json.dumps(config))
-    return str(path)
-
-
 @pytest.mark.parametrize("mode", ["--oneshot", "--cleanup"])
 @pytest.mark.parametrize("server", ["ftp://127.0.0.1:6443", "127.0.0.1:6443"])
 def test_a_server_address_that_is_not_http_is_a_usage_error(
     tmp_path: Path, mode: str, server: str
 ) -> None:
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server)
+    kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", server))
     done = run_gfd_here(*api_args(kubeconfig, mode))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1
@@ -183,7 +169,7 @@ def test_a_server_address_that_is_not_http_is_a_usage_error(
 
 
 def test_a_password_in_the_server_url_never_reaches_the_log(tmp_path: Path) -> None:
-    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", "http://admin:s3cr3t@127.0.0.1:9")
+    kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", "http://admin:s3cr3t@127.0.0.1:9"))
     done = run_gfd_here(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "1s"))
     assert done.returncode == 1
     assert "retrying" in done.stderr  # connection errors were logged...

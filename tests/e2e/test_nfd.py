@@ -78,10 +78,8 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("snapshot", "args"), CASES, ids=[f"{s}-{a[1]}" for s, a in CASES])
-def test_features_file_read_by_nfd_worker_labels_the_node_as_gfd_oneshot(
-    plane: ControlPlane, workdir: Path, tmp_path: Path, snapshot: str, args: tuple[str, ...]
-) -> None:
+def oneshot_into_features_dir(tmp_path: Path, snapshot: str, *args: str) -> Path:
+    """A fresh ``features.d`` holding what ``gfd --oneshot`` wrote for ``snapshot``."""
     features = tmp_path / "features.d"
     features.mkdir()
     done = gfd(
@@ -94,6 +92,14 @@ def test_features_file_read_by_nfd_worker_labels_the_node_as_gfd_oneshot(
         *args,
     )
     assert done.returncode == 0, done.stderr
+    return features
+
+
+@pytest.mark.parametrize(("snapshot", "args"), CASES, ids=[f"{s}-{a[1]}" for s, a in CASES])
+def test_features_file_read_by_nfd_worker_labels_the_node_as_gfd_oneshot(
+    plane: ControlPlane, workdir: Path, tmp_path: Path, snapshot: str, args: tuple[str, ...]
+) -> None:
+    features = oneshot_into_features_dir(tmp_path, snapshot, *args)
     expected = oneshot_labels(snapshot, *args)
     if "" in expected.values() and refuses_empty_strings(plane):
         pytest.skip("a label with an empty value: see test_a_label_with_an_empty_value_*")
@@ -262,18 +268,7 @@ def test_a_label_with_an_empty_value_through_nfd_worker(
     puts it on the node. v1.20: the server refuses nfd-worker's whole NodeFeature (422), so
     the node gets none of the file's labels -- nor any other feature of that worker."""
     snapshot, *args = EMPTY_VALUE_CASE
-    features = tmp_path / "features.d"
-    features.mkdir()
-    done = gfd(
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        str(SNAPSHOTS / snapshot),
-        "--output-file",
-        str(features / "gfd"),
-        *args,
-    )
-    assert done.returncode == 0, done.stderr
+    features = oneshot_into_features_dir(tmp_path, snapshot, *args)
     expected = oneshot_labels(snapshot, *args)
     assert expected[EMPTY_VALUE_KEY] == ""
     node = "gpu-node-4"

@@ -238,22 +238,7 @@ class FakeApiServer:
 
     def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
         """A kubeconfig that points the real client at this server (plain HTTP, a token)."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": "fake-token"}}],
-            "contexts": [
-                {
-                    "name": "fake",
-                    "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
-                }
-            ],
-            "current-context": "fake",
-        }
-        target = Path(path)
-        target.write_text(json.dumps(config, indent=2), encoding="utf-8")
-        return target
+        return write_kubeconfig(path, self.url, namespace)
 
     # ------------------------------------------------------------- objects
 
@@ -842,3 +827,23 @@ class _Handler(BaseHTTPRequestHandler):
         # a dropped connection has no socket left to flush
         with suppress(OSError):
             super().finish()
+
+
+def write_kubeconfig(path: Path | str, server: str, namespace: str = "default") -> Path:
+    """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+        "contexts": [
+            {
+                "name": "fake",
+                "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
+            }
+        ],
+        "current-context": "fake",
+    }
+    target = Path(path)
+    target.write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return target
