@@ -450,7 +450,25 @@ def test_edited_documents_read_as_pyyaml_reads_them_or_fall_back(text: str) -> N
     check(text)
 
 
-PLAIN_WORDS = st.from_regex(r"[a-zA-Z][a-zA-Z0-9 _./-]{0,12}[a-zA-Z0-9]", fullmatch=True)
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _read_as_text(word: str) -> bool:
+    """Whether YAML reads ``word``, written plain, as that text (``NO``, ``on``, ``null``,
+    ``True`` are YAML 1.1 booleans and nulls)."""
+    return yaml.resolver.Resolver().resolve(yaml.ScalarNode, word, (True, False)) == (
+        "tag:yaml.org,2002:str"
+    )
+
+
+#: [a-zA-Z][a-zA-Z0-9 _./-]{0,12}[a-zA-Z0-9] that YAML reads as text: the emitter above
+#: writes these plain, as they are
+PLAIN_WORDS = st.builds(
+    lambda first, middle, last: first + middle + last,
+    st.sampled_from(_LETTERS),
+    st.text(alphabet=_LETTERS + "0123456789 _./-", max_size=12),
+    st.sampled_from(_LETTERS + "0123456789"),
+).filter(_read_as_text)
 PLAIN_DATA = st.recursive(
     PLAIN_WORDS | st.integers(-(10**12), 10**12) | st.booleans() | st.none(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(PLAIN_WORDS, inner, max_size=4),
