@@ -15,6 +15,7 @@ the loader must make of it.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -139,21 +140,39 @@ _odd_text = st.text(
     max_size=40,
 )
 
-_digits = st.integers(min_value=0, max_value=9999).map(str)
+#: the letters of index strings (below): one per index, in order, so that Hypothesis, which
+#: shrinks a string toward shorter and toward its alphabet's first letters, shrinks the
+#: indices toward fewer and lower
+_INDEX_LETTERS = "".join(chr(0x30 + i) for i in range(64))
 
 
-# Strategies are built once, here, rather than inside the composites below: a strategy
-# built per draw is validated again at every draw, which costs more than the draw itself.
-_version_parts = st.lists(_digits | st.sampled_from(("00", "07", "015")), min_size=2, max_size=3)
+@functools.cache
+def index_strings(
+    count: int, min_size: int = 0, max_size: int | None = None
+) -> st.SearchStrategy[str]:
+    """Strings over the first ``count`` (1-64) index letters (decoded by ``draw_indices``)."""
+    return st.text(alphabet=_INDEX_LETTERS[:count], min_size=min_size, max_size=max_size)
 
 
-@st.composite
-def driver_versions(draw: st.DrawFn) -> str:
-    """``X.Y`` or ``X.Y.Z`` with decimal parts (occasionally with leading zeros)."""
-    return ".".join(draw(_version_parts))
+def draw_indices(
+    draw: st.DrawFn, count: int, min_size: int = 0, max_size: int | None = None
+) -> list[int]:
+    """A list of indices below ``count`` (1-64), drawn as one string over a ``count``-letter
+    alphabet.  Hypothesis draws a string as one choice, where a list of integers costs two
+    choices an element and a span each: the snapshots and configs below draw most of their
+    decisions this way, which makes them about twice as cheap to generate (and the suite's
+    time is mostly generation).  Decoded here rather than with ``.map``, whose every draw
+    costs more than the string's."""
+    return [ord(letter) - 0x30 for letter in draw(index_strings(count, min_size, max_size))]
 
 
-_driver_versions = driver_versions()
+_DIGITS = "0123456789"
+#: a version's decimal part: 1-4 digits, leading zeros included ("07", "015")
+_version_part = st.text(alphabet=_DIGITS, min_size=1, max_size=4)
+_driver_versions = st.one_of(
+    st.tuples(_version_part, _version_part),  # X.Y
+    st.tuples(_version_part, _version_part, _version_part),  # X.Y.Z
+).map(".".join)
 
 
 cuda_versions = st.sampled_from([11000, 11080, 12000, 12020, 12040, 12080, 13000]) | st.integers(
@@ -163,17 +182,7 @@ cuda_versions = st.sampled_from([11000, 11080, 12000, 12020, 12040, 12080, 13000
 #: real (major, minor) pairs, the family boundaries (7.4/7.5, 8.8/8.9), major 0 (unknown)
 _REAL_CCS = ((0, 0), (3, 7), (5, 2), (6, 0), (6, 1), (7, 0), (7, 2), (7, 4), (7, 5), (8, 0))
 _REAL_CCS += ((8, 6), (8, 7), (8, 8), (8, 9), (9, 0), (10, 0), (10, 3), (12, 0), (13, 0))
-
-compute_capabilities = st.one_of(
-    st.sampled_from(_REAL_CCS).map(lambda cc: ComputeCapability(*cc)),
-    st.builds(
-        ComputeCapability,
-        major=st.integers(min_value=0, max_value=20),
-        minor=st.integers(min_value=0, max_value=9),
-    ),
-)
-
-memories = st.sampled_from([None, 0, 16384, 40960, 81559, 97871]) | st.integers(0, 300_000)
+_MEMORIES = (None, 0, 16384, 40960, 81559, 97871)
 
 
 @dataclass(frozen=True)
@@ -184,23 +193,63 @@ class _Model:
     mig_capable: bool
 
 
-_gpu_names = st.sampled_from(GPU_NAMES) | _odd_text
+_any_memory = st.integers(0, 300_000)
+_any_cc = st.builds(ComputeCapability, st.integers(0, 20), st.integers(0, 9))
 
-_models = st.builds(
-    _Model,
-    name=_gpu_names,
-    memory_mib=memories,
-    compute_capability=compute_capabilities,
-    mig_capable=st.booleans(),
+
+@st.composite
+def model_lists(draw: st.DrawFn) -> list[_Model]:
+    """1-4 GPU models with distinct names.  Half the time each attribute is one of a table
+    (GPU_NAMES, real memory sizes and compute capabilities), half the time anything (odd
+    text, any size, any capability); MIG-capable or not.  An attribute is drawn for all
+    the models at once, as indices into its table doubled: an index past the table's
+    end stands for "anything"."""
+    count = draw(st.integers(1, 4))
+    names = draw_indices(draw, 2 * len(GPU_NAMES), count, count)
+    sizes = draw_indices(draw, 2 * len(_MEMORIES), count, count)
+    ccs = draw_indices(draw, 2 * len(_REAL_CCS), count, count)
+    capable = draw_indices(draw, 2, count, count)
+    models: dict[str, _Model] = {}
+    for n in range(count):
+        name = GPU_NAMES[names[n]] if names[n] < len(GPU_NAMES) else draw(_odd_text)
+        size = _MEMORIES[sizes[n]] if sizes[n] < len(_MEMORIES) else draw(_any_memory)
+        cc = ComputeCapability(*_REAL_CCS[ccs[n]]) if ccs[n] < len(_REAL_CCS) else draw(_any_cc)
+        models.setdefault(name, _Model(name, size, cc, capable[n] == 1))
+    return list(models.values())
+
+
+@st.composite
+def machines(draw: st.DrawFn) -> str | None:
+    """No machine, one of MACHINES or odd text (a third each)."""
+    kind = draw(st.integers(0, 2))
+    if kind == 0:
+        return None
+    return draw(st.sampled_from(MACHINES)) if kind == 1 else draw(_odd_text)
+
+
+@st.composite
+def vgpus(draw: st.DrawFn) -> Vgpu | None:
+    """No vGPU scan (it failed) or a scan that found nothing (a quarter each), or one that
+    found 1-3 devices, each half the time one of VGPU_DEVICES, half the time odd text for
+    its version and branch."""
+    kind = draw(st.integers(0, 3))
+    if kind < 2:
+        return None if kind == 0 else Vgpu()
+    picks = draw_indices(draw, 2 * len(VGPU_DEVICES), 1, 3)
+    devices = (
+        VGPU_DEVICES[pick] if pick < len(VGPU_DEVICES) else (draw(_odd_text), draw(_odd_text))
+        for pick in picks
+    )
+    return Vgpu(tuple(VgpuDevice(version, branch) for version, branch in devices))
+
+
+_model_lists = model_lists()
+_machines = machines()
+_vgpus = vgpus()
+_PALETTE = tuple(sorted(MIG_PROFILES))
+_palettes = index_strings(len(_PALETTE), min_size=1, max_size=3).map(
+    lambda picks: [_PALETTE[ord(pick) - 0x30] for pick in picks]
 )
-_model_lists = st.lists(_models, min_size=1, max_size=4, unique_by=lambda m: m.name)
-_machines = st.none() | st.sampled_from(MACHINES) | _odd_text
-_vgpus = st.sampled_from((None, Vgpu())) | st.lists(
-    st.sampled_from(VGPU_DEVICES) | st.tuples(_odd_text, _odd_text),
-    min_size=1,
-    max_size=3,
-).map(lambda devs: Vgpu(tuple(VgpuDevice(v, b) for v, b in devs)))
-_palettes = st.lists(st.sampled_from(tuple(sorted(MIG_PROFILES))), min_size=1, max_size=3)
 
 
 def mig_device(profile: str) -> MigDevice:
@@ -217,7 +266,7 @@ _mig_modes = st.sampled_from(["random", "all-enabled", "uniform"])
 @st.composite
 def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
     """A valid v1 snapshot (one the loader accepts)."""
-    indices = draw(st.lists(st.integers(min_value=0, max_value=63), unique=True, max_size=max_gpus))
+    indices = list(dict.fromkeys(draw_indices(draw, 64, max_size=max_gpus)))
     driver: Driver | None = Driver(draw(_driver_versions), draw(cuda_versions))
     if not indices and draw(st.booleans()):
         driver = None  # NVML unavailable: no driver, no GPUs
@@ -232,30 +281,47 @@ def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
     fabric_mode = draw(_fabric_modes)
     shared_fabric = Fabric(draw(st.sampled_from(CLUSTER_UUIDS)), draw(st.integers(0, 3)))
 
+    # one draw per decision for all the GPUs at once (draw_indices): the model, the PCI
+    # class, MIG on/off (random mode), devices on a disabled GPU (1 in 10), a partial
+    # fabric's presence and a varying fabric's cluster and clique
+    count = len(indices)
+    per_gpu = {
+        "model": len(models),
+        "pci_class": len(PCI_CLASSES),
+        "enabled": 2,
+        "devices_when_disabled": 10,
+        "fabric": 2,
+        "cluster": len(CLUSTER_UUIDS),
+        "clique": 3,
+    }
+    choice = {
+        key: draw_indices(draw, options, count, count) if count else []
+        for key, options in per_gpu.items()
+    }
     gpus = []
-    for index in indices:
-        model = models[draw(st.integers(0, len(models) - 1))]  # (sampled_from, built once)
+    for n, index in enumerate(indices):
+        model = models[choice["model"][n]]
         mig: Mig | None = None
         if model.mig_capable or mig_mode == "uniform":
-            enabled = mig_mode != "random" or draw(st.booleans())
+            enabled = mig_mode != "random" or choice["enabled"][n] == 1
             profiles: list[str] = []
-            if enabled or draw(st.integers(0, 9)) == 0:  # rarely: devices on a disabled GPU
+            if enabled or choice["devices_when_disabled"][n] == 9:
                 least = 1 if mig_mode == "uniform" else 0
-                picks = draw(st.lists(st.integers(0, len(palette) - 1), min_size=least, max_size=7))
+                picks = draw_indices(draw, len(palette), min_size=least, max_size=7)
                 profiles = [palette[pick] for pick in picks]
             mig = Mig(enabled=enabled, devices=tuple(mig_device(p) for p in profiles))
         fabric: Fabric | None = None
-        if fabric_mode == "shared" or (fabric_mode == "partial" and draw(st.booleans())):
+        if fabric_mode == "shared" or (fabric_mode == "partial" and choice["fabric"][n] == 1):
             fabric = shared_fabric
         elif fabric_mode == "varying":
-            fabric = Fabric(draw(st.sampled_from(CLUSTER_UUIDS)), draw(st.integers(0, 2)))
+            fabric = Fabric(CLUSTER_UUIDS[choice["cluster"][n]], choice["clique"][n])
         gpus.append(
             Gpu(
                 index=index,
                 uuid=f"GPU-{index:08x}-a537-ccbf-2965-8e9d90c0bd54",
                 name=model.name,
                 pci_bus_id=f"0000:{index + 7:02x}:00.0",
-                pci_class=draw(st.sampled_from(PCI_CLASSES)),
+                pci_class=PCI_CLASSES[choice["pci_class"][n]],
                 memory_mib=model.memory_mib,
                 compute_capability=model.compute_capability,
                 mig=mig,
@@ -273,7 +339,23 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 #: a resource name must leave room for ".sharing-strategy" in a 63-character key
 MAX_RESOURCE_NAME = 63 - len(".sharing-strategy")
 
-_random_names = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,44}[a-z0-9])?", fullmatch=True)
+_NAME_EDGE = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+def _alphanumeric_edges(text: str) -> str:
+    """``text`` (not empty) with a first and last character that are letters or digits:
+    a ``-`` there becomes ``x``, a ``.`` becomes ``0``."""
+    edge = str.maketrans("-.", "x0")
+    if len(text) == 1:
+        return text.translate(edge)
+    return text[0].translate(edge) + text[1:-1] + text[-1].translate(edge)
+
+
+#: [a-z0-9]([-a-z0-9.]{0,44}[a-z0-9])? -- drawn as one string, not with st.from_regex,
+#: which costs a choice (and a span) a character
+_random_names = st.text(alphabet=_NAME_EDGE + "-.", min_size=1, max_size=46).map(
+    _alphanumeric_edges
+)
 
 #: resource names: upstream's defaults (so patterns can collide with them), the seed's
 #: names, and random lowercase DNS labels
@@ -284,12 +366,22 @@ resource_names = (
     | _random_names
 )
 
-_pattern_pieces = st.sampled_from(
-    (
-        *("*", "NVIDIA ", "A100", "H100", "-SXM4-", "40GB", "80GB", "(Pascal)", " "),
-        *("1g.", "5gb", "+me", "g.", "gb", "Tesla", "x"),
-    )
+_PATTERN_PIECES = (
+    *("*", "NVIDIA ", "A100", "H100", "-SXM4-", "40GB", "80GB", "(Pascal)", " "),
+    *("1g.", "5gb", "+me", "g.", "gb", "Tesla", "x"),
 )
+_odd_pieces = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40)
+
+
+@st.composite
+def _pieced(draw: st.DrawFn, odd: bool) -> str:
+    """1-4 pieces joined: each one of _PATTERN_PIECES, or (if ``odd``, half the time) odd
+    text that is not empty."""
+    picks = draw_indices(draw, len(_PATTERN_PIECES) * (2 if odd else 1), 1, 4)
+    return "".join(
+        _PATTERN_PIECES[pick] if pick < len(_PATTERN_PIECES) else draw(_odd_pieces)
+        for pick in picks
+    )
 
 
 @st.composite
@@ -307,13 +399,13 @@ gpu_patterns_text = st.one_of(
         ("*", "*A100*", "NVIDIA A100-*-40GB", "*H100*", "NVIDIA *", "*(Pascal)", "Tesla*")
     ),
     _starred(GPU_NAMES[:20]),
-    st.lists(_pattern_pieces | _odd_text, min_size=1, max_size=4).map("".join).filter(bool),
+    _pieced(odd=True),
 )
 
 mig_patterns_text = st.one_of(
     st.sampled_from(("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", "2g.10gb")),
     _starred(tuple(sorted(MIG_PROFILES))),
-    st.lists(_pattern_pieces, min_size=1, max_size=4).map("".join),
+    _pieced(odd=False),
 )
 
 
@@ -328,13 +420,19 @@ def _patterns(texts: st.SearchStrategy[str]) -> st.SearchStrategy[tuple[Resource
 #: upstream's default names of the MIG resources under mixed (mig-<profile>, + -> .)
 DEFAULT_MIG_NAMES = tuple(sorted("mig-" + profile.replace("+", ".") for profile in MIG_PROFILES))
 
+
+def _dns_subdomain(name: str) -> str:
+    """A name of _random_names made a DNS subdomain: each run of ``-`` and ``.`` with a
+    ``.`` in it becomes one ``.`` (the edges are already letters or digits)."""
+    return re.sub(r"-*\.[-.]*", ".", name)
+
+
 #: names a sharing entry may refer to: the likely resource names (the full-GPU default most
 #: often), plus a few that match nothing
 _sharing_targets = st.one_of(
     st.just("gpu"),
     st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
-    st.sampled_from(("unused", "big"))
-    | _random_names.filter(lambda name: _DNS_SUBDOMAIN.fullmatch(name) is not None),
+    st.sampled_from(("unused", "big")) | _random_names.map(_dns_subdomain),
 )
 
 
@@ -344,13 +442,14 @@ def sharings(draw: st.DrawFn) -> Sharing:
     if strategy == "none":
         return Sharing()
     targets = draw(st.lists(_sharing_targets, min_size=1, max_size=4, unique=True))
+    count = len(targets)
+    replicas = draw_indices(draw, 15, count, count)  # 2-16
+    renamed = draw_indices(draw, 2, count, count)
     resources = tuple(
         ReplicatedResource(
-            name="nvidia.com/" + target,
-            replicas=draw(st.integers(min_value=2, max_value=16)),
-            renamed=draw(st.booleans()),
+            name="nvidia.com/" + target, replicas=2 + replicas[n], renamed=renamed[n] == 1
         )
-        for target in targets
+        for n, target in enumerate(targets)
     )
     return Sharing(strategy, resources)
 
