@@ -76,27 +76,45 @@ _TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=24)
 _HOST_DRIVER_TEXT = st.text(st.characters(min_codepoint=1, max_codepoint=255), max_size=10)
 
 
+_PROFILE_ENUMS = sorted(PROFILE_ENUMS)
+#: one draw for five engine counts of 0-8: a string of five digits (one Hypothesis choice)
+_ENGINE_COUNTS = st.text(alphabet="012345678", min_size=5, max_size=5)
+
+
 @st.composite
 def mig_devices(draw: st.DrawFn, parent_mib: int) -> MigDevice:
-    g, suffix = draw(st.sampled_from(sorted(PROFILE_ENUMS)))
+    g, suffix = draw(st.sampled_from(_PROFILE_ENUMS))
     c = draw(st.integers(min_value=1, max_value=g))
     memory = draw(st.integers(min_value=1, max_value=parent_mib))
     gb = expected_gb(memory, parent_mib * 2**20)
     profile = f"{g}g.{gb}gb{suffix}" if c == g else f"{c}c.{g}g.{gb}gb{suffix}"
-    engines = draw(st.lists(st.integers(min_value=0, max_value=8), min_size=5, max_size=5))
     return MigDevice(
         profile=profile,
         memory_mib=memory,
         multiprocessors=draw(st.integers(min_value=0, max_value=200)),
         slices=MigSlices(gi=g, ci=c),
-        engines=MigEngines(*engines),
+        engines=MigEngines(*(int(digit) for digit in draw(_ENGINE_COUNTS))),
     )
+
+
+_MEMORIES = st.none() | st.integers(min_value=1024, max_value=300_000)
+_MIG_KINDS = st.sampled_from(["none", "disabled", "enabled"])
+_FABRICS = st.none() | st.builds(
+    Fabric,
+    cluster_uuid=st.integers(min_value=1, max_value=2**128 - 1).map(
+        lambda n: str(uuid.UUID(int=n))
+    ),
+    clique_id=st.integers(min_value=0, max_value=2**32 - 1),
+)
+_PCI_CLASSES = st.none() | st.integers(0, 0xFFFFFF)
+#: compute capability major 0-15, minor 0-9, as one number (major * 10 + minor)
+_CAPABILITIES = st.integers(min_value=0, max_value=159)
 
 
 @st.composite
 def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
-    memory = draw(st.none() | st.integers(min_value=1024, max_value=300_000))
-    mig_kind = draw(st.sampled_from(["none", "disabled", "enabled"]))
+    memory = draw(_MEMORIES)
+    mig_kind = draw(_MIG_KINDS)
     mig: Mig | None = None
     if mig_kind == "disabled":
         mig = Mig(enabled=False)
@@ -105,38 +123,29 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
         if memory is not None:
             devices = draw(st.lists(mig_devices(memory), max_size=8))
         mig = Mig(enabled=True, devices=tuple(devices))
-    fabric = draw(
-        st.none()
-        | st.builds(
-            Fabric,
-            cluster_uuid=st.integers(min_value=1, max_value=2**128 - 1).map(
-                lambda n: str(uuid.UUID(int=n))
-            ),
-            clique_id=st.integers(min_value=0, max_value=2**32 - 1),
-        )
-    )
+    fabric = draw(_FABRICS)
+    capability = draw(_CAPABILITIES)
     return Gpu(
         index=index,
         uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (issue 19)
         name=draw(_TEXT),
         pci_bus_id=bus_id,
-        pci_class=None if not bus_id else draw(st.none() | st.integers(0, 0xFFFFFF)),
+        pci_class=None if not bus_id else draw(_PCI_CLASSES),
         memory_mib=memory,
-        compute_capability=ComputeCapability(
-            draw(st.integers(min_value=0, max_value=15)),
-            draw(st.integers(min_value=0, max_value=9)),
-        ),
+        compute_capability=ComputeCapability(capability // 10, capability % 10),
         mig=mig,
         fabric=fabric,
     )
 
 
-_BUS_IDS = st.tuples(
-    st.integers(min_value=0, max_value=0xFFFE),
-    st.integers(min_value=0, max_value=0xFF),
-    st.integers(min_value=0, max_value=0x1F),
-    st.integers(min_value=0, max_value=7),
-).map(lambda t: f"{t[0]:04x}:{t[1]:02x}:{t[2]:02x}.{t[3]}")
+def _bus_id(number: int) -> str:
+    """domain (16 bits, at most 0xfffe), bus (8), device (5) and function (3) of one number:
+    one Hypothesis choice where four integers cost four and a tuple"""
+    domain, bus, slot = number >> 16, (number >> 8) & 0xFF, number & 0xFF
+    return f"{domain:04x}:{bus:02x}:{slot >> 3:02x}.{slot & 7}"
+
+
+_BUS_IDS = st.integers(min_value=0, max_value=0xFFFE_FFFF).map(_bus_id)
 
 
 @st.composite
