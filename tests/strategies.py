@@ -359,12 +359,10 @@ _random_names = st.text(alphabet=_NAME_EDGE + "-.", min_size=1, max_size=46).map
 
 #: resource names: upstream's defaults (so patterns can collide with them), the seed's
 #: names, and random lowercase DNS labels
-resource_names = (
-    st.sampled_from(
-        ["gpu", "a100", "h100", "big", "mig-small", "mig-1g.5gb", "mig-1g.5gb.me", "x", "a..b"]
-    )
-    | _random_names
+_common_names = st.sampled_from(
+    ["gpu", "a100", "h100", "big", "mig-small", "mig-1g.5gb", "mig-1g.5gb.me", "x", "a..b"]
 )
+resource_names = _common_names | _random_names
 
 _PATTERN_PIECES = (
     *("*", "NVIDIA ", "A100", "H100", "-SXM4-", "40GB", "80GB", "(Pascal)", " "),
@@ -394,27 +392,41 @@ def _starred(draw: st.DrawFn, texts: tuple[str, ...]) -> str:
     return text[:start] + "*" + text[end:]
 
 
-gpu_patterns_text = st.one_of(
-    st.sampled_from(
-        ("*", "*A100*", "NVIDIA A100-*-40GB", "*H100*", "NVIDIA *", "*(Pascal)", "Tesla*")
-    ),
+_GPU_PATTERNS = ("*", "*A100*", "NVIDIA A100-*-40GB", "*H100*", "NVIDIA *", "*(Pascal)", "Tesla*")
+_MIG_PATTERNS = ("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", "2g.10gb")
+
+#: the three kinds of pattern text, a third each: a fixed pattern, a starred name, pieces
+gpu_pattern_kinds = (
+    st.sampled_from(_GPU_PATTERNS),
     _starred(GPU_NAMES[:20]),
     _pieced(odd=True),
 )
-
-mig_patterns_text = st.one_of(
-    st.sampled_from(("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", "2g.10gb")),
+mig_pattern_kinds = (
+    st.sampled_from(_MIG_PATTERNS),
     _starred(tuple(sorted(MIG_PROFILES))),
     _pieced(odd=False),
 )
+_name_kinds = (_common_names, _random_names)
 
 
 def resource_pattern(pattern: str, name: str) -> ResourcePattern:
     return ResourcePattern(pattern, name, wildcard_regex(pattern))
 
 
-def _patterns(texts: st.SearchStrategy[str]) -> st.SearchStrategy[tuple[ResourcePattern, ...]]:
-    return st.lists(st.builds(resource_pattern, texts, resource_names), max_size=4).map(tuple)
+@st.composite
+def _pattern_lists(
+    draw: st.DrawFn, kinds: tuple[st.SearchStrategy[str], ...]
+) -> tuple[ResourcePattern, ...]:
+    """0-4 resource patterns: a text of one of ``kinds`` and a name of resource_names (a
+    common name or a random one, half each).  The count and each pattern's kinds are drawn
+    once for the list (draw_indices), not with st.lists and st.one_of: their per-element
+    choices and spans cost more than the elements."""
+    count = draw(st.integers(0, 4))
+    texts = draw_indices(draw, len(kinds), count, count)
+    names = draw_indices(draw, len(_name_kinds), count, count)
+    return tuple(
+        resource_pattern(draw(kinds[texts[n]]), draw(_name_kinds[names[n]])) for n in range(count)
+    )
 
 
 #: upstream's default names of the MIG resources under mixed (mig-<profile>, + -> .)
@@ -427,24 +439,30 @@ def _dns_subdomain(name: str) -> str:
     return re.sub(r"-*\.[-.]*", ".", name)
 
 
-#: names a sharing entry may refer to: the likely resource names (the full-GPU default most
-#: often), plus a few that match nothing
-_sharing_targets = st.one_of(
+#: names a sharing entry may refer to: the full-GPU default (a third of the time), another
+#: likely resource name (a third), one that matches nothing or a random DNS name (a sixth each)
+_sharing_targets = (
+    st.just("gpu"),
     st.just("gpu"),
     st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
-    st.sampled_from(("unused", "big")) | _random_names.map(_dns_subdomain),
+    st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
+    st.sampled_from(("unused", "big")),
+    _random_names.map(_dns_subdomain),
 )
 
 
 @st.composite
 def sharings(draw: st.DrawFn) -> Sharing:
+    """No sharing, or time-slicing or MPS of 1-4 distinct resources, each with 2-16
+    replicas, renamed or not (each decision drawn once for all the resources)."""
     strategy = draw(st.sampled_from(("none", "time-slicing", "mps")))
     if strategy == "none":
         return Sharing()
-    targets = draw(st.lists(_sharing_targets, min_size=1, max_size=4, unique=True))
-    count = len(targets)
-    replicas = draw_indices(draw, 15, count, count)  # 2-16
-    renamed = draw_indices(draw, 2, count, count)
+    count = draw(st.integers(1, 4))
+    kinds = draw_indices(draw, len(_sharing_targets), count, count)
+    targets = list(dict.fromkeys(draw(_sharing_targets[kind]) for kind in kinds))
+    replicas = draw_indices(draw, 15, len(targets), len(targets))  # 2-16
+    renamed = draw_indices(draw, 2, len(targets), len(targets))
     resources = tuple(
         ReplicatedResource(
             name="nvidia.com/" + target, replicas=2 + replicas[n], renamed=renamed[n] == 1
@@ -454,8 +472,8 @@ def sharings(draw: st.DrawFn) -> Sharing:
     return Sharing(strategy, resources)
 
 
-_gpu_pattern_lists = _patterns(gpu_patterns_text)
-_mig_pattern_lists = _patterns(mig_patterns_text)
+_gpu_pattern_lists = _pattern_lists(gpu_pattern_kinds)
+_mig_pattern_lists = _pattern_lists(mig_pattern_kinds)
 _sharings = sharings()
 
 
