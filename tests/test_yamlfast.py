@@ -29,7 +29,7 @@ from gfd.documents import MAX_NESTING, MAX_NODES, MAX_NUMBER_CHARS, parse_yaml
 from gfd.errors import UsageError
 
 from .process import ROOT
-from .strategies import snapshots
+from .strategies import index_strings, snapshots
 from .test_imports import DGX, loaded, record_imports
 
 # ------------------------------------------------------------------------------ helpers
@@ -279,21 +279,41 @@ def _double(text: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+#: the emitter's style options: each drawn uniformly from its choices (a repeated choice is
+#: likelier), all at once
+STYLE_CHOICES: dict[str, tuple[Any, ...]] = {
+    "indent": (2, 4, 3),
+    "inline_seq": (False, True),  # a list at its key's indent
+    "dash_gap": (1, 1, 2, 3),
+    "colon_gap": (1, 1, 2),
+    "quote": ("plain", "plain", "single", "double", "mixed"),
+    "flow": ("never", "leaves", "always"),
+    "comments": (False, True),
+    "start": (False, True),
+    "newline": ("\n", "\n", "\n", "\r\n"),
+    "tilde": (False, True),  # None written ~ (which PyYAML reads) at times
+}
+
+
+def _options(choices: dict[str, tuple[Any, ...]]) -> st.SearchStrategy[dict[str, Any]]:
+    """One option of each entry of ``choices``, uniformly, drawn as one string of ``len(choices)``
+    letters over a 60-letter alphabet (60 is a multiple of every entry's number of choices):
+    one Hypothesis choice instead of one an option, shrinking toward each first choice."""
+    assert all(60 % len(options) == 0 for options in choices.values())
+    return index_strings(60, len(choices), len(choices)).map(
+        lambda letters: {
+            key: options[(ord(letter) - 0x30) % len(options)]
+            for (key, options), letter in zip(choices.items(), letters, strict=True)
+        }
+    )
+
+
+_STYLE_OPTIONS = _options(STYLE_CHOICES)
+
+
 @st.composite
 def styles(draw: st.DrawFn) -> dict[str, Any]:
-    return {
-        "indent": draw(st.sampled_from([2, 4, 3])),
-        "inline_seq": draw(st.booleans()),  # a list at its key's indent
-        "dash_gap": draw(st.sampled_from([1, 1, 2, 3])),
-        "colon_gap": draw(st.sampled_from([1, 1, 2])),
-        "quote": draw(st.sampled_from(["plain", "plain", "single", "double", "mixed"])),
-        "flow": draw(st.sampled_from(["never", "leaves", "always"])),
-        "comments": draw(st.booleans()),
-        "start": draw(st.booleans()),
-        "newline": draw(st.sampled_from(["\n", "\n", "\n", "\r\n"])),
-        "tilde": draw(st.booleans()),  # None written ~ (which PyYAML reads) at times
-        "seed": draw(st.integers(0, 2**16)),
-    }
+    return {**draw(_STYLE_OPTIONS), "seed": draw(st.integers(0, 2**16))}
 
 
 def emit(data: Any, style: dict[str, Any]) -> str:
@@ -391,14 +411,14 @@ def emit(data: Any, style: dict[str, Any]) -> str:
     return style["newline"].join(lines) + style["newline"]
 
 
-DUMP_STYLES = st.fixed_dictionaries(
+DUMP_STYLES = _options(
     {
-        "default_flow_style": st.sampled_from([False, None]),
-        "explicit_start": st.booleans(),
-        "indent": st.sampled_from([2, 4]),
-        "allow_unicode": st.booleans(),
-        "sort_keys": st.just(False),
-        "width": st.sampled_from([80, 10_000]),
+        "default_flow_style": (False, None),
+        "explicit_start": (False, True),
+        "indent": (2, 4),
+        "allow_unicode": (False, True),
+        "sort_keys": (False,),
+        "width": (80, 10_000),
     }
 )
 
