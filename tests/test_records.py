@@ -47,7 +47,7 @@ class DWhole:
     regex: re.Pattern[str] | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
-names = st.text(max_size=5)
+names = st.text(st.characters(exclude_categories=("Cs",)), max_size=5)  # st.text()'s own alphabet
 tags = st.lists(st.sampled_from(["a", "b", "é"]), max_size=2).map(tuple)
 ints = st.integers(-3, 3)
 
