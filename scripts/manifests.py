@@ -19,7 +19,9 @@ the documented `sed` does.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -157,14 +159,78 @@ def kubernetes_versions() -> list[str]:
     return sorted({MIN_KUBERNETES_VERSION, newest}, key=lambda v: tuple(map(int, v.split("."))))
 
 
+# Strict schema validation, the way kubernetes_validate.validate(obj, version, strict=True)
+# does it (kubernetes_validate/utils.py: the newest schema directory not newer than the
+# version, <kind>-<group>-<version>.json in it, resolved against that directory's
+# _definitions.json with a Draft 2020-12 validator, the first error raised) -- but each
+# schema file is read once and each validator built once per process.  The library reads
+# and decodes its 1.3 MB _definitions.json again on every call (~6 ms), which was most of
+# the time of validating the ~100 objects of all the variants.
+
+
+@functools.cache
+def _schema_versions() -> tuple[str, ...]:
+    import kubernetes_validate.utils as kv
+
+    versions: list[str] = kv.all_versions()
+    return tuple(versions)
+
+
+@functools.cache
+def _schema_contents(filename: str, version: str) -> Any:
+    import kubernetes_validate.utils as kv
+
+    return kv.schema_contents(filename, version)
+
+
+@functools.cache
+def _validator(schema_dir: str, kind: str, api_version: str, version: str) -> Any:
+    """The validator of one kind's schema, ``None`` where the package has no such schema."""
+    import jsonschema  # type: ignore[import-untyped]
+    from referencing import Registry, Resource
+
+    try:
+        schema = _schema_contents(
+            f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{api_version}.json", version
+        )
+    except FileNotFoundError:
+        return None
+    definitions = _schema_contents(
+        f"kubernetes-json-schema/{schema_dir}/_definitions.json", version
+    )
+    registry: Registry[Any] = Resource.from_contents(definitions) @ (
+        Resource.from_contents(schema) @ Registry()
+    )
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def _validate(obj: Manifest, version: str) -> None:
+    """``kubernetes_validate.validate(obj, version, strict=True)``, with cached schemas."""
+    import kubernetes_validate.utils as kv
+
+    version = version.removeprefix("v")
+    wanted = kv.major_minor(version)
+    if wanted > kv.major_minor(_schema_versions()[-1]):
+        raise kv.VersionNotSupportedError(version=wanted)
+    resolved = [v for v in _schema_versions() if kv.major_minor(v) <= wanted][-1]
+    # rbac.authorization.k8s.io/v1 -> rbac-v1, apps/v1 -> apps-v1, v1 -> v1
+    api_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", obj["apiVersion"])
+    validator = _validator(f"v{resolved}-local-strict", obj["kind"], api_version, version)
+    if validator is None:
+        raise kv.SchemaNotFoundError(
+            version=wanted, kind=obj["kind"], api_version=obj["apiVersion"]
+        )
+    validator.validate(obj)
+
+
 def validation_errors(obj: Manifest, version: str) -> list[str]:
     """Schema errors of one object for one Kubernetes version (strict: no unknown fields)."""
-    import kubernetes_validate
+    import jsonschema
     import kubernetes_validate.utils as kv
 
     try:
-        kubernetes_validate.validate(obj, version, strict=True)
-    except kv.ValidationError as error:
+        _validate(obj, version)
+    except jsonschema.ValidationError as error:
         where = "/".join(str(p) for p in error.path) or "(top)"
         return [f"{describe(obj)} (Kubernetes {version}): {where}: {error.message}"]
     except kv.SchemaNotFoundError as error:

@@ -337,6 +337,35 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
     assert errors and all("'limit' was unexpected" in e for e in errors), errors
 
 
+def test_validation_agrees_with_kubernetes_validate_itself(
+    rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+) -> None:
+    """scripts/manifests.py reads each schema once and reuses its validator; the package's
+    own validate() (which reads the schemas on every call) gives the same verdict, path
+    and message: for a valid object, a typo, a wrong type and a kind it has no schema for."""
+    kv = importlib.import_module("kubernetes_validate")
+    daemonset = only(rendered("nfd-features-file"), "DaemonSet")
+    typo = copy.deepcopy(daemonset)
+    gfd_container(typo)["securityContext"]["readOnlyRootFilesytem"] = True
+    wrong_type = copy.deepcopy(daemonset)
+    gfd_container(wrong_type)["ports"][0]["containerPort"] = "8080"
+    unknown = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    for version in versions:
+        for obj in (daemonset, typo, wrong_type, unknown):
+            try:
+                kv.validate(obj, version, strict=True)
+                expected = []
+            except kv.utils.ValidationError as error:
+                where = "/".join(str(p) for p in error.path) or "(top)"
+                expected = [
+                    f"{tool.describe(obj)} (Kubernetes {version}): {where}: {error.message}"
+                ]
+            except kv.utils.SchemaNotFoundError as error:
+                expected = [f"{tool.describe(obj)} (Kubernetes {version}): {error.message}"]
+            assert tool.validation_errors(obj, version) == expected
+            assert (expected == []) == (obj is daemonset)
+
+
 def test_cluster_scoped_objects_have_no_namespace_and_the_rest_share_one(
     rendered: Callable[[str], list[dict[str, Any]]],
 ) -> None:
@@ -763,16 +792,24 @@ class Policy:
     """A ValidatingAdmissionPolicy evaluated with cel-python (standard CEL; the policy
     uses no Kubernetes-only CEL library)."""
 
+    #: compiled programs by expression text, shared by every Policy of the process: a
+    #: program is immutable and each evaluation gets its own activation, so a policy built
+    #: again (each nodefeature case) compiles nothing it compiled before
+    _programs: dict[str, Any] = {}
+
     def __init__(self, policy: dict[str, Any]) -> None:
         self.celpy = _require_module("celpy", "cel-python")
-        self.env = self.celpy.Environment()
         spec = policy["spec"]
         self.conditions = [self._program(c["expression"]) for c in spec["matchConditions"]]
         self.variables = [(v["name"], self._program(v["expression"])) for v in spec["variables"]]
         self.validations = [(self._program(v["expression"]), v) for v in spec["validations"]]
 
     def _program(self, expression: str) -> Any:
-        return self.env.program(self.env.compile(expression))
+        program = self._programs.get(expression)
+        if program is None:
+            env = self.celpy.Environment()
+            program = self._programs[expression] = env.program(env.compile(expression))
+        return program
 
     def _activation(self, request: dict[str, Any]) -> dict[str, Any]:
         json_to_cel = self.celpy.adapter.json_to_cel
