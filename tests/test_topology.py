@@ -4,6 +4,7 @@ per example node (complete, compared whole), the opt-in labels and ``--dump-part
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -523,6 +524,12 @@ def test_dump_partitions_on_live_nvml(tmp_path: Path, monkeypatch: pytest.Monkey
     assert "nvidia.com/gpu.numa.gpus-per-node=4\n" in labels.stdout
 
 
+@functools.cache
+def _two_gpus_without_links() -> Snapshot:
+    """Read once: a Snapshot is frozen, and each example replaces its topology."""
+    return snapshot_io.loads(BASE + "  gpus: []\n")
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     st.text(),
@@ -533,7 +540,7 @@ def test_dump_partitions_on_live_nvml(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_any_link_text_round_trips(
     bus_id: str, version: int | None, remote: str | None, p2p: bool | None
 ) -> None:
-    snap = snapshot_io.loads(BASE + "  gpus: []\n")
+    snap = _two_gpus_without_links()
     link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
     snap = records.replace(
         snap,
