@@ -18,7 +18,7 @@ import copy
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -381,45 +381,54 @@ def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, whe
         ("--namespace", "a.b"),
     ],
 )
-@pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
-def test_names_that_are_not_dns_names_are_refused_before_any_request(
-    tmp_path: Path, flag: str, value: str, output: str
-) -> None:
+@pytest.fixture(scope="module")
+def name_server() -> Iterator[FakeApiServer]:
+    """One API server (node n1) for the name checks below: each run must be refused before
+    it sends anything, so a test sees the server's request log unchanged by its run (a
+    server per test cost ~50 ms of waiting on its shut-down, 25 times)."""
     with FakeApiServer() as server:
         server.add_node("n1")
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
-        result = run_gfd_here(
-            "--oneshot",
-            "--snapshot-file",
-            str(SNAPSHOT),
-            output,
-            "--kubeconfig",
-            str(kubeconfig),
-            *flags,
-        )
-        assert_refused(result, flag)
-        assert server.requests == []
+        yield server
+
+
+@pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
+def test_names_that_are_not_dns_names_are_refused_before_any_request(
+    tmp_path: Path, flag: str, value: str, output: str, name_server: FakeApiServer
+) -> None:
+    before = name_server.requests
+    kubeconfig = name_server.write_kubeconfig(tmp_path / "kubeconfig")
+    flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
+    result = run_gfd_here(
+        "--oneshot",
+        "--snapshot-file",
+        str(SNAPSHOT),
+        output,
+        "--kubeconfig",
+        str(kubeconfig),
+        *flags,
+    )
+    assert_refused(result, flag)
+    assert name_server.requests == before
 
 
 @pytest.mark.parametrize("variable", ["NODE_NAME", "POD_NAME", "NAMESPACE"])
 def test_names_from_the_environment_are_checked_for_the_api_outputs(
-    tmp_path: Path, variable: str
+    tmp_path: Path, variable: str, name_server: FakeApiServer
 ) -> None:
-    with FakeApiServer() as server:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        env = {"NODE_NAME": "n1", "POD_NAME": "p1", variable: "../x?y=1"}
-        result = run_gfd_here(
-            "--oneshot",
-            "--snapshot-file",
-            str(SNAPSHOT),
-            "--use-node-feature-api",
-            "--kubeconfig",
-            str(kubeconfig),
-            env=env,
-        )
-        assert_refused(result, variable)
-        assert server.requests == []
+    before = name_server.requests
+    kubeconfig = name_server.write_kubeconfig(tmp_path / "kubeconfig")
+    env = {"NODE_NAME": "n1", "POD_NAME": "p1", variable: "../x?y=1"}
+    result = run_gfd_here(
+        "--oneshot",
+        "--snapshot-file",
+        str(SNAPSHOT),
+        "--use-node-feature-api",
+        "--kubeconfig",
+        str(kubeconfig),
+        env=env,
+    )
+    assert_refused(result, variable)
+    assert name_server.requests == before
 
 
 def test_node_name_from_the_environment_is_not_needed_by_the_file_output() -> None:
