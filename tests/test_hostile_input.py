@@ -365,6 +365,16 @@ def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, whe
 # ------------------------------------------------------------------ names into URLs
 
 
+@pytest.fixture(scope="module")
+def name_server() -> Iterator[FakeApiServer]:
+    """One API server (node n1) for the name checks below: each run must be refused before
+    it sends anything, so a test sees the server's request log unchanged by its run (a
+    server per test cost ~50 ms of waiting on its shut-down, 25 times)."""
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        yield server
+
+
 @pytest.mark.parametrize(
     ("flag", "value"),
     [
@@ -381,16 +391,6 @@ def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, whe
         ("--namespace", "a.b"),
     ],
 )
-@pytest.fixture(scope="module")
-def name_server() -> Iterator[FakeApiServer]:
-    """One API server (node n1) for the name checks below: each run must be refused before
-    it sends anything, so a test sees the server's request log unchanged by its run (a
-    server per test cost ~50 ms of waiting on its shut-down, 25 times)."""
-    with FakeApiServer() as server:
-        server.add_node("n1")
-        yield server
-
-
 @pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
 def test_names_that_are_not_dns_names_are_refused_before_any_request(
     tmp_path: Path, flag: str, value: str, output: str, name_server: FakeApiServer
