@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -76,21 +76,28 @@ def _require_module(name: str, package: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def rendered() -> Callable[[str], list[dict[str, Any]]]:
+def kustomize_inputs() -> str:
+    """The disk-cache key (tests/diskcache.py) of everything a kustomize render reads
+    besides its own kustomization: the command, its executable, every file of manifests/."""
+    command = tool.kustomize_command()
+    if command is None:
+        _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
+    return diskcache.key(
+        shlex.join(command),
+        diskcache.program_identity(command[0]),
+        diskcache.tree_digest(ROOT / "manifests"),
+    )
+
+
+@pytest.fixture(scope="module")
+def rendered(kustomize_inputs: str) -> Callable[[str], list[dict[str, Any]]]:
     """Render an overlay (or 'overlay+component'), once per module.
 
     kustomize's output is kept on disk (tests/diskcache.py) keyed by the bytes of every file
     under manifests/ and the kustomize executable, so it runs again only when one of them
     changes; what the tests check is unchanged: the objects come from kustomize's YAML,
     placeholders substituted and parsed by the same tool functions."""
-    command = tool.kustomize_command()
-    if command is None:
-        _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
-    inputs = diskcache.key(
-        shlex.join(command),
-        diskcache.program_identity(command[0]),
-        diskcache.tree_digest(ROOT / "manifests"),
-    )
+    inputs = kustomize_inputs
     cache: dict[str, list[dict[str, Any]]] = {}
 
     def get(name: str) -> list[dict[str, Any]]:
@@ -315,15 +322,13 @@ def test_a_typo_in_the_admission_policy_is_rejected(
 
 
 def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
-    tmp_path: Path, versions: list[str]
+    tmp_path: Path, versions: list[str], kustomize_inputs: str
 ) -> None:
     # kustomize itself accepts unknown fields; the schema check is what catches them.
-    if tool.kustomize_command() is None:
-        _unavailable("no kustomize renderer")
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     base = os.path.relpath(tool.OVERLAYS / "nfd-features-file", overlay)
-    (overlay / "kustomization.yaml").write_text(
+    kustomization = (
         f"resources: [{base}]\n"
         "patches:\n"
         "  - target: {kind: DaemonSet, name: gfd}\n"
@@ -332,7 +337,12 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
         "        path: /spec/template/spec/containers/0/resources/limit\n"
         "        value: {memory: 1Gi}\n"
     )
-    objects = tool.load_objects(tool.build_directory(overlay))
+    (overlay / "kustomization.yaml").write_text(kustomization)
+    # the render is kept on disk like the overlays' (the `rendered` fixture): the base's
+    # relative path depends on where tmp_path is, the output does not
+    key = diskcache.key(kustomize_inputs, kustomization.replace(base, "BASE"))
+    text = diskcache.cached_text("kustomize", key, lambda: tool.build_directory(overlay))
+    objects = tool.load_objects(text)
     errors = validate_objects(objects, versions)
     assert errors and all("'limit' was unexpected" in e for e in errors), errors
 
@@ -795,7 +805,7 @@ class Policy:
     #: compiled programs by expression text, shared by every Policy of the process: a
     #: program is immutable and each evaluation gets its own activation, so a policy built
     #: again (each nodefeature case) compiles nothing it compiled before
-    _programs: dict[str, Any] = {}
+    _programs: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, policy: dict[str, Any]) -> None:
         self.celpy = _require_module("celpy", "cel-python")
