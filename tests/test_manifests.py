@@ -75,13 +75,13 @@ def _require_module(name: str, package: str) -> ModuleType:
         raise
 
 
-@pytest.fixture(scope="module")
 def kustomize_inputs() -> str:
     """The disk-cache key (tests/diskcache.py) of everything a kustomize render reads
     besides its own kustomization: the command, its executable, every file of manifests/."""
     command = tool.kustomize_command()
     if command is None:
         _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
+        raise AssertionError("unreachable")
     return diskcache.key(
         shlex.join(command),
         diskcache.program_identity(command[0]),
@@ -90,14 +90,14 @@ def kustomize_inputs() -> str:
 
 
 @pytest.fixture(scope="module")
-def rendered(kustomize_inputs: str) -> Callable[[str], list[dict[str, Any]]]:
+def rendered() -> Callable[[str], list[dict[str, Any]]]:
     """Render an overlay (or 'overlay+component'), once per module.
 
     kustomize's output is kept on disk (tests/diskcache.py) keyed by the bytes of every file
     under manifests/ and the kustomize executable, so it runs again only when one of them
     changes; what the tests check is unchanged: the objects come from kustomize's YAML,
     placeholders substituted and parsed by the same tool functions."""
-    inputs = kustomize_inputs
+    inputs = kustomize_inputs()
     cache: dict[str, list[dict[str, Any]]] = {}
 
     def get(name: str) -> list[dict[str, Any]]:
@@ -322,7 +322,7 @@ def test_a_typo_in_the_admission_policy_is_rejected(
 
 
 def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
-    tmp_path: Path, versions: list[str], kustomize_inputs: str
+    tmp_path: Path, versions: list[str]
 ) -> None:
     # kustomize itself accepts unknown fields; the schema check is what catches them.
     overlay = tmp_path / "overlay"
@@ -340,7 +340,7 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
     (overlay / "kustomization.yaml").write_text(kustomization)
     # the render is kept on disk like the overlays' (the `rendered` fixture): the base's
     # relative path depends on where tmp_path is, the output does not
-    key = diskcache.key(kustomize_inputs, kustomization.replace(base, "BASE"))
+    key = diskcache.key(kustomize_inputs(), kustomization.replace(base, "BASE"))
     text = diskcache.cached_text("kustomize", key, lambda: tool.build_directory(overlay))
     objects = tool.load_objects(text)
     errors = validate_objects(objects, versions)
