@@ -41,7 +41,9 @@ TOPOLOGY_FREE = sorted(
 )
 
 
+@functools.cache
 def load(path: Path) -> Snapshot:
+    """An example snapshot, read once per process (a Snapshot is frozen: tests share it)."""
     return snapshot_io.load(str(path))
 
 
