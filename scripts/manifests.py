@@ -19,13 +19,16 @@ the documented `sed` does.
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,18 +104,81 @@ def kustomize_command() -> list[str] | None:
     return None
 
 
-def build_directory(directory: Path) -> str:
-    command = kustomize_command()
-    if command is None:
-        raise RenderError("no kustomize: install kubectl or kustomize, or set $KUSTOMIZE")
+#: Renders kept on disk by content, in the tests' disk cache (tests/diskcache.py; gitignored):
+#: a variant that `validate` (make lint) rendered is one the tests need not render again, and
+#: the other way round.  An entry's key is all its render reads -- the kustomize command and
+#: which executable that runs, every file under manifests/, the variant -- so a stale render
+#: is never read.  GFD_TEST_NO_DISK_CACHE=1 (or deleting the directory) renders afresh.
+RENDER_CACHE = ROOT / ".pytest-cache-gfd" / "kustomize"
+
+
+def _render_cache_enabled() -> bool:
+    return os.environ.get("GFD_TEST_NO_DISK_CACHE", "") in ("", "0")
+
+
+def _executable_identity(program: str) -> str:
+    """Which executable ``program`` is: resolved path, size, modification time."""
+    found = shutil.which(program) or program
+    try:
+        real = os.path.realpath(found)
+        stat = os.stat(real)
+    except OSError:
+        return program
+    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+@functools.cache
+def _inputs_digest(command: tuple[str, ...]) -> str:
+    """A hash of everything but the kustomization itself that a render reads (once per
+    process: nothing here edits manifests/)."""
+    digest = hashlib.sha256(f"{shlex.join(command)}\0{_executable_identity(command[0])}".encode())
+    for path in sorted(MANIFESTS.rglob("*")):
+        if path.is_file():
+            digest.update(b"\0" + str(path.relative_to(MANIFESTS)).encode() + b"\0")
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _cached_render(command: list[str], cache_as: str, render: Callable[[], str]) -> str:
+    if not _render_cache_enabled():
+        return render()
+    key = hashlib.sha256(f"{_inputs_digest(tuple(command))}\0{cache_as}".encode()).hexdigest()
+    path = RENDER_CACHE / f"{key[:32]}.txt"
+    try:
+        return path.read_text()
+    except OSError:
+        pass
+    text = render()
+    try:  # written under a temporary name and renamed: concurrent writers race safely
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.replace(temporary, path)
+    except OSError:
+        pass  # a cache that cannot be written only costs the next render
+    return text
+
+
+def _kustomize(command: list[str], directory: Path) -> str:
     done = subprocess.run([*command, str(directory)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RenderError(f"{shlex.join(command)} {directory}: {done.stderr.strip()}")
     return done.stdout
 
 
-def build(variant: Variant) -> str:
-    """Rendered YAML of one variant (placeholders not yet substituted)."""
+def build_directory(directory: Path, cache_as: str | None = None) -> str:
+    """kustomize's output for ``directory``; kept in RENDER_CACHE under ``cache_as`` where
+    given, which must name all the render reads outside manifests/ (the kustomization)."""
+    command = kustomize_command()
+    if command is None:
+        raise RenderError("no kustomize: install kubectl or kustomize, or set $KUSTOMIZE")
+    if cache_as is None:
+        return _kustomize(command, directory)
+    return _cached_render(command, cache_as, lambda: _kustomize(command, directory))
+
+
+def _build(variant: Variant) -> str:
     overlay_dir = OVERLAYS / variant.overlay
     if not variant.components:
         return build_directory(overlay_dir)
@@ -128,6 +194,15 @@ def build(variant: Variant) -> str:
         }
         (here / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
         return build_directory(here)
+
+
+def build(variant: Variant) -> str:
+    """Rendered YAML of one variant (placeholders not yet substituted); a render kept in
+    RENDER_CACHE is read instead of running kustomize again."""
+    command = kustomize_command()
+    if command is None:
+        raise RenderError("no kustomize: install kubectl or kustomize, or set $KUSTOMIZE")
+    return _cached_render(command, f"variant {variant.name}", lambda: _build(variant))
 
 
 def substitute_placeholders(rendered: str, node: str = SAMPLE_NODE) -> str:
@@ -157,14 +232,78 @@ def kubernetes_versions() -> list[str]:
     return sorted({MIN_KUBERNETES_VERSION, newest}, key=lambda v: tuple(map(int, v.split("."))))
 
 
+# Strict schema validation, the way kubernetes_validate.validate(obj, version, strict=True)
+# does it (kubernetes_validate/utils.py: the newest schema directory not newer than the
+# version, <kind>-<group>-<version>.json in it, resolved against that directory's
+# _definitions.json with a Draft 2020-12 validator, the first error raised) -- but each
+# schema file is read once and each validator built once per process.  The library reads
+# and decodes its 1.3 MB _definitions.json again on every call (~6 ms), which was most of
+# the time of validating the ~100 objects of all the variants.
+
+
+@functools.cache
+def _schema_versions() -> tuple[str, ...]:
+    import kubernetes_validate.utils as kv
+
+    versions: list[str] = kv.all_versions()
+    return tuple(versions)
+
+
+@functools.cache
+def _schema_contents(filename: str, version: str) -> Any:
+    import kubernetes_validate.utils as kv
+
+    return kv.schema_contents(filename, version)
+
+
+@functools.cache
+def _validator(schema_dir: str, kind: str, api_version: str, version: str) -> Any:
+    """The validator of one kind's schema, ``None`` where the package has no such schema."""
+    import jsonschema  # type: ignore[import-untyped]
+    from referencing import Registry, Resource
+
+    try:
+        schema = _schema_contents(
+            f"kubernetes-json-schema/{schema_dir}/{kind.lower()}-{api_version}.json", version
+        )
+    except FileNotFoundError:
+        return None
+    definitions = _schema_contents(
+        f"kubernetes-json-schema/{schema_dir}/_definitions.json", version
+    )
+    registry: Registry[Any] = Resource.from_contents(definitions) @ (
+        Resource.from_contents(schema) @ Registry()
+    )
+    return jsonschema.Draft202012Validator(schema, registry=registry)
+
+
+def _validate(obj: Manifest, version: str) -> None:
+    """``kubernetes_validate.validate(obj, version, strict=True)``, with cached schemas."""
+    import kubernetes_validate.utils as kv
+
+    version = version.removeprefix("v")
+    wanted = kv.major_minor(version)
+    if wanted > kv.major_minor(_schema_versions()[-1]):
+        raise kv.VersionNotSupportedError(version=wanted)
+    resolved = [v for v in _schema_versions() if kv.major_minor(v) <= wanted][-1]
+    # rbac.authorization.k8s.io/v1 -> rbac-v1, apps/v1 -> apps-v1, v1 -> v1
+    api_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", obj["apiVersion"])
+    validator = _validator(f"v{resolved}-local-strict", obj["kind"], api_version, version)
+    if validator is None:
+        raise kv.SchemaNotFoundError(
+            version=wanted, kind=obj["kind"], api_version=obj["apiVersion"]
+        )
+    validator.validate(obj)
+
+
 def validation_errors(obj: Manifest, version: str) -> list[str]:
     """Schema errors of one object for one Kubernetes version (strict: no unknown fields)."""
-    import kubernetes_validate
+    import jsonschema
     import kubernetes_validate.utils as kv
 
     try:
-        kubernetes_validate.validate(obj, version, strict=True)
-    except kv.ValidationError as error:
+        _validate(obj, version)
+    except jsonschema.ValidationError as error:
         where = "/".join(str(p) for p in error.path) or "(top)"
         return [f"{describe(obj)} (Kubernetes {version}): {where}: {error.message}"]
     except kv.SchemaNotFoundError as error:

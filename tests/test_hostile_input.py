@@ -15,10 +15,11 @@ fresh interpreter's own stack, and click's own usage errors (``REAL``).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,26 @@ LONGEST_LINE = 400
 pytestmark = pytest.mark.timeout(120)
 
 
+#: libyaml's parser and emitter where PyYAML has them (the same documents, several times
+#: faster than the pure-Python ones for these test-side reads and writes)
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+@functools.cache
+def _base_document() -> Any:
+    return yaml.load(SNAPSHOT.read_text(), Loader=SAFE_LOADER)
+
+
 def base_snapshot() -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load(SNAPSHOT.read_text())
+    """The example snapshot as a document of its own to edit (parsed once per process)."""
+    document: dict[str, Any] = copy.deepcopy(_base_document())
     return document
+
+
+def yaml_text(document: Any) -> str:
+    text: str = yaml.dump(document, Dumper=SAFE_DUMPER)
+    return text
 
 
 def assert_refused(result: subprocess.CompletedProcess[str], *words: str, status: int = 2) -> str:
@@ -177,7 +195,7 @@ def test_huge_memory_is_refused_never_published_cut(
     tmp_path: Path, digits: int, as_json: bool
 ) -> None:
     document = base_snapshot()
-    text = json.dumps(document) if as_json else yaml.safe_dump(document)
+    text = json.dumps(document) if as_json else yaml_text(document)
     text = text.replace("40960", "9" * digits, 1)
     result = oneshot_with_snapshot(tmp_path, text)
     assert_refused(result, "memory_mib")
@@ -215,7 +233,7 @@ def test_backtracking_pattern_against_a_long_name_finishes(tmp_path: Path) -> No
     for gpu in document["gpus"]:
         gpu["name"] = "a" * 90
     snapshot = tmp_path / "long-name.yaml"
-    snapshot.write_text(yaml.safe_dump(document))
+    snapshot.write_text(yaml_text(document))
     config = tmp_path / "config.yaml"
     config.write_text(
         "version: v1\nresources:\n  gpus:\n"
@@ -300,7 +318,7 @@ def test_two_sharing_entries_for_one_resource_are_refused(tmp_path: Path, second
 def test_two_gpus_with_one_identity_are_refused(tmp_path: Path, field: str, value: Any) -> None:
     document = base_snapshot()
     document["gpus"][3][field] = value
-    result = oneshot_with_snapshot(tmp_path, yaml.safe_dump(document))
+    result = oneshot_with_snapshot(tmp_path, yaml_text(document))
     assert_refused(result, f"gpus[3].{field}", "duplicate")
 
 
@@ -354,15 +372,24 @@ def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, whe
         document["driver"]["version"] = long_value
     else:
         document["gpus"][0][where] = long_value
-    # libyaml's emitter where PyYAML has it: the pure-Python one takes half a second to
-    # write a megabyte scalar; the document is the same
-    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-    text = yaml.dump(document, Dumper=dumper, width=10**7)
+    # libyaml's emitter (SAFE_DUMPER) where PyYAML has it: the pure-Python one takes half a
+    # second to write a megabyte scalar; the document is the same
+    text = yaml.dump(document, Dumper=SAFE_DUMPER, width=10**7)
     result = oneshot_with_snapshot(tmp_path, text)
     assert_refused(result)
 
 
 # ------------------------------------------------------------------ names into URLs
+
+
+@pytest.fixture(scope="module")
+def name_server() -> Iterator[FakeApiServer]:
+    """One API server (node n1) for the name checks below: each run must be refused before
+    it sends anything, so a test sees the server's request log unchanged by its run (a
+    server per test cost ~50 ms of waiting on its shut-down, 25 times)."""
+    with FakeApiServer() as server:
+        server.add_node("n1")
+        yield server
 
 
 @pytest.mark.parametrize(
@@ -383,43 +410,42 @@ def test_long_snapshot_strings_are_refused_in_one_short_line(tmp_path: Path, whe
 )
 @pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
 def test_names_that_are_not_dns_names_are_refused_before_any_request(
-    tmp_path: Path, flag: str, value: str, output: str
+    tmp_path: Path, flag: str, value: str, output: str, name_server: FakeApiServer
 ) -> None:
-    with FakeApiServer() as server:
-        server.add_node("n1")
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
-        result = run_gfd_here(
-            "--oneshot",
-            "--snapshot-file",
-            str(SNAPSHOT),
-            output,
-            "--kubeconfig",
-            str(kubeconfig),
-            *flags,
-        )
-        assert_refused(result, flag)
-        assert server.requests == []
+    before = name_server.requests
+    kubeconfig = name_server.write_kubeconfig(tmp_path / "kubeconfig")
+    flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
+    result = run_gfd_here(
+        "--oneshot",
+        "--snapshot-file",
+        str(SNAPSHOT),
+        output,
+        "--kubeconfig",
+        str(kubeconfig),
+        *flags,
+    )
+    assert_refused(result, flag)
+    assert name_server.requests == before
 
 
 @pytest.mark.parametrize("variable", ["NODE_NAME", "POD_NAME", "NAMESPACE"])
 def test_names_from_the_environment_are_checked_for_the_api_outputs(
-    tmp_path: Path, variable: str
+    tmp_path: Path, variable: str, name_server: FakeApiServer
 ) -> None:
-    with FakeApiServer() as server:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig")
-        env = {"NODE_NAME": "n1", "POD_NAME": "p1", variable: "../x?y=1"}
-        result = run_gfd_here(
-            "--oneshot",
-            "--snapshot-file",
-            str(SNAPSHOT),
-            "--use-node-feature-api",
-            "--kubeconfig",
-            str(kubeconfig),
-            env=env,
-        )
-        assert_refused(result, variable)
-        assert server.requests == []
+    before = name_server.requests
+    kubeconfig = name_server.write_kubeconfig(tmp_path / "kubeconfig")
+    env = {"NODE_NAME": "n1", "POD_NAME": "p1", variable: "../x?y=1"}
+    result = run_gfd_here(
+        "--oneshot",
+        "--snapshot-file",
+        str(SNAPSHOT),
+        "--use-node-feature-api",
+        "--kubeconfig",
+        str(kubeconfig),
+        env=env,
+    )
+    assert_refused(result, variable)
+    assert name_server.requests == before
 
 
 def test_node_name_from_the_environment_is_not_needed_by_the_file_output() -> None:

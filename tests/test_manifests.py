@@ -18,7 +18,6 @@ import importlib
 import importlib.util
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -29,7 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -38,7 +37,6 @@ from gfd import __version__
 from gfd.errors import UsageError
 from gfd.labels import keys
 from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
-from tests import diskcache
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -79,27 +77,19 @@ def _require_module(name: str, package: str) -> ModuleType:
 def rendered() -> Callable[[str], list[dict[str, Any]]]:
     """Render an overlay (or 'overlay+component'), once per module.
 
-    kustomize's output is kept on disk (tests/diskcache.py) keyed by the bytes of every file
-    under manifests/ and the kustomize executable, so it runs again only when one of them
-    changes; what the tests check is unchanged: the objects come from kustomize's YAML,
-    placeholders substituted and parsed by the same tool functions."""
-    command = tool.kustomize_command()
-    if command is None:
+    kustomize's output is kept on disk by the tool (scripts/manifests.py RENDER_CACHE) keyed
+    by the bytes of every file under manifests/, the variant and the kustomize executable,
+    so it runs again only when one of them changes -- and a variant `make lint` rendered is
+    not rendered again here; what the tests check is unchanged: the objects come from
+    kustomize's YAML, placeholders substituted and parsed by the same tool functions."""
+    if tool.kustomize_command() is None:
         _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
-    inputs = diskcache.key(
-        shlex.join(command),
-        diskcache.program_identity(command[0]),
-        diskcache.tree_digest(ROOT / "manifests"),
-    )
     cache: dict[str, list[dict[str, Any]]] = {}
 
     def get(name: str) -> list[dict[str, Any]]:
         if name not in cache:
             overlay, *components = name.split("+")
-            variant = tool.Variant(overlay, tuple(components))
-            text = diskcache.cached_text(
-                "kustomize", diskcache.key(inputs, name), lambda: tool.build(variant)
-            )
+            text = tool.build(tool.Variant(overlay, tuple(components)))
             cache[name] = load_objects(tool.substitute_placeholders(text))
         return copy.deepcopy(cache[name])
 
@@ -323,7 +313,7 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     base = os.path.relpath(tool.OVERLAYS / "nfd-features-file", overlay)
-    (overlay / "kustomization.yaml").write_text(
+    kustomization = (
         f"resources: [{base}]\n"
         "patches:\n"
         "  - target: {kind: DaemonSet, name: gfd}\n"
@@ -332,9 +322,77 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
         "        path: /spec/template/spec/containers/0/resources/limit\n"
         "        value: {memory: 1Gi}\n"
     )
-    objects = tool.load_objects(tool.build_directory(overlay))
+    (overlay / "kustomization.yaml").write_text(kustomization)
+    # the render is kept on disk like the overlays' (the `rendered` fixture), named by the
+    # kustomization: the base's relative path depends on where tmp_path is, the output not
+    cache_as = "test patch " + kustomization.replace(base, "BASE")
+    objects = tool.load_objects(tool.build_directory(overlay, cache_as=cache_as))
     errors = validate_objects(objects, versions)
     assert errors and all("'limit' was unexpected" in e for e in errors), errors
+
+
+def test_a_kept_render_is_keyed_by_everything_it_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool keeps renders on disk for `make lint` and these tests: a changed file under
+    manifests/, another variant or another kustomize command is another entry, so a stale
+    render is never read."""
+    manifests = tmp_path / "manifests"
+    (manifests / "base").mkdir(parents=True)
+    (manifests / "base" / "daemonset.yaml").write_text("kind: DaemonSet\n")
+    monkeypatch.setattr(tool, "MANIFESTS", manifests)
+    monkeypatch.setattr(tool, "RENDER_CACHE", tmp_path / "cache")
+    monkeypatch.delenv("GFD_TEST_NO_DISK_CACHE", raising=False)
+    renders: list[str] = []
+
+    def render() -> str:
+        renders.append(f"render {len(renders) + 1}")
+        return renders[-1]
+
+    command = ["kustomize", "build"]
+    tool._inputs_digest.cache_clear()  # computed once per process otherwise
+    try:
+        assert tool._cached_render(command, "variant a", render) == "render 1"
+        assert tool._cached_render(command, "variant a", render) == "render 1"  # kept
+        assert tool._cached_render(command, "variant b", render) == "render 2"
+        assert tool._cached_render(["kubectl", "kustomize"], "variant a", render) == "render 3"
+        (manifests / "base" / "daemonset.yaml").write_text("kind: DaemonSet # changed\n")
+        tool._inputs_digest.cache_clear()
+        assert tool._cached_render(command, "variant a", render) == "render 4"
+        assert tool._cached_render(command, "variant a", render) == "render 4"
+        monkeypatch.setenv("GFD_TEST_NO_DISK_CACHE", "1")
+        assert tool._cached_render(command, "variant a", render) == "render 5"
+    finally:
+        tool._inputs_digest.cache_clear()  # the real manifests/ for the tests after this
+
+
+def test_validation_agrees_with_kubernetes_validate_itself(
+    rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+) -> None:
+    """scripts/manifests.py reads each schema once and reuses its validator; the package's
+    own validate() (which reads the schemas on every call) gives the same verdict, path
+    and message: for a valid object, a typo, a wrong type and a kind it has no schema for."""
+    kv = importlib.import_module("kubernetes_validate")
+    daemonset = only(rendered("nfd-features-file"), "DaemonSet")
+    typo = copy.deepcopy(daemonset)
+    gfd_container(typo)["securityContext"]["readOnlyRootFilesytem"] = True
+    wrong_type = copy.deepcopy(daemonset)
+    gfd_container(wrong_type)["ports"][0]["containerPort"] = "8080"
+    unknown = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    for version in versions:
+        for obj in (daemonset, typo, wrong_type, unknown):
+            try:
+                kv.validate(obj, version, strict=True)
+                expected = []
+            except kv.utils.ValidationError as error:
+                where = "/".join(str(p) for p in error.path) or "(top)"
+                expected = [
+                    f"{tool.describe(obj)} (Kubernetes {version}): {where}: {error.message}"
+                ]
+            except kv.utils.SchemaNotFoundError as error:
+                expected = [f"{tool.describe(obj)} (Kubernetes {version}): {error.message}"]
+            assert tool.validation_errors(obj, version) == expected
+            assert (expected == []) == (obj is daemonset)
 
 
 def test_cluster_scoped_objects_have_no_namespace_and_the_rest_share_one(
@@ -763,16 +821,24 @@ class Policy:
     """A ValidatingAdmissionPolicy evaluated with cel-python (standard CEL; the policy
     uses no Kubernetes-only CEL library)."""
 
+    #: compiled programs by expression text, shared by every Policy of the process: a
+    #: program is immutable and each evaluation gets its own activation, so a policy built
+    #: again (each nodefeature case) compiles nothing it compiled before
+    _programs: ClassVar[dict[str, Any]] = {}
+
     def __init__(self, policy: dict[str, Any]) -> None:
         self.celpy = _require_module("celpy", "cel-python")
-        self.env = self.celpy.Environment()
         spec = policy["spec"]
         self.conditions = [self._program(c["expression"]) for c in spec["matchConditions"]]
         self.variables = [(v["name"], self._program(v["expression"])) for v in spec["variables"]]
         self.validations = [(self._program(v["expression"]), v) for v in spec["validations"]]
 
     def _program(self, expression: str) -> Any:
-        return self.env.program(self.env.compile(expression))
+        program = self._programs.get(expression)
+        if program is None:
+            env = self.celpy.Environment()
+            program = self._programs[expression] = env.program(env.compile(expression))
+        return program
 
     def _activation(self, request: dict[str, Any]) -> dict[str, Any]:
         json_to_cel = self.celpy.adapter.json_to_cel

@@ -28,6 +28,7 @@ from gfd.snapshot import (
     Snapshot,
     Topology,
 )
+from tests.strategies import draw_indices
 
 SWITCH = "0000:f0:00.0"
 
@@ -40,17 +41,26 @@ class Node:
     total_links: dict[int, int]
 
 
+#: the tables each per-GPU or per-pair decision picks from (a repeat is more likely)
+GENERATIONS = (2, 3, 4, 5)
+DIRECT_LINKS = (0, 0, 1, 2, 3)
+SWITCH_LINKS = (0, 0, 0, 2, 6)
+P2P = (None, True, True, False)
+
+
 @st.composite
 def nodes(draw: st.DrawFn) -> Node:
     n = draw(st.integers(1, 8))
     bus = [f"0000:{i + 1:02x}:00.0" for i in range(n)]
-    generation = {i: draw(st.sampled_from([2, 3, 4, 5])) for i in range(n)}
-    direct = {
-        (a, b): draw(st.sampled_from([0, 0, 1, 2, 3]))
-        for a, b in itertools.combinations(range(n), 2)
-    }
-    switch = {i: draw(st.sampled_from([0, 0, 0, 2, 6])) for i in range(n)}
-    p2p = {pair: draw(st.sampled_from([None, True, True, False])) for pair in direct}
+    pairs = list(itertools.combinations(range(n), 2))
+    # each decision is an index into its table, all of a kind drawn as one string (one
+    # Hypothesis choice, tests/strategies.py draw_indices) instead of one choice apiece
+    generation = dict(enumerate(GENERATIONS[i] for i in draw_indices(draw, 4, n, n)))
+    link_picks = draw_indices(draw, len(DIRECT_LINKS), len(pairs), len(pairs))
+    direct = {pair: DIRECT_LINKS[i] for pair, i in zip(pairs, link_picks, strict=True)}
+    switch = dict(enumerate(SWITCH_LINKS[i] for i in draw_indices(draw, len(SWITCH_LINKS), n, n)))
+    p2p_picks = draw_indices(draw, len(P2P), len(pairs), len(pairs))
+    p2p = {pair: P2P[i] for pair, i in zip(pairs, p2p_picks, strict=True)}
     entries = []
     total_links = {}
     for i in range(n):
@@ -105,11 +115,14 @@ def best_ring(node: Node, members: tuple[int, ...]) -> int | None:
     if len(members) == 2:
         bandwidth = hop_bandwidth(node, *members)
         return bandwidth or None
+    hop = {(a, b): hop_bandwidth(node, a, b) for a in members for b in members if a != b}
     best = None
     first, rest = members[0], members[1:]
     for order in itertools.permutations(rest):
+        if order[0] > order[-1]:
+            continue  # the cycle of the reversed order, which has the same hops
         cycle = (first, *order, first)
-        bottleneck = min(hop_bandwidth(node, a, b) for a, b in itertools.pairwise(cycle))
+        bottleneck = min(hop[a, b] for a, b in itertools.pairwise(cycle))
         if bottleneck and (best is None or bottleneck > best):
             best = bottleneck
     return best
