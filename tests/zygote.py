@@ -10,7 +10,8 @@ its exit status is its own.  It runs ``python -m gfd ARGS`` as a fresh interpret
 
 Requests: ``{"id": n, "args": [...], "env": {...}, "cwd": "..."}`` with three descriptors.
 Answers: ``{"id": n, "pid": pid}`` once forked, ``{"pid": pid, "status": s}`` when a child
-exits (``s`` as Popen.returncode: negative for a signal).
+exits (``s`` as Popen.returncode: negative for a signal), with ``"cpu"``: the CPU
+seconds it used (what a test's RUSAGE_CHILDREN no longer sees; bench and reports add it).
 """
 
 from __future__ import annotations
@@ -124,13 +125,14 @@ def serve(control: socket.socket) -> None:
 def reap(control: socket.socket) -> None:
     while True:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
         code = os.waitstatus_to_exitcode(status)
-        control.send(json.dumps({"pid": pid, "status": code}).encode())
+        cpu = usage.ru_utime + usage.ru_stime
+        control.send(json.dumps({"pid": pid, "status": code, "cpu": cpu}).encode())
 
 
 if __name__ == "__main__":
