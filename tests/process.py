@@ -283,7 +283,8 @@ class Daemon:
         self.process = fork_gfd("--log-format", "json", *args, *served, env=env)
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.process.stderr is not None
@@ -356,10 +357,16 @@ class Daemon:
                 raise AssertionError(f"gave up waiting for {what}; gfd log:\n{self.log()[-4000:]}")
             time.sleep(0.05)
 
+    def wait(self, timeout: float) -> int:
+        """Its exit status, once it has ended and every line it wrote is in ``lines``."""
+        status = self.process.wait(timeout=timeout)
+        self._reader.join(timeout)  # the rest of stderr, up to the end the exit closed
+        return int(status)
+
     def stop(self, signum: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
             self.process.send_signal(signum)
-        return self.process.wait(timeout=30)
+        return self.wait(30)
 
     def kill(self) -> None:
         if self.process.poll() is None:

@@ -86,7 +86,7 @@ def test_sigterm_ends_gfd_at_once_in_every_state_of_a_request(
     else:
         daemon.wait_for(event, count=2)
     daemon.process.send_signal(signal.SIGTERM)
-    status = daemon.process.wait(timeout=STOP_GUARD_SECONDS)
+    status = daemon.wait(STOP_GUARD_SECONDS)
     log = "".join(daemon.lines)
     assert_no_traceback(log)
     if oneshot:
@@ -105,7 +105,7 @@ def test_a_daemon_stops_at_once_while_the_server_is_down(
     daemon = daemons(*api_args(kubeconfig))
     daemon.wait_for("kubernetes API call failed, retrying", count=3)
     daemon.process.send_signal(signal.SIGTERM)
-    assert daemon.process.wait(timeout=STOP_GUARD_SECONDS) == 0
+    assert daemon.wait(STOP_GUARD_SECONDS) == 0
 
 
 # ----------------------------------------------------------------- oneshot and cleanup end
