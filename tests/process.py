@@ -147,7 +147,7 @@ class ForkedGfd:
         return self.returncode
 
     def send_signal(self, signum: int) -> None:
-        if self.returncode is None:
+        if self.returncode is None and self.pid > 0:  # never 0: that is the process group
             os.kill(self.pid, signum)
 
     def kill(self) -> None:

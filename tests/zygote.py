@@ -6,7 +6,10 @@ child per request on the control socket ``FD`` (a SOCK_SEQPACKET Unix socket).  
 a real process: its own pid, stdin/stdout/stderr (the three descriptors sent with the
 request), environment and working directory; signals sent to it are delivered to it and
 its exit status is its own.  It runs ``python -m gfd ARGS`` as a fresh interpreter would
-(``runpy``, ``__main__``), from module state nobody has used: the parent never runs gfd.
+(``runpy``, ``__main__``), from module state nobody has used: the parent never runs gfd,
+and gfd reads its environment when it runs, never at import.  What only an interpreter's
+start-up reads (PYTHON*, LD_*) is the parent's: tests/process.py starts a fresh interpreter
+where a test asks for another.
 
 Requests: ``{"id": n, "args": [...], "env": {...}, "cwd": "..."}`` with three descriptors.
 Answers: ``{"id": n, "pid": pid}`` once forked, ``{"pid": pid, "status": s}`` when a child
