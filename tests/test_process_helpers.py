@@ -18,6 +18,12 @@ from tests.process import FRESH_ENV, ForkedGfd, fork_gfd
 DGX = "examples/snapshots/dgx-a100.yaml"
 
 
+@pytest.fixture(autouse=True)
+def forked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the forked path, even in a run that asks for fresh ones."""
+    monkeypatch.delenv(FRESH_ENV, raising=False)
+
+
 def finish(child: ForkedGfd) -> tuple[int, str, str]:
     """Its exit status, stdout and stderr (a few lines each here: read one after the other)."""
     with child.stdout, child.stderr:
