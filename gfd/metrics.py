@@ -14,6 +14,7 @@ alive and a slow scraper never blocks the loop.  Clocks are injectable for tests
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -129,6 +130,11 @@ class PrometheusMetrics:
 
     def close(self) -> None:
         if self._server is not None:
+            # wake the serving thread's wait for a connection now (the accept it then tries
+            # fails and is ignored) rather than after up to poll_interval: a SIGTERM's exit
+            # is not held up by it
+            with contextlib.suppress(OSError):
+                self._server.socket.shutdown(socket.SHUT_RDWR)
             self._server.shutdown()
             self._server.server_close()
             self._server = None
@@ -191,7 +197,8 @@ class PrometheusMetrics:
             ) from None
         server.daemon_threads = True
         self._server = server
-        # poll_interval only bounds how long close() waits for the serving thread
+        # close() wakes the serving thread itself; poll_interval bounds its wait where that
+        # does not work (shutting down a listening socket wakes accept on Linux)
         self._thread = threading.Thread(
             target=server.serve_forever,
             kwargs={"poll_interval": poll_interval},

@@ -15,8 +15,11 @@ import pytest
 from gfd import labels as labelling
 from gfd import snapshot
 from gfd.agent import Agent
+from gfd.outputs.kube import retry_budget
+from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.settings import Config, Settings, resolve
 from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.waits import client_without_waits
 from tests.loop import drive
 from tests.process import ROOT
 
@@ -125,9 +128,15 @@ def test_nodefeature_outage_of_three_passes_is_survived(
             expected_labels(SNAPSHOT_B)
         ]
 
+    settings = api_settings(kubeconfig, node_snapshot, use_node_feature_api=True)
+    # the real output, its client's waits between attempts skipped (tests/fakes/waits.py):
+    # each pass of the outage retries until its budget is spent without waiting it out
+    budget = retry_budget(settings.sleep_interval)
+    output = NodeFeatureOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
     run = drive(
-        api_settings(kubeconfig, node_snapshot, use_node_feature_api=True),
+        settings,
         [published, quiet, quiet, outage, still_down, still_down, back, caught_up],
+        output=output,
     )
     assert run.metrics.passes == ["success"] * 4 + ["error"] * 3 + ["success"] * 2
     assert run.metrics.publishes.count(("nodefeature", "error")) == 3

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.process import run_gfd
+from tests.process import run_gfd, run_gfd_here
 
 DGX = "examples/snapshots/dgx-a100.yaml"
 
@@ -106,7 +106,7 @@ def test_a_restart_leaves_no_gap(tmp_path: Path, daemons: Any) -> None:
     second.wait_for("pass finished", count=2)
     assert os.stat(out).st_ino == inode
     assert second.stop(signal.SIGTERM) == 0
-    result = run_gfd("--cleanup", "--output-file", str(out))
+    result = run_gfd_here("--cleanup", "--output-file", str(out))
     assert result.returncode == 0, result.stderr
     assert not out.exists()  # --cleanup still removes it
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from gfd import observability
 from gfd.errors import PublishError, UsageError
 from gfd.labels import build, keys
-from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient
+from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient, retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.outputs.nodelabels import (
     MANAGED_LABELS_ANNOTATION,
@@ -29,6 +29,7 @@ from gfd.outputs.nodelabels import (
 )
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
+from tests.fakes.waits import client_without_waits
 from tests.strategies import configs, snapshots
 
 pytestmark = pytest.mark.timeout(120)
@@ -53,18 +54,35 @@ C = {"nvidia.com/gpu.count": "2"}
 API_NODE_N1 = {"labels": FOREIGN}  # the shared api fixture (tests/conftest.py) adds it
 
 
+INTERVAL = 1.0
+#: what each operation may take, as at a 1 s interval; the outputs below get a client that
+#: skips the waits between attempts (tests/fakes/waits.py), so a test that makes an
+#: operation fail until its budget is spent waits only for the requests themselves
+BUDGET = retry_budget(INTERVAL)
+
+
 def settings(kubeconfig: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {"node_name": "n1", "kubeconfig": kubeconfig, "sleep_interval": 1.0}
+    values: dict[str, Any] = {
+        "node_name": "n1",
+        "kubeconfig": kubeconfig,
+        "sleep_interval": INTERVAL,
+    }
     values.update(overrides)
     return Settings(**values)
 
 
-def node_labels(kubeconfig: str) -> NodeLabelsOutput:
-    return NodeLabelsOutput(settings(kubeconfig, use_node_labels=True))
+def node_labels(kubeconfig: str, **client: float) -> NodeLabelsOutput:
+    return NodeLabelsOutput(
+        settings(kubeconfig, use_node_labels=True),
+        client=client_without_waits(kubeconfig, budget=BUDGET, **client),
+    )
 
 
 def node_feature(kubeconfig: str) -> NodeFeatureOutput:
-    return NodeFeatureOutput(settings(kubeconfig, use_node_feature_api=True))
+    return NodeFeatureOutput(
+        settings(kubeconfig, use_node_feature_api=True),
+        client=client_without_waits(kubeconfig, budget=BUDGET),
+    )
 
 
 def gfd_keys_on(api: FakeApiServer) -> dict[str, str]:
@@ -74,18 +92,26 @@ def gfd_keys_on(api: FakeApiServer) -> dict[str, str]:
 # ----------------------------------------------------------------- lost answers
 
 
+#: a request's own limit where a test makes the server answer later than that
+SHORT_REQUEST_TIMEOUT = 0.3
+
+
 @pytest.mark.parametrize(
-    "lost",
+    ("lost", "client"),
     [
-        pytest.param(Fault(status=504, after_apply=True), id="504-from-a-proxy"),
-        pytest.param(Fault(drop=True, after_apply=True), id="connection-dropped"),
-        pytest.param(Fault(delay=1.5, after_apply=True), id="slower-than-the-timeout"),
+        pytest.param(Fault(status=504, after_apply=True), {}, id="504-from-a-proxy"),
+        pytest.param(Fault(drop=True, after_apply=True), {}, id="connection-dropped"),
+        pytest.param(
+            Fault(delay=1.5, after_apply=True),
+            {"request_timeout": SHORT_REQUEST_TIMEOUT},
+            id="slower-than-the-timeout",
+        ),
     ],
 )
 def test_a_write_applied_but_unanswered_orphans_nothing(
-    api: FakeApiServer, kubeconfig: str, lost: Fault
+    api: FakeApiServer, kubeconfig: str, lost: Fault, client: dict[str, float]
 ) -> None:
-    output = node_labels(kubeconfig)
+    output = node_labels(kubeconfig, **client)
     output.publish(A)
     # every write of B lands on the node, no answer ever comes back, and the node cannot be
     # read again within the pass: the pass fails, not knowing what it left on the node
@@ -369,23 +395,27 @@ def test_nodefeature_bad_answers_are_retried_server_errors(
 
 @pytest.fixture
 def quick_client(kubeconfig: str) -> KubeClient:
-    return KubeClient(kubeconfig, budget=1.0, request_timeout=0.5)
+    return client_without_waits(kubeconfig, budget=BUDGET)
 
 
 @pytest.mark.parametrize(
     "stall",
     [
-        pytest.param(Fault(trickle=0.1, count=None), id="headers-trickled-forever"),
+        # a header line every 0.03 s: each read of the socket gets something well within
+        # the request's timeout (0.15 s), so only its total deadline can end it
+        pytest.param(Fault(trickle=0.03, count=None), id="headers-trickled-forever"),
         pytest.param(Fault(hang=True, count=None), id="accepts-and-never-answers"),
     ],
 )
 def test_a_stalling_server_cannot_hold_a_request(
-    api: FakeApiServer, quick_client: KubeClient, stall: Fault
+    api: FakeApiServer, kubeconfig: str, stall: Fault
 ) -> None:
+    client = client_without_waits(kubeconfig, budget=0.3, request_timeout=0.15)
     api.inject(stall)
     with pytest.raises(PublishError, match=r"deadline|timed out") as raised:
-        quick_client.run("get node n1", lambda: quick_client.request("GET", NODE))
+        client.run("get node n1", lambda: client.request("GET", NODE))
     assert "gave up after" in str(raised.value)
+    assert api.count("GET") >= 1
 
 
 @pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "until-close"])
@@ -431,7 +461,7 @@ def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> 
         "current-context": "c",
     }
     path.write_text(json.dumps(config))
-    client = KubeClient(str(path), budget=0.3)
+    client = client_without_waits(str(path), budget=0.3)
     observability._structlog()
     with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
         client.run("get node n1", lambda: client.request("GET", NODE))

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
-from tests.process import ROOT, run_gfd, run_gfd_here
+from tests.process import ROOT, run_gfd_here
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -86,7 +86,7 @@ def test_sigterm_ends_gfd_at_once_in_every_state_of_a_request(
     else:
         daemon.wait_for(event, count=2)
     daemon.process.send_signal(signal.SIGTERM)
-    status = daemon.process.wait(timeout=STOP_GUARD_SECONDS)
+    status = daemon.wait(STOP_GUARD_SECONDS)
     log = "".join(daemon.lines)
     assert_no_traceback(log)
     if oneshot:
@@ -105,7 +105,7 @@ def test_a_daemon_stops_at_once_while_the_server_is_down(
     daemon = daemons(*api_args(kubeconfig))
     daemon.wait_for("kubernetes API call failed, retrying", count=3)
     daemon.process.send_signal(signal.SIGTERM)
-    assert daemon.process.wait(timeout=STOP_GUARD_SECONDS) == 0
+    assert daemon.wait(STOP_GUARD_SECONDS) == 0
 
 
 # ----------------------------------------------------------------- oneshot and cleanup end
@@ -113,15 +113,16 @@ def test_a_daemon_stops_at_once_while_the_server_is_down(
 
 @pytest.mark.parametrize(
     "stall",
-    [Fault(trickle=0.5, count=None), Fault(hang=True, count=None)],
+    # a header line every 0.05 s: every read gets one well within the request's deadline
+    [Fault(trickle=0.05, count=None), Fault(hang=True, count=None)],
     ids=["headers-trickling", "never-answering"],
 )
 def test_a_oneshot_against_a_stalling_server_ends_with_one_line(
     api: FakeApiServer, kubeconfig: str, stall: Fault
 ) -> None:
     api.inject(stall)
-    # (a guard: http.client gives up after 100 header lines, 50 s here)
-    done = run_gfd(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "2s"), timeout=20)
+    # a 600 ms interval: the pass's budget, and so its one request's deadline, is 0.3 s
+    done = run_gfd_here(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "600ms"))
     assert done.returncode == 1
     assert_no_traceback(done.stderr)
     assert "gfd: error: patch labels of node n1" in done.stderr
@@ -144,7 +145,7 @@ def test_cleanup_that_cannot_remove_the_labels_exits_non_zero(
     assert len(labelled) > len(FOREIGN)
 
     api.inject(Fault(body=BAD_BODIES[body], method="GET", count=None))
-    done = run_gfd_here(*api_args(kubeconfig, "--cleanup", "--sleep-interval", "1s"))
+    done = run_gfd_here(*api_args(kubeconfig, "--cleanup", "--sleep-interval", "400ms"))
     assert done.returncode == 1
     assert_no_traceback(done.stderr)
     errors = [line for line in done.stderr.splitlines() if line.startswith("gfd: error:")]
@@ -170,7 +171,8 @@ def test_a_server_address_that_is_not_http_is_a_usage_error(
 
 def test_a_password_in_the_server_url_never_reaches_the_log(tmp_path: Path) -> None:
     kubeconfig = str(write_kubeconfig(tmp_path / "kubeconfig", "http://admin:s3cr3t@127.0.0.1:9"))
-    done = run_gfd_here(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "1s"))
+    # a 0.3 s budget: time for the refused first attempt and at least one retry
+    done = run_gfd_here(*api_args(kubeconfig, "--oneshot", "--sleep-interval", "600ms"))
     assert done.returncode == 1
     assert "retrying" in done.stderr  # connection errors were logged...
     assert "s3cr3t" not in done.stderr  # ...without the password

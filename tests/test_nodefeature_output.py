@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
+from gfd.outputs.kube import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.waits import client_without_waits
 
 NAMESPACE = "gpu-operator"
 OBJECT = "nvidia-features-for-n1"
@@ -29,7 +31,11 @@ def make_output(kubeconfig: str, **overrides: Any) -> NodeFeatureOutput:
         "sleep_interval": 1.0,
     }
     values.update(overrides)
-    return NodeFeatureOutput(Settings(**values))
+    settings = Settings(**values)
+    # the real client with the budget the settings give, its waits between attempts
+    # skipped (tests/fakes/waits.py): a transient error or an outage costs no backoff here
+    budget = retry_budget(settings.sleep_interval)
+    return NodeFeatureOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
 
 
 def stored(api: FakeApiServer) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
+from gfd.outputs.kube import retry_budget
 from gfd.outputs.nodelabels import (
     MANAGED_LABELS_ANNOTATION,
     NodeLabelsOutput,
@@ -15,6 +16,7 @@ from gfd.outputs.nodelabels import (
 )
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import MERGE_PATCH, FakeApiServer
+from tests.fakes.waits import client_without_waits
 
 NODE_PATH = "/api/v1/nodes/n1"
 FOREIGN = {
@@ -41,7 +43,11 @@ def make_output(kubeconfig: str, **overrides: Any) -> NodeLabelsOutput:
         "sleep_interval": 1.0,
     }
     values.update(overrides)
-    return NodeLabelsOutput(Settings(**values))
+    settings = Settings(**values)
+    # the real client with the budget the settings give, its waits between attempts
+    # skipped (tests/fakes/waits.py): a transient error or an outage costs no backoff here
+    budget = retry_budget(settings.sleep_interval)
+    return NodeLabelsOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
 
 
 def managed(keys: dict[str, str]) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from gfd.errors import PublishError
 from gfd.outputs.file import FileOutput, format_expiry, split_features_file
-from tests.process import run_gfd
+from tests.process import run_gfd_here
 
 DGX = "examples/snapshots/dgx-a100.yaml"
 LABELS = {"nvidia.com/gpu.count": "8"}
@@ -80,7 +80,7 @@ def test_a_horizon_that_lapses_before_nfd_reads_the_file_is_refused(
     horizon: str, tmp_path: Path
 ) -> None:
     out = tmp_path / "gfd"
-    result = run_gfd(
+    result = run_gfd_here(
         "--oneshot", "--snapshot-file", DGX, "-o", str(out), "--expiry-horizon", horizon
     )
     assert result.returncode == 2
@@ -123,7 +123,7 @@ def test_special_file_swapped_in_under_a_running_daemon(
     loop (and SIGTERM) for good, a directory was renamed over or read."""
     out = tmp_path / "gfd"
     daemon = daemons(
-        "--sleep-interval", "100ms", "--output-file", str(out), "--snapshot-file", DGX
+        "--sleep-interval", "50ms", "--output-file", str(out), "--snapshot-file", DGX
     )  # fmt: skip
     daemon.wait_for("pass finished")
     make(out)
@@ -146,11 +146,11 @@ def test_cleanup_never_removes_a_fifo_or_directory(tmp_path: Path) -> None:
 def test_a_running_daemon_does_not_rewrite_a_current_file(tmp_path: Path, daemons: Any) -> None:
     """The expiry is checked on every pass; it must not turn into a write every pass."""
     out = tmp_path / "gfd"
-    # 100ms passes against a 60s horizon: five passes in half a second, the expiry
+    # 50ms passes against a 60s horizon: five passes in a quarter of a second, the expiry
     # still far off at every one of them
     daemon = daemons(
         "--sleep-interval",
-        "100ms",
+        "50ms",
         "--expiry-horizon",
         "60s",
         "--output-file",

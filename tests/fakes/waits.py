@@ -1,0 +1,42 @@
+"""The retry policy's waits, taken out of in-process tests.
+
+A test that makes an operation fail against the fake API server until its budget runs out
+would otherwise sit through every wait between attempts (a second of backoff per failing
+pass at a 2 s interval).  :class:`SkippedWaits` gives the policy a clock that runs with the
+wall clock except that a wait passes at once: it moves the clock ahead instead.  Requests
+still take real time and still time out in real time; the policy sees the same attempts,
+waits and budget it would see waiting for real.
+"""
+
+from __future__ import annotations
+
+import time
+
+from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS, KubeClient
+
+
+class SkippedWaits:
+    def __init__(self) -> None:
+        self.skipped = 0.0
+        self.waits: list[float] = []
+
+    def clock(self) -> float:
+        return time.monotonic() + self.skipped
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.skipped += seconds
+
+
+def client_without_waits(
+    kubeconfig: str, *, budget: float, request_timeout: float = REQUEST_TIMEOUT_SECONDS
+) -> KubeClient:
+    """A real client whose retry policy skips its waits (:class:`SkippedWaits`)."""
+    waits = SkippedWaits()
+    return KubeClient(
+        kubeconfig,
+        budget=budget,
+        request_timeout=request_timeout,
+        sleep=waits.sleep,
+        clock=waits.clock,
+    )
