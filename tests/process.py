@@ -280,7 +280,12 @@ class Daemon:
     ) -> None:
         self.port = free_port() if metrics else None
         served = ["--metrics-address", f"127.0.0.1:{self.port}"] if metrics else []
-        self.process = fork_gfd("--log-format", "json", *args, *served, env=env)
+        self._follow(fork_gfd("--log-format", "json", *args, *served, env=env))
+
+    def _follow(self, process: Any) -> None:
+        """Take ``process`` on: its stderr lines read on a thread into ``lines`` and
+        ``events`` (a subclass that starts gfd another way calls this)."""
+        self.process = process
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)

@@ -5,11 +5,9 @@ gfd itself as a real process (the same one a pod runs), authenticated as its ser
 from __future__ import annotations
 
 import importlib.util
-import queue
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
@@ -139,18 +137,17 @@ class Agent(Daemon):
     """A running gfd daemon (tests.process.Daemon's log reader) started through LAUNCHER."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self.process = subprocess.Popen(
-            [*LAUNCHER, "--log-format", "json", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(env),
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
+        self._follow(
+            subprocess.Popen(
+                [*LAUNCHER, "--log-format", "json", *args],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=clean_env(env),
+                cwd=ROOT,
+                stdin=subprocess.DEVNULL,
+            )
         )
-        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.lines: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
 
     def passes(self, count: int = 1) -> list[dict[str, Any]]:
         return self.wait_for("pass finished", count, limit=PATIENCE_SECONDS)
