@@ -7,12 +7,14 @@ and without a driver the NVML failure as one clear line. Built with `make image`
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e import image
 
@@ -125,8 +127,16 @@ def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_p
         # readable by the image's user (65532), as a mounted service-account secret is
         kube = tmp_path / "kube"
         kube.mkdir(mode=0o755)
-        plane.kubeconfig(kube / "kubeconfig", token, "gpu-feature-discovery").chmod(0o644)
-        certs = plane.ca_file.parent
+        # the server's CA beside the kubeconfig, at its path in the container (as a pod's
+        # mounted service-account CA is): the host's path may be one the container shadows
+        # (its own /dev/shm, where the suite keeps temporary files)
+        config_path = plane.kubeconfig(kube / "kubeconfig", token, "gpu-feature-discovery")
+        shutil.copyfile(plane.ca_file, kube / "ca.crt")
+        (kube / "ca.crt").chmod(0o644)
+        config = yaml.safe_load(config_path.read_text())
+        config["clusters"][0]["cluster"]["certificate-authority"] = "/kube/ca.crt"
+        config_path.write_text(yaml.safe_dump(config))
+        config_path.chmod(0o644)
         done = image.run(
             ctr,
             [
@@ -141,7 +151,7 @@ def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_p
                 "--snapshot-file",
                 "/snap/dgx-a100.yaml",
             ],
-            volumes=[f"{kube}:/kube:ro", f"{certs}:{certs}:ro", f"{SNAPSHOTS}:/snap:ro"],
+            volumes=[f"{kube}:/kube:ro", f"{SNAPSHOTS}:/snap:ro"],
             network_host=True,
         )
         assert done.returncode == 0, done.stderr
