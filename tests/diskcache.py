@@ -1,6 +1,7 @@
-"""Results of slow, deterministic set-up steps (a kustomize render, a wheel build) kept on
-disk under ``.pytest-cache-gfd/`` (gitignored), keyed by a hash of everything the result
-depends on: the inputs' bytes and the tool that made it.
+"""Results of slow, deterministic set-up steps (a wheel build) kept on disk under
+``.pytest-cache-gfd/`` (gitignored), keyed by a hash of everything the result depends on:
+the inputs' bytes and the tool that made it.  (scripts/manifests.py keeps its kustomize
+renders there too, by the same rules.)
 
 A changed input is a new key, so a stale entry is never read; a clean clone has no entries
 and computes everything (the same code path, only slower).  Entries are written to a
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -36,18 +36,6 @@ def tree_digest(root: Path, *, skip: Iterable[str] = ()) -> str:
         digest.update(str(relative).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()
-
-
-def program_identity(program: str) -> str:
-    """Which executable ``program`` is (its resolved path, size and modification time):
-    a new build of the tool is a new key."""
-    found = shutil.which(program) or program
-    try:
-        real = os.path.realpath(found)
-        stat = os.stat(real)
-    except OSError:
-        return program
-    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def key(*parts: str) -> str:

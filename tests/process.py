@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -101,10 +101,13 @@ def run_gfd_here(
 _HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 
-def spawn_gfd(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
-    """A fresh interpreter running ``python -m gfd ARGS``."""
+def spawn_gfd(
+    *args: str, env: Mapping[str, str] | None = None, command: Sequence[str] = GFD
+) -> subprocess.Popen[str]:
+    """A fresh interpreter running ``python -m gfd ARGS`` (``command`` instead of
+    ``python -m gfd`` where given: the e2e layer's launcher)."""
     return subprocess.Popen(
-        [*GFD, *args],
+        [*command, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

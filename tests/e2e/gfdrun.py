@@ -18,7 +18,7 @@ from gfd import labels as labelling
 from gfd import snapshot
 from gfd.settings import Config
 from tests.e2e.controlplane import GFD_NAMESPACE, GFD_TOKEN, GFD_USER, ControlPlane
-from tests.process import ROOT, Daemon, clean_env
+from tests.process import ROOT, Daemon, clean_env, spawn_gfd
 
 SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
 SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
@@ -137,17 +137,7 @@ class Agent(Daemon):
     """A running gfd daemon (tests.process.Daemon's log reader) started through LAUNCHER."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
-        self._follow(
-            subprocess.Popen(
-                [*LAUNCHER, "--log-format", "json", *args],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=clean_env(env),
-                cwd=ROOT,
-                stdin=subprocess.DEVNULL,
-            )
-        )
+        self._follow(spawn_gfd("--log-format", "json", *args, env=env, command=LAUNCHER))
 
     def passes(self, count: int = 1) -> list[dict[str, Any]]:
         return self.wait_for("pass finished", count, limit=PATIENCE_SECONDS)
