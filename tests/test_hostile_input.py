@@ -28,6 +28,7 @@ import yaml
 
 from gfd.documents import MAX_DOCUMENT_BYTES
 from tests.fakes.fake_apiserver import FakeApiServer
+from tests.helpers import SAFE_DUMPER, SAFE_LOADER
 from tests.process import ROOT, run_gfd, run_gfd_here
 
 SNAPSHOT = Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml"
@@ -35,12 +36,6 @@ SNAPSHOT = Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml"
 LONGEST_LINE = 400
 
 pytestmark = pytest.mark.timeout(120)
-
-
-#: libyaml's parser and emitter where PyYAML has them (the same documents, several times
-#: faster than the pure-Python ones for these test-side reads and writes)
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-SAFE_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 
 
 @functools.cache

@@ -37,6 +37,7 @@ from gfd import __version__
 from gfd.errors import UsageError
 from gfd.labels import keys
 from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
+from tests.helpers import SAFE_LOADER
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -99,8 +100,7 @@ def rendered() -> Callable[[str], list[dict[str, Any]]]:
 def load_objects(rendered: str) -> list[dict[str, Any]]:
     """``tool.load_objects`` with libyaml's parser where PyYAML has it (the same objects,
     several times faster on kustomize's output)."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [doc for doc in yaml.load_all(rendered, Loader=loader) if doc is not None]
+    return [doc for doc in yaml.load_all(rendered, Loader=SAFE_LOADER) if doc is not None]
 
 
 _validated: dict[tuple[str, str], list[str]] = {}

@@ -28,6 +28,7 @@ from gfd import snapshot as snapshot_io
 from gfd.documents import MAX_NESTING, MAX_NODES, MAX_NUMBER_CHARS, parse_yaml
 from gfd.errors import UsageError
 
+from .helpers import SAFE_LOADER
 from .process import ROOT
 from .strategies import index_strings, snapshots
 from .test_imports import DGX, loaded, record_imports
@@ -519,7 +520,7 @@ def test_plain_documents_are_read_by_the_fast_reader(
 def written_over_lines(text: str) -> bool:
     """Whether a scalar or a flow collection of ``text`` spans lines."""
     open_flows: list[int] = []
-    for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    for event in yaml.parse(text, Loader=SAFE_LOADER):
         if isinstance(event, yaml.ScalarEvent):
             if event.start_mark.line != event.end_mark.line:
                 return True
@@ -696,7 +697,7 @@ def test_dumped_snapshots_are_read_by_the_fast_reader(node: snapshot_io.Snapshot
     text = snapshot_io.dumps(node)
     spans_lines = any(
         event.start_mark.line != event.end_mark.line
-        for event in yaml.parse(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        for event in yaml.parse(text, Loader=SAFE_LOADER)
         if isinstance(event, yaml.ScalarEvent)
     )
     # (the two PyYAML parsers are compared on generated documents above; here, on whole
