@@ -163,7 +163,12 @@ def draw_indices(
     decisions this way, which makes them about twice as cheap to generate (and the suite's
     time is mostly generation).  Decoded here rather than with ``.map``, whose every draw
     costs more than the string's."""
-    return [ord(letter) - 0x30 for letter in draw(index_strings(count, min_size, max_size))]
+    return indices(draw(index_strings(count, min_size, max_size)))
+
+
+def indices(text: str) -> list[int]:
+    """The indices an index string (index_strings) stands for."""
+    return [ord(letter) - 0x30 for letter in text]
 
 
 _DIGITS = "0123456789"
@@ -248,7 +253,7 @@ _machines = machines()
 _vgpus = vgpus()
 _PALETTE = tuple(sorted(MIG_PROFILES))
 _palettes = index_strings(len(_PALETTE), min_size=1, max_size=3).map(
-    lambda picks: [_PALETTE[ord(pick) - 0x30] for pick in picks]
+    lambda picks: [_PALETTE[pick] for pick in indices(picks)]
 )
 
 

@@ -30,7 +30,7 @@ from gfd.errors import UsageError
 
 from .helpers import SAFE_LOADER
 from .process import ROOT
-from .strategies import index_strings, snapshots
+from .strategies import index_strings, indices, snapshots
 from .test_imports import DGX, loaded, record_imports
 
 # ------------------------------------------------------------------------------ helpers
@@ -303,8 +303,8 @@ def _options(choices: dict[str, tuple[Any, ...]]) -> st.SearchStrategy[dict[str,
     assert all(60 % len(options) == 0 for options in choices.values())
     return index_strings(60, len(choices), len(choices)).map(
         lambda letters: {
-            key: options[(ord(letter) - 0x30) % len(options)]
-            for (key, options), letter in zip(choices.items(), letters, strict=True)
+            key: options[index % len(options)]
+            for (key, options), index in zip(choices.items(), indices(letters), strict=True)
         }
     )
 
