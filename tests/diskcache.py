@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,20 +40,6 @@ def tree_digest(root: Path, *, skip: Iterable[str] = ()) -> str:
 
 def key(*parts: str) -> str:
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
-
-
-def cached_text(kind: str, entry_key: str, compute: Callable[[], str]) -> str:
-    """The text stored for ``entry_key``, computed (and stored) when there is none."""
-    if not enabled():
-        return compute()
-    path = CACHE / kind / f"{entry_key}.txt"
-    try:
-        return path.read_text()
-    except OSError:
-        pass
-    text = compute()
-    store(path, text.encode())
-    return text
 
 
 def store(path: Path, data: bytes) -> None:
