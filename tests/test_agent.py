@@ -90,7 +90,13 @@ def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> 
 
 
 def file_settings(tmp_path: Path, path: str, **values: object) -> Settings:
-    given = {"snapshot_file": MIG_NODE, "output_file": path, "no_timestamp": True, **values}
+    given = {
+        "snapshot_file": MIG_NODE,
+        "output_file": path,
+        "use_node_feature_api": False,
+        "no_timestamp": True,
+        **values,
+    }
     return resolve(given, {})
 
 
@@ -130,7 +136,12 @@ def test_the_koordlet_file_moves_without_a_gap(tmp_path: Path) -> None:
     old.mkdir()
     new.mkdir()
     snapshot = "examples/snapshots/a100-pcie-nvlink-bridges.yaml"
-    values = {"output_file": "-", "snapshot_file": snapshot, "oneshot": False}
+    values = {
+        "output_file": "-",
+        "use_node_feature_api": False,
+        "snapshot_file": snapshot,
+        "oneshot": False,
+    }
     first = resolve({**values, "koordlet_device_infos_dir": str(old)}, {})
     moved = resolve({**values, "koordlet_device_infos_dir": str(new)}, {})
     agent = Agent(first, reload_settings=lambda: moved)

@@ -40,6 +40,8 @@ TWO_MODELS = SNAPSHOTS / "two-models.yaml"
 FOREIGN = {"kubernetes.io/hostname": "n1"}
 API_NODE_N1 = {"labels": FOREIGN, "annotations": {}}
 STOPS = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT]
+#: the features file, chosen explicitly (whatever output is the default)
+TO_FILE = ("--use-node-feature-api=false", "--output-file")
 #: how long a stopped process may take, on a loaded test machine, beyond the promised bound
 SLACK_SECONDS = 10.0
 
@@ -122,7 +124,7 @@ def test_a_sighup_at_any_moment_of_start_up_is_a_reload_never_a_death(
     for delay in (0.0, 0.0, 0.002, 0.01, 0.03, 0.1):
         out = tmp_path / f"gfd-{delay}"
         daemon = fresh(
-            LAUNCHERS[launcher], "--sleep-interval", "50ms", "--output-file", str(out),
+            LAUNCHERS[launcher], "--sleep-interval", "50ms", *TO_FILE, str(out),
             "--snapshot-file", str(DGX), "--no-timestamp",
         )  # fmt: skip
         daemon.wait_until_starting()
@@ -140,7 +142,7 @@ def test_a_stop_during_start_up_exits_0(
     fresh: Callable[..., FreshDaemon], tmp_path: Path, signum: int
 ) -> None:
     daemon = fresh(
-        GFD, "--sleep-interval", "50ms", "--output-file", str(tmp_path / "gfd"),
+        GFD, "--sleep-interval", "50ms", *TO_FILE, str(tmp_path / "gfd"),
         "--snapshot-file", str(DGX),
     )  # fmt: skip
     daemon.wait_until_starting()
@@ -159,7 +161,7 @@ def test_signals_during_exit_never_change_its_status(
     gone: some land while Python shuts down, which puts the default actions back."""
     for _ in range(5):
         daemon = fresh(
-            GFD, "--sleep-interval", "50ms", "--output-file", str(tmp_path / "gfd"),
+            GFD, "--sleep-interval", "50ms", *TO_FILE, str(tmp_path / "gfd"),
             "--snapshot-file", str(DGX),
         )  # fmt: skip
         daemon.wait_for("pass finished")
@@ -183,7 +185,7 @@ def test_a_stop_ends_the_process_when_the_main_thread_is_blocked(tmp_path: Path)
     write(2), which Python restarts after every handler; the watchdog ends it, status 0."""
     process = fork_gfd(
         "--log-format", "json", "--log-level", "debug", "--sleep-interval", "1ms",
-        "--output-file", str(tmp_path / "gfd"), "--snapshot-file", str(DGX),
+        *TO_FILE, str(tmp_path / "gfd"), "--snapshot-file", str(DGX),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
