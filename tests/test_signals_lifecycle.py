@@ -402,3 +402,37 @@ def test_the_console_script_is_the_launcher() -> None:
         if line.rsplit("|", 1)[-1].strip().startswith("gfd")
     }
     assert gfd_modules == {"gfd", "gfd.launch"}  # gfd.signals comes first, inside main()
+
+
+@pytest.mark.parametrize("signum", SIGNALS, ids=[s.name for s in SIGNALS])
+def test_a_signal_during_cleanup(api: FakeApiServer, kubeconfig: str, signum: int) -> None:
+    """``--cleanup`` waiting on the API server: SIGHUP changes nothing (here in the wait
+    before a retry: it retries and finishes); SIGTERM (here in a request the server never
+    answers) ends it with one line and status 1 -- it did not finish, so never 0."""
+    if signum == signal.SIGHUP:
+        api.inject(Fault(status=503, retry_after=1, method="GET", count=1))
+    else:
+        api.inject(Fault(hang=True, method="GET", count=1))
+    process = fork_gfd(
+        "--cleanup", "--use-node-labels", "--use-node-feature-api=false", "--node-name", "n1",
+        "--kubeconfig", kubeconfig, "--sleep-interval", "10s",
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while api.count("GET") < 1:
+            assert process.poll() is None
+            assert time.monotonic() < deadline, "the cleanup never asked for the node"
+            time.sleep(0.01)
+        process.send_signal(signum)
+        status = process.wait(timeout=signals.STOP_BOUND_SECONDS + SLACK_SECONDS)
+        errors = [line for line in process.stderr.read().splitlines() if "error:" in line]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if signum == signal.SIGHUP:
+        assert (status, errors) == (0, [])
+        assert api.count("GET") >= 2  # the refused request was tried again
+    else:
+        assert status == 1
+        assert len(errors) == 1 and "interrupted by SIGTERM" in errors[0], errors
