@@ -456,13 +456,16 @@ def test_pcie_only_gpu_costs_one_state_call(tmp_path: Path) -> None:
     ("raw", "major", "generation"),
     [
         (5, 8, 3),  # A100 on a real driver
-        (7, 9, 4),  # H100 on a real driver
+        (7, 9, 4),  # H100 on a driver said to report 7: never newer than Hopper's NVLink 4
         (2, 7, 2),  # V100
-        (8, 10, 5),  # Blackwell
+        (8, 10, 5),  # Blackwell reporting 8: never newer than its own NVLink 5
         (1, 6, 1),  # P100
         (3, 8, 3),  # A100 on NVIDIA's mock: the generation itself
         (4, 9, 4),  # H100 on the mock
         (5, 10, 5),  # B200 on the mock
+        (6, 9, 4),  # H100 as nvml.h declares it: NVML_NVLINK_VERSION_4_0 = 6
+        (7, 10, 5),  # Blackwell as nvml.h declares it: NVML_NVLINK_VERSION_5_0 = 7
+        (8, 11, 6),  # NVML_NVLINK_VERSION_6_0 = 8 on an architecture gfd does not know
         (0, 9, None),
         (42, 9, None),
     ],
