@@ -9,7 +9,6 @@ vendor capability with its records — so the parser can be fed good and broken 
 from __future__ import annotations
 
 import os
-
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -105,7 +104,6 @@ class FakeSysfs:
             (directory / "class").write_text(f"0x{pci_class:06x}\n")
         (directory / "config").write_bytes(plain_config() if config is None else config)
         return directory
-
 
     def under_root(self, address: str, root: str) -> None:
         """Move the function below its PCIe root complex, as the kernel lays it out:
