@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from gfd import partitions, records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
-from gfd.discovery.topology import cpu_list, nvlink_generation
+from gfd.discovery.topology import cpu_list, nvlink_generation, read_pcie_root
 from gfd.errors import ConfigError, SnapshotError
 from gfd.labels import build
 from gfd.labels.partitions import left_after, link_graph, partition_table
@@ -559,6 +559,9 @@ topology:
         ),
         ("  gpus: [{index: 0, cpu_affinity: '0-3;8'}]", "topology.gpus[0].cpu_affinity"),
         ("  gpus: [{index: 0, numa_node: -1}]", "topology.gpus[0].numa_node"),
+        ("  gpus: [{index: 0, pcie_root: 0000:3a}]", "topology.gpus[0].pcie_root: expected"),
+        ("  gpus: [{index: 0, pcie_root: pci000a:3a}]", "topology.gpus[0].pcie_root: expected"),
+        ("  gpus: [{index: 0, pcie_root: 'pci0000:3a/x'}]", "topology.gpus[0].pcie_root"),
         ("  pairs: [{gpus: [1, 0]}]", "topology.pairs[0].gpus: expected two GPU indices"),
         ("  pairs: [{gpus: [0, 3]}]", "topology.pairs[0].gpus: no GPU has index 3"),
         ("  pairs: [{gpus: [0, 1]}, {gpus: [0, 1]}]", "topology.pairs[1].gpus: duplicate pair"),
@@ -606,6 +609,48 @@ def test_topology_is_read_only_when_wanted(tmp_path: Path) -> None:
     found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
     assert found == records.replace(snap, topology=None)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 0
+
+
+def test_pcie_root_is_the_root_complex_the_sysfs_link_resolves_under(tmp_path: Path) -> None:
+    """koordlet's form (helper/topology.go parsePCIEID): the first pci<dddd>:<xx> of the
+    resolved path -- the root complex, not a PCIe switch below it; the sysfs mount point's
+    own name does not count; a missing or looping link gives None."""
+    root = tmp_path / "pci0000:99-mount"  # a mount point that looks like a root
+    devices = root / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True)
+    below = root / "devices" / "pci0000:3a" / "0000:3a:00.0" / "0000:3b:00.0" / "0000:3c:08.0"
+    (below / "0000:3d:00.0").mkdir(parents=True)
+    (devices / "0000:3d:00.0").symlink_to(
+        "../../../" + str(below.relative_to(root)) + "/0000:3d:00.0"
+    )
+    assert read_pcie_root(str(root), "0000:3d:00.0") == "pci0000:3a"
+    (devices / "0000:01:00.0").mkdir()  # a plain directory: no root in its path
+    assert read_pcie_root(str(root), "0000:01:00.0") is None
+    (devices / "0000:02:00.0").symlink_to("0000:02:00.0")  # a loop
+    assert read_pcie_root(str(root), "0000:02:00.0") is None
+    assert read_pcie_root(str(root), "0000:04:00.0") is None  # not there
+    assert read_pcie_root(str(root), "../../../etc") is None
+    assert read_pcie_root(str(root), "") is None
+
+
+def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
+    snap = load(H100)
+    assert snap.topology is not None
+    roots = [e.pcie_root for e in snap.topology.gpus]
+    assert all(roots) and len(set(roots)) == 8
+    found = discover_node(snap, tmp_path)
+    assert found.topology is not None
+    assert [e.pcie_root for e in found.topology.gpus] == roots
+    bare = records.replace(
+        snap,
+        topology=records.replace(
+            snap.topology,
+            gpus=tuple(records.replace(e, pcie_root=None) for e in snap.topology.gpus),
+        ),
+    )
+    found = discover_node(bare, tmp_path / "bare")  # GPUs not below a root in sysfs
+    assert found.topology is not None
+    assert {e.pcie_root for e in found.topology.gpus} == {None}
 
 
 TOPOLOGY_CALLS = [
