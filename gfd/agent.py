@@ -3,7 +3,9 @@
 A runtime fault (NVML error, unreadable snapshot, disk full, API server down) fails one
 pass: it is logged and counted, the last published labels stay, and the next pass retries.
 Bad settings stop the agent at start (exit 2); on SIGHUP they are reported and the settings
-in force stay.
+in force stay.  A reload that moves the output publishes to the new place first and only
+then retires the old one, with the outputs' own cleanup (what ``--cleanup`` runs), so the
+node always holds its labels somewhere (README "Switching output by reload").
 """
 
 from __future__ import annotations
