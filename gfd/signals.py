@@ -66,11 +66,20 @@ def install() -> None:
     """Catch every handled signal from now on, and start the stop watchdog.  Called once,
     first thing, by the entry point (main thread)."""
     _catch_all()
-    read, write = os.pipe()  # non-inheritable (PEP 446): no child gets either end
-    os.set_blocking(write, False)  # the C handler must never block on a full pipe
-    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-    threading.Thread(target=_watch, args=(read,), name="gfd-stop-watchdog", daemon=True).start()
     _state.installed = True
+    try:
+        read, write = os.pipe()  # non-inheritable (PEP 446): no child gets either end
+    except OSError:
+        return  # no descriptor left (a tiny RLIMIT_NOFILE): the handlers still apply
+    watchdog = threading.Thread(target=_watch, args=(read,), name="gfd-stop-watchdog", daemon=True)
+    try:
+        os.set_blocking(write, False)  # the C handler must never block on a full pipe
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        watchdog.start()
+    except (OSError, RuntimeError):  # no thread can start (RLIMIT_NPROC)
+        signal.set_wakeup_fd(-1)
+        os.close(read)
+        os.close(write)
 
 
 def _catch_all() -> None:
@@ -133,7 +142,9 @@ def _watch(read: int) -> None:
             try:
                 numbers = os.read(read, 512)
             except OSError:
-                numbers = b""
+                return  # the pipe is gone: nothing more can be watched
+            if not numbers:
+                return  # its write end is closed: no signal can come through it any more
             if deadline is None and any(number in STOPS for number in numbers):
                 deadline = time.monotonic() + STOP_GRACE_SECONDS
         elif deadline is not None and time.monotonic() >= deadline:
