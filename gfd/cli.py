@@ -387,6 +387,11 @@ def _cleanup(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from gfd import logsink
+
+    # before anything is opened (a closed fd 2 is taken by /dev/null) or written: from here
+    # on, stderr can neither block gfd nor kill it
+    logsink.install()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         args = _normalise_bool_args(args)

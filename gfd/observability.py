@@ -6,7 +6,7 @@ console renderer (``--log-format console``, or stderr is a terminal).  The JSON 
 with ``json.dumps`` here: importing structlog pulls in asyncio, logging and its development
 renderer (70-100 ms on a loaded node), which a oneshot that logs one warning would pay for
 nothing.  Lines go to whatever ``sys.stderr`` is when they are written; in the gfd process
-that is the process's stderr.
+that is gfd.logsink's sink, which never blocks and counts what it cannot deliver.
 
 ``NullMetrics`` is used when ``--metrics-address`` is empty; ``start_metrics(settings)``
 returns the Prometheus implementation (imported lazily so oneshot never pays for it).
@@ -95,6 +95,15 @@ def _write(line: str) -> None:
         stream.flush()
     except (OSError, ValueError):
         _refused[0] += 1
+
+
+def log_lines_dropped() -> int:
+    """Log lines (and other stderr text, counted by lines) that never reached stderr."""
+    from gfd import logsink
+
+    stream = sys.stderr
+    sink = stream.dropped if isinstance(stream, logsink.StderrSink) else 0
+    return _refused[0] + sink
 
 
 @contextmanager
