@@ -22,7 +22,12 @@ The mock and the upstream binary are built once by scripts/bench-nvml-tools.sh i
 build the bench says so and exits 0.  Sources: see that script (GFD_BENCH_TEST_INFRA_GIT,
 GFD_BENCH_DEVICE_PLUGIN_GIT).
 
-    .venv/bin/python bench/bench_upstream_nvml.py [--runs N] [--gfd PATH] [--importtime]
+    .venv/bin/python bench/bench_upstream_nvml.py [--runs N] [--gfd PATH] [--baseline PATH]
+                                                  [--importtime]
+
+``--gfd`` and ``--baseline`` take a ``gfd`` console script, e.g. of a wheel installed as
+``bench/bench_oneshot.py --build-wheel VENV`` installs it (an editable install adds its
+import hook to every run).
 """
 
 from __future__ import annotations
@@ -63,14 +68,20 @@ def build_tools() -> tuple[Path, Path] | str:
     return mock, upstream
 
 
-def run_once(argv: list[str], env: dict[str, str]) -> float:
-    """Wall seconds of one fresh process, which must succeed."""
-    start = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, env=env, stdin=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        raise SystemExit(f"{argv[0]} failed ({done.returncode}): {done.stderr[-2000:]!r}")
-    return wall
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds: user + system) of one fresh process, which must succeed."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        child = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - start
+        child.returncode = code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"{argv[0]} failed ({code}): {err.read()[-2000:]!r}")
+    return wall, usage.ru_utime + usage.ru_stime
 
 
 def labels_of(path: Path) -> dict[str, str]:
@@ -123,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         help="the gfd command (default: the console script beside this interpreter)",
     )
     parser.add_argument(
+        "--baseline",
+        help="another gfd command to run in the same rounds (e.g. an earlier commit's install)",
+    )
+    parser.add_argument(
         "--mock-config",
         default="configs/mock-nvml-config-a100.yaml",
         help="the mock's YAML profile, relative to the mock's directory (default: DGX A100)",
@@ -164,20 +179,28 @@ def main(argv: list[str] | None = None) -> int:
             "gfd": [args.gfd, *common, "--output-file", str(work / "gfd")],
             "floor": [python, "-c", "import pynvml"],
         }
+        if args.baseline:
+            commands["baseline"] = [args.baseline, *common, "--output-file", str(work / "baseline")]
         walls: dict[str, list[float]] = {name: [] for name in commands}
+        cpus: dict[str, list[float]] = {name: [] for name in commands}
         for argv in commands.values():  # warm the page cache, check each works; not counted
             run_once(argv, env)
         difference = compare_labels(labels_of(work / "upstream"), labels_of(work / "gfd"))
         label_count = len(labels_of(work / "gfd"))
+        if args.baseline:
+            difference += compare_labels(labels_of(work / "gfd"), labels_of(work / "baseline"))
         names = list(commands)
         for round_number in range(runs):
             shift = round_number % len(names)
             for name in names[shift:] + names[:shift]:
-                walls[name].append(run_once(commands[name], env))
+                wall, cpu = run_once(commands[name], env)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
 
         print(f"mock NVML: {mock} ({args.mock_config}); upstream: {upstream}")
-        print(f"gfd: {args.gfd}")
-        print(f"{runs} rounds, each command once per round (order rotated); median wall time")
+        print(f"gfd: {args.gfd}" + (f"; baseline: {args.baseline}" if args.baseline else ""))
+        print(f"{runs} rounds, each command once per round (order rotated); medians of the")
+        print("wall time and of the CPU time (user + system; all threads: Go's runtime has many)")
         medians = {name: statistics.median(values) for name, values in walls.items()}
         for name in names:
             pairs = statistics.median(
@@ -187,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"  {name:9} {medians[name] * 1e3:7.1f} ms   x upstream {versus_upstream:5.2f}"
                 f" (pairs {pairs:5.2f})   x floor {medians[name] / medians['floor']:5.2f}"
+                f"   CPU {statistics.median(cpus[name]) * 1e3:6.1f} ms"
             )
         ratio = medians["gfd"] / medians["upstream"]
         print()
