@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 BACKLOG_BYTES = 256 << 10
 #: how long a process's exit waits for the backlog to reach fd 2
 EXIT_DRAIN_SECONDS = 0.5
+#: the longest a write waits for the backlog's lock (held for microseconds at a time)
+LOCK_SECONDS = 0.5
 
 
 def _lines(data: bytes) -> int:
@@ -96,13 +98,21 @@ class StderrSink(io.TextIOBase):
             self._dropped += _lines(data)
             return len(text)
         cond = self._cond or self._start()
-        with cond:
+        # The writer holds the lock only to swap the backlog out, never while writing; the
+        # bound covers the one case where it could hold it for good: a daemon thread frozen
+        # by the interpreter's exit while the lock was its own.
+        if not cond.acquire(timeout=LOCK_SECONDS):
+            self._dropped += _lines(data)
+            return len(text)
+        try:
             if self._backlog_bytes + len(data) > self._limit:
                 self._dropped += _lines(data)
             else:
                 self._backlog.append(data)
                 self._backlog_bytes += len(data)
                 cond.notify()
+        finally:
+            cond.release()
         return len(text)
 
     # ----------------------------------------------------------------- accounting
@@ -117,8 +127,12 @@ class StderrSink(io.TextIOBase):
         cond = self._cond
         if cond is None:
             return True
-        with cond:
+        if not cond.acquire(timeout=LOCK_SECONDS):
+            return False
+        try:
             return cond.wait_for(lambda: not self._backlog and not self._busy, timeout)
+        finally:
+            cond.release()
 
     # ----------------------------------------------------------------- the writer
 
