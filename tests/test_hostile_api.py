@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from hypothesis import given
 from hypothesis import settings as settings_
 from hypothesis import strategies as st
 
-from gfd import observability
 from gfd.errors import PublishError, UsageError
 from gfd.labels import build, keys
 from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient, retry_budget
@@ -244,7 +244,7 @@ def test_keys_nfd_records_as_its_own_are_never_claimed_nor_removed(
         "nvidia.com/gpu.product": "other",
         "nvidia.com/gpu.memory": "40960",
     }
-    with observability.capture_logs() as logs:
+    with structlog.testing.capture_logs() as logs:
         output = node_labels(kubeconfig)
         output.publish(ours)
         output.publish({**ours, "nvidia.com/gpu.family": "ampere"})
@@ -335,7 +335,7 @@ def test_a_bad_answer_is_a_server_error_that_is_retried(
     output = node_labels(kubeconfig)
     bad.method = "GET"
     api.inject(bad)
-    with observability.capture_logs() as logs:
+    with structlog.testing.capture_logs() as logs:
         output.publish(A)
     assert gfd_keys_on(api) == A
     retries = [entry for entry in logs if entry["log_level"] == "warning"]
@@ -459,7 +459,7 @@ def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> 
     }
     path.write_text(json.dumps(config))
     client = client_without_waits(str(path), budget=0.3)
-    with observability.capture_logs() as logs, pytest.raises(PublishError) as raised:
+    with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
         client.run("get node n1", lambda: client.request("GET", NODE))
     assert "s3cr3t" not in str(raised.value)
     assert "admin" not in str(raised.value)
