@@ -57,6 +57,10 @@ checkout() {
     shift 2
     scratch=$(mktemp -d)
     git --git-dir="$gitdir" archive "$rev" -- "$@" | tar -x -C "$scratch"
+    if [[ ! -f $scratch/go.mod ]]; then
+        echo "bench-nvml-tools: cannot check out $rev from $gitdir" >&2
+        return 1
+    fi
     echo "$scratch"
 }
 
@@ -67,7 +71,7 @@ build_mock_nvml() {
     started=$(date +%s)
     echo "bench-nvml-tools: building the mock NVML of k8s-test-infra $TEST_INFRA_REV (once; cached in $out)" >&2
     gitdir=$(git_dir k8s-test-infra "${GFD_BENCH_TEST_INFRA_GIT:-https://github.com/NVIDIA/k8s-test-infra.git}")
-    scratch=$(checkout "$gitdir" "$TEST_INFRA_REV" go.mod go.sum vendor pkg/gpu/mocknvml pkg/fmcoord)
+    scratch=$(checkout "$gitdir" "$TEST_INFRA_REV" go.mod go.sum vendor pkg/gpu/mocknvml pkg/fmcoord) || exit 1
     # The library is padded to a real driver's size by default; the padding is inert bytes,
     # left out here to keep the cache small (both programs load the same library).
     (cd "$scratch/pkg/gpu/mocknvml" && PATH="$(dirname "$GO"):$PATH" nice -n 19 make NO_PADDING=1 >&2)
@@ -86,7 +90,7 @@ build_upstream() {
     started=$(date +%s)
     echo "bench-nvml-tools: building gpu-feature-discovery $DEVICE_PLUGIN_REV (once; cached as $out)" >&2
     gitdir=$(git_dir k8s-device-plugin "${GFD_BENCH_DEVICE_PLUGIN_GIT:-https://github.com/NVIDIA/k8s-device-plugin.git}")
-    scratch=$(checkout "$gitdir" "$DEVICE_PLUGIN_REV" go.mod go.sum vendor api cmd internal)
+    scratch=$(checkout "$gitdir" "$DEVICE_PLUGIN_REV" go.mod go.sum vendor api cmd internal) || exit 1
     mkdir -p "$(dirname "$out")"
     # cgo: upstream loads libnvidia-ml.so.1 with dlopen through go-nvml.
     (cd "$scratch" && nice -n 19 "$GO" build -mod=vendor -trimpath -o "$out.tmp" ./cmd/gpu-feature-discovery)
