@@ -41,6 +41,8 @@ from urllib.parse import quote, urlsplit
 from gfd import __version__, interrupt
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
+from gfd.outputs.ratelimit import RateLimiter
+from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -191,6 +193,8 @@ class KubeClient:
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = interrupt.sleep,
         clock: Callable[[], float] = time.monotonic,
+        qps: float = DEFAULT_KUBE_API_QPS,
+        burst: int = DEFAULT_KUBE_API_BURST,
     ) -> None:
         import kubernetes.client
         import kubernetes.config
@@ -235,6 +239,8 @@ class KubeClient:
         self._clock = clock
         self._deadline: float | None = None
         self._log = get_logger()
+        # upstream's --kube-api-qps/--kube-api-burst, which client-go enforces there
+        self.rate_limiter = RateLimiter(qps, burst, clock=clock, sleep=sleep)
 
     @property
     def api_client(self) -> Any:
@@ -266,6 +272,7 @@ class KubeClient:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
+        self.rate_limiter.wait()
         timeout = self.timeout()
         self._request_deadline = time.monotonic() + timeout
         try:
