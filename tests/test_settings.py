@@ -59,7 +59,9 @@ def test_precedence_flag_over_env_over_config_over_default(tmp_path: Path) -> No
     assert from_config.mig_strategy == "single" and from_config.sleep_interval == 300
     from_env = resolve({"config_file": config}, {"MIG_STRATEGY": "mixed", **NODE})
     assert from_env.mig_strategy == "mixed"
-    from_flag = resolve({"config_file": config, "mig_strategy": "none"}, {"MIG_STRATEGY": "mixed", **NODE})
+    from_flag = resolve(
+        {"config_file": config, "mig_strategy": "none"}, {"MIG_STRATEGY": "mixed", **NODE}
+    )
     assert from_flag.mig_strategy == "none"
     assert resolve({}, {"GFD_CONFIG_FILE": config, **NODE}).mig_strategy == "single"
     assert resolve({}, {"CONFIG_FILE": config, **NODE}).mig_strategy == "single"
