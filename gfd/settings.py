@@ -638,12 +638,15 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
         if "name" not in item:
             raise ConfigError(f"{item_where}.name: required field is missing")
         name = _full_resource_name(item["name"], f"{item_where}.name")
-        if name in first_entry:
-            raise ConfigError(
-                f"{item_where}.name: {name} is shared twice (also {where}.resources"
-                f"[{first_entry[name]}])"
+        duplicate_of = first_entry.setdefault(name, i)
+        if duplicate_of != i:
+            # The device plugin accepts a resource listed twice (with disjoint `devices`
+            # lists), and upstream GFD labels it from its first entry (internal/lm/
+            # resource.go, replicationInfo returns the first match): the same here, said.
+            warnings.append(
+                f"{item_where}.name: {name} is listed again (first at {where}.resources"
+                f"[{duplicate_of}]); its labels come from the first entry"
             )
-        first_entry[name] = i
         rename = item.get("rename")
         if rename is not None and rename != "":
             _full_resource_name(rename, f"{item_where}.rename")
@@ -677,7 +680,8 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
                 "only renameByDefault affects the labels"
             )
         renamed = rename_by_default
-        resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
+        if duplicate_of == i:
+            resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
     return resources
 
 

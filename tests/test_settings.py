@@ -297,3 +297,53 @@ def test_expiry_horizon_rule(
 def test_expiry_horizon_errors(cli: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
         resolve({**FEATURES_FILE, **cli}, {})
+
+
+# ------------------------------------------------- a resource shared twice (device plugin form)
+
+TWICE = """\
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      devices: [0, 1]
+      replicas: 4
+    - name: gpu
+      devices: [2, 3]
+      replicas: 2
+"""
+
+
+def test_a_resource_listed_twice_is_labelled_from_its_first_entry() -> None:
+    """The device plugin accepts disjoint ``devices`` lists for one resource; upstream GFD
+    labels from the first entry (internal/lm/resource.go:239-250, replicationInfo)."""
+    loaded = parse_config_text(TWICE, "c")
+    replication = loaded.config.sharing.replication("gpu")
+    assert replication is not None and replication.replicas == 4
+    assert loaded.config.sharing.strategy == "time-slicing"
+    assert any(
+        "sharing.timeSlicing.resources[1].name: nvidia.com/gpu is listed again "
+        "(first at sharing.timeSlicing.resources[0])" in warning
+        for warning in loaded.warnings
+    )
+
+
+def test_a_resource_listed_twice_through_the_command(tmp_path: Path) -> None:
+    from tests.process import run_gfd_here
+
+    config = write(tmp_path, TWICE)
+    result = run_gfd_here(
+        "--oneshot",
+        "--no-timestamp",
+        "--config-file",
+        config,
+        "--snapshot-file",
+        "examples/snapshots/dgx-a100.yaml",
+        "--log-format",
+        "console",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/gpu.replicas=4\n" in result.stdout
+    assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED\n" in result.stdout
+    assert "nvidia.com/gpu is listed again" in result.stderr
