@@ -278,3 +278,28 @@ def test_actions_that_publish_nothing_need_no_node_name(parse: Any) -> None:
     for action in ("--dump-snapshot", "--dump-partitions"):
         # resolved without a node name: the default API output is not applied
         assert run([action], {}, "main").output_kind not in ("nodefeature", "node-labels")
+
+
+def test_the_daemon_without_a_node_name_stops_with_one_line() -> None:
+    """Upstream's default output needs a node name; a daemon without one exits 2 at once,
+    naming the variable and the ways to another output, and publishes nothing."""
+    from tests.process import run_gfd
+
+    result = run_gfd("--snapshot-file", "examples/snapshots/dgx-a100.yaml")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "--node-name (or NODE_NAME) is required with --use-node-feature-api" in lines[0]
+    assert "--use-node-feature-api=false" in lines[0]
+
+
+def test_make_run_prints_labels_even_where_node_name_is_set() -> None:
+    """README's ``make run``: a oneshot prints, whatever NODE_NAME says."""
+    from tests.process import run_gfd_here
+
+    args = ("--oneshot", "--no-timestamp", "--snapshot-file", "examples/snapshots/dgx-a100.yaml")
+    for env in ({}, {"NODE_NAME": "ci-runner-7"}):
+        result = run_gfd_here(*args, env=env)
+        assert result.returncode == 0, result.stderr
+        assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB\n" in result.stdout
