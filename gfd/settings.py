@@ -318,7 +318,9 @@ OPTIONS: tuple[Option, ...] = (
         "driver_root_ctr_path",
         "--driver-root-ctr-path",
         ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
-        None,
+        # upstream's key for it in the shared file (api/config/v1/flags.go, the device
+        # plugin's section); GFD upstream reads it there and uses it for nothing
+        ("flags", "plugin", "containerDriverRoot"),
         DEFAULT_DRIVER_ROOT,
         _parse_str,
         "where the NVIDIA driver root is mounted in the container: libnvidia-ml.so.1 and "
@@ -731,6 +733,17 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
                     raise ConfigError(f"{dotted}: {_describe(raw)}: {exc}") from None
             elif path == ("flags", "gfd"):
                 visit(_mapping(raw, dotted), path)
+            elif path == ("flags", "plugin"):
+                # the device plugin's own section: only the keys the table names are read
+                for plugin_key, plugin_raw in _mapping(raw, dotted).items():
+                    plugin_option = by_key.get((*path, clip(str(plugin_key))))
+                    if plugin_option is not None and plugin_raw is not None:
+                        try:
+                            result[plugin_option.name] = plugin_option.parse(plugin_raw)
+                        except ValueError as exc:
+                            raise ConfigError(
+                                f"{dotted}.{clip(str(plugin_key))}: {_describe(plugin_raw)}: {exc}"
+                            ) from None
             elif len(path) == 2 and key in _IGNORED_FLAG_KEYS:
                 continue
             else:

@@ -239,6 +239,7 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         "machine_type_file": ("/tmp/m", "/tmp/m"),
         "use_node_feature_api": (False, False),
         "device_discovery_strategy": ("nvml", "nvml"),
+        "driver_root_ctr_path": ("/host", "/host"),
         "use_node_labels": (False, False),
         "snapshot_file": ("/tmp/s.yaml", "/tmp/s.yaml"),
         "metrics_address": (":9400", ":9400"),
@@ -347,3 +348,22 @@ def test_a_resource_listed_twice_through_the_command(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.replicas=4\n" in result.stdout
     assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED\n" in result.stdout
     assert "nvidia.com/gpu is listed again" in result.stderr
+
+
+def test_the_driver_root_is_read_from_the_device_plugins_section(tmp_path: Path) -> None:
+    """Upstream keeps it under flags.plugin.containerDriverRoot (api/config/v1/flags.go:81);
+    the section's other keys stay the device plugin's, ignored without a word."""
+    text = (
+        "version: v1\nflags:\n  plugin:\n    containerDriverRoot: /host\n"
+        "    passDeviceSpecs: true\n"
+    )
+    loaded = parse_config_text(text, "c")
+    assert loaded.flags == {"driver_root_ctr_path": "/host"} and loaded.warnings == ()
+    config = write(tmp_path, text)
+    assert resolve({"config_file": config}, NODE).driver_root_ctr_path == "/host"
+    from_env = resolve({"config_file": config}, {**NODE, "CONTAINER_DRIVER_ROOT": "/run/nvidia"})
+    assert from_env.driver_root_ctr_path == "/run/nvidia"
+    with pytest.raises(
+        ConfigError, match=r"flags\.plugin\.containerDriverRoot: 5: expected a string"
+    ):
+        parse_config_text("version: v1\nflags:\n  plugin:\n    containerDriverRoot: 5\n", "c")
