@@ -418,3 +418,21 @@ def test_a_driver_root_library_that_does_not_load_is_named(
     with pytest.raises(NvmlUnavailableError, match=r"libnvidia-ml\.so\.1 \(from --driver-root"):
         nvml_source.load_module(str(tmp_path))
     assert pynvml.nvmlLib is None
+
+
+def test_a_pci_ids_that_is_not_a_regular_file_is_passed_over(tmp_path: Path, pci_ids: Path) -> None:
+    fifo = tmp_path / "fifo.ids"
+    os.mkfifo(fifo)
+    assert vfio.nvidia_device_names((str(fifo), str(pci_ids)))[0x20F1] == "GA100 [A100 PCIe 40GB]"
+    assert vfio.nvidia_device_names((str(tmp_path),)) == {}  # a directory
+
+
+@pytest.mark.parametrize("count", [-1, 16385, 2**31 - 1])
+def test_an_impossible_device_count_fails_the_pass(sysfs: FakeSysfs, count: int) -> None:
+    class Lying(FakeCuda):
+        def cuDeviceGetCount(self, pointer: Any) -> int:
+            pointer._obj.value = count
+            return 0
+
+    with pytest.raises(DiscoveryError, match=f"cuDeviceGetCount reported {count} devices"):
+        discover(settings_for(sysfs, "tegra"), cuda=Lying([ORIN]))

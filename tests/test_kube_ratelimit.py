@@ -113,3 +113,18 @@ def test_the_outputs_build_their_client_with_the_settings_limits(
     output = getattr(importlib.import_module(module), name)(settings)
     limiter = output._client.rate_limiter
     assert (limiter.qps, limiter.burst) == (2.5, 7)
+
+
+def test_the_limit_never_holds_a_pass_past_its_budget(api: FakeApiServer, tmp_path: Path) -> None:
+    """A tiny QPS fails the operation within its budget (counted, retried next pass)
+    instead of sleeping for minutes."""
+    from gfd.errors import PublishError
+
+    time = FakeTime()
+    client = _client(api, tmp_path, time, qps=0.001, burst=1)
+    client.run("get node n1", lambda: client.request("GET", "/api/v1/nodes/n1"))
+    started = time.now
+    with pytest.raises(PublishError, match=r"client-side rate limit \(--kube-api-qps 0\.001"):
+        client.run("get node n1", lambda: client.request("GET", "/api/v1/nodes/n1"))
+    assert time.now - started <= 30.0  # the client's budget
+    assert api.count("GET", "/api/v1/nodes/n1") == 1

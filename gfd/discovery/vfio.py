@@ -12,6 +12,7 @@ version 0.0 (sysfs-lib.go GetDriverVersion, GetCudaDriverVersion).
 from __future__ import annotations
 
 import os
+import stat
 from typing import Any
 
 from gfd.discovery import sysfs
@@ -57,13 +58,34 @@ def _address_order(address: str) -> int:
 def nvidia_device_names(paths: tuple[str, ...] = PCI_IDS_PATHS) -> dict[int, str]:
     """NVIDIA's device ids and names from the first PCI ID database found (empty if none)."""
     for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_PCI_IDS_BYTES)
-        except OSError:
-            continue
-        return _nvidia_section(data.decode("utf-8", errors="replace"))
+        data = _read_regular_file(path, MAX_PCI_IDS_BYTES)
+        if data is not None:
+            return _nvidia_section(data.decode("utf-8", errors="replace"))
     return {}
+
+
+def _read_regular_file(path: str, limit: int) -> bytes | None:
+    """At most ``limit`` bytes of a regular file; None when missing, unreadable or not a
+    regular file (a FIFO put in its place is never waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _nvidia_section(text: str) -> dict[int, str]:

@@ -264,6 +264,22 @@ class KubeClient:
         left = self._deadline - self._clock()
         return max(MIN_REQUEST_TIMEOUT_SECONDS, min(self._request_timeout, left))
 
+    def _wait_for_rate_limit(self) -> None:
+        """Wait for the client-side rate limit, never past the operation's time budget: a
+        tiny --kube-api-qps must not hold a pass for minutes (a transient failure instead,
+        so the pass fails, is counted, and the next one tries again)."""
+        delay = self.rate_limiter.reserve()
+        if delay <= 0:
+            return
+        if self._deadline is not None and self._clock() + delay > self._deadline:
+            self.rate_limiter.cancel()
+            raise KubeError(
+                f"the client-side rate limit (--kube-api-qps {self.rate_limiter.qps:g}, "
+                f"--kube-api-burst {self.rate_limiter.burst}) allows the next request in "
+                f"{delay:.1f}s, after this operation's time budget"
+            )
+        self._sleep(delay)
+
     def invoke(self, call: Callable[[float], T]) -> T:
         """Run one client call (given its timeout) under a total deadline, turning every
         failure into a KubeError.  A stop request ends it with ``interrupt.Interrupted``."""
@@ -272,7 +288,7 @@ class KubeClient:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
-        self.rate_limiter.wait()
+        self._wait_for_rate_limit()
         timeout = self.timeout()
         self._request_deadline = time.monotonic() + timeout
         try:

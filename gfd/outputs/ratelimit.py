@@ -39,18 +39,27 @@ class RateLimiter:
     def unlimited(self) -> bool:
         return self.qps < 0
 
-    def wait(self) -> float:
-        """Take one token, sleeping until it is there; the seconds slept."""
+    def reserve(self) -> float:
+        """Take one token; the seconds until it is there (0.0: now).  The caller waits
+        that long, or gives the token back with :meth:`cancel`."""
         if self.unlimited:
             return 0.0
         now = self._clock()
         self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
         self._last = now
         self._tokens -= 1.0
-        if self._tokens >= 0:
-            return 0.0
         # a reservation, as golang.org/x/time/rate makes one: the token is owed and the
         # caller waits until the bucket has refilled it
-        delay = -self._tokens / self.qps
-        self._sleep(delay)
+        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+
+    def cancel(self) -> None:
+        """Give back the token of a reservation the caller will not wait for."""
+        if not self.unlimited:
+            self._tokens += 1.0
+
+    def wait(self) -> float:
+        """Take one token, sleeping until it is there; the seconds slept."""
+        delay = self.reserve()
+        if delay > 0:
+            self._sleep(delay)
         return delay
