@@ -180,24 +180,58 @@ def test_signals_during_exit_never_change_its_status(
 # ----------------------------------------------------------------------------- bound
 
 
+#: a ``sitecustomize`` that puts the fake NVML of tests/fakes in place of pynvml, with an
+#: nvmlInit that never returns: it waits in read(2) on a pipe nobody writes, as a call into
+#: a driver whose GPU has fallen off the bus can wait in the kernel
+HANGING_NVML = """\
+import os
+import sys
+
+sys.path.insert(0, os.environ["HANGING_NVML_REPO"])
+from gfd import snapshot
+from tests.fakes.fake_nvml import FakeNvml
+
+fake = FakeNvml.from_snapshot(snapshot.load(os.environ["HANGING_NVML_SNAPSHOT"]))
+never, _keep_open = os.pipe()
+
+
+def nvmlInit():
+    os.read(never, 1)
+
+
+fake.module.nvmlInit = nvmlInit
+sys.modules["pynvml"] = fake.module
+"""
+
+
 def test_a_stop_ends_the_process_when_the_main_thread_is_blocked(tmp_path: Path) -> None:
-    """stderr is a pipe nobody reads: the daemon's next log line blocks the main thread in
-    write(2), which Python restarts after every handler; the watchdog ends it, status 0."""
-    process = fork_gfd(
-        "--log-format", "json", "--log-level", "debug", "--sleep-interval", "1ms",
-        *TO_FILE, str(tmp_path / "gfd"), "--snapshot-file", str(DGX),
+    """NVML hangs in the kernel: Python runs the handler (the stop is recorded) and goes
+    back to waiting (PEP 475), so the orderly exit never comes; the watchdog ends the
+    process, status 0, within the bound."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(HANGING_NVML)
+    env = {
+        "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}",
+        "HANGING_NVML_REPO": ROOT,
+        "HANGING_NVML_SNAPSHOT": str(DGX),
+    }
+    process = spawn_gfd(
+        "--log-format", "json", "--sleep-interval", "1s", *TO_FILE, str(tmp_path / "gfd"),
+        env=env,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while True:
             with open(f"/proc/{process.pid}/wchan", encoding="ascii") as wchan:
-                if "pipe_write" in wchan.read():
+                if "pipe_read" in wchan.read():
                     break
-            assert process.poll() is None
-            assert time.monotonic() < deadline, "the daemon never filled its stderr"
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "gfd never called nvmlInit"
             time.sleep(0.02)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=signals.STOP_BOUND_SECONDS + SLACK_SECONDS) == 0
+        assert not (tmp_path / "gfd").exists()  # no pass ever finished
     finally:
         if process.poll() is None:
             process.kill()
