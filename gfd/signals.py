@@ -13,7 +13,8 @@ output:
   runs they are its stop requests (exit 0 after the pass or wait in progress; an API
   request or a wait between retries is cut short, see :mod:`gfd.interrupt`).
 - Whatever the process is doing when a stop signal comes -- even blocked in a system call
-  or a C library that never returns to Python, where no Python handler can run -- it ends
+  that Python restarts after each handler, or in a C library that never returns to Python
+  (an NVML call hanging in the driver) -- it ends
   within :data:`STOP_BOUND_SECONDS`: the interpreter's C-level handler writes the signal
   number to a pipe (``signal.set_wakeup_fd``) at once, and a watchdog thread that reads it
   ends the process with status 0 when the orderly exit has not finished after
