@@ -32,6 +32,7 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
+from gfd.nodeconfig import DEFAULT_NODE_LABEL, ConfigChoice, check_label_key, parse_fallbacks
 from gfd.outputs.registry import output_kind_of
 from gfd.records import field, record
 
@@ -123,6 +124,20 @@ def _parse_horizon(value: Any) -> float:
         return math.inf
     seconds = _parse_interval(value)
     return math.inf if seconds is None else seconds
+
+
+def _parse_label_key(value: Any) -> str:
+    text = _parse_str(value).strip()
+    problem = check_label_key(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
+def _parse_fallbacks(value: Any) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)):
+        return parse_fallbacks([_parse_str(item) for item in value])
+    return parse_fallbacks(_parse_str(value))
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -247,6 +262,46 @@ OPTIONS: tuple[Option, ...] = (
         None,
         _parse_optional_str,
         "v1 config file (YAML or JSON), shared with the device plugin",
+    ),
+    # Per-node configuration (gfd/nodeconfig.py): upstream's config-manager flags and
+    # variables.  No config key: they choose the config file.
+    Option(
+        "config_file_srcdir",
+        "--config-file-srcdir",
+        ("CONFIG_FILE_SRCDIR",),
+        None,
+        None,
+        _parse_optional_str,
+        "directory of config entries (a mounted ConfigMap); the node label --node-label "
+        "picks the node's entry, which replaces --config-file",
+    ),
+    Option(
+        "node_label",
+        "--node-label",
+        ("NODE_LABEL",),
+        None,
+        DEFAULT_NODE_LABEL,
+        _parse_label_key,
+        "the node label naming the entry of --config-file-srcdir to use",
+    ),
+    Option(
+        "default_config",
+        "--default-config",
+        ("DEFAULT_CONFIG",),
+        None,
+        "",
+        _parse_str,
+        "the entry of --config-file-srcdir to use when the node label is not set",
+    ),
+    Option(
+        "fallback_strategies",
+        "--fallback-strategies",
+        ("FALLBACK_STRATEGIES",),
+        None,
+        (),
+        _parse_fallbacks,
+        "without the label and --default-config, try in order: named (the entry 'default'), "
+        "single (the only entry), empty (no config file); comma-separated",
     ),
     Option(
         "use_node_feature_api",
@@ -732,6 +787,10 @@ class Settings:
     output_file: str | None = _DEFAULTS["output_file"]  # None: not set anywhere
     machine_type_file: str = _DEFAULTS["machine_type_file"]
     config_file: str | None = _DEFAULTS["config_file"]
+    config_file_srcdir: str | None = _DEFAULTS["config_file_srcdir"]
+    node_label: str = _DEFAULTS["node_label"]
+    default_config: str = _DEFAULTS["default_config"]
+    fallback_strategies: tuple[str, ...] = _DEFAULTS["fallback_strategies"]
     use_node_feature_api: bool = _DEFAULTS["use_node_feature_api"]
     device_discovery_strategy: str = _DEFAULTS["device_discovery_strategy"]
     node_name: str | None = _DEFAULTS["node_name"]
@@ -751,6 +810,8 @@ class Settings:
     dump_partitions: bool = False
     # test seam: where sysfs is mounted (GFD_SYSFS_ROOT); not a public option
     sysfs_root: str = "/sys"
+    #: the entry of config_file_srcdir in force, and why (None: not chosen yet, or no srcdir)
+    config_choice: ConfigChoice | None = None
     config: Config = field(default_factory=Config)
     warnings: tuple[str, ...] = ()
 
@@ -842,11 +903,14 @@ def resolve(
     dump_snapshot: bool = False,
     cleanup: bool = False,
     dump_partitions: bool = False,
+    config_choice: ConfigChoice | None = None,
 ) -> Settings:
     """Merge command line > environment > config file > defaults into validated Settings.
 
     ``cli_values`` maps option names to raw command-line strings (or bools for flags);
-    options not given on the command line are absent.
+    options not given on the command line are absent.  With ``--config-file-srcdir`` the
+    config file is ``config_choice``'s entry of that directory (gfd/nodeconfig.py chooses
+    it from the node label); without a choice yet, no config file is read.
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -867,6 +931,15 @@ def resolve(
             raise UsageError(f"{option.flag} {_describe(raw)}: {exc}") from None
 
     config_file = parsed_cli.get("config_file", from_env.get("config_file"))
+    srcdir = parsed_cli.get("config_file_srcdir", from_env.get("config_file_srcdir"))
+    ignored_config_file = bool(srcdir and config_file)
+    if srcdir:
+        # the node's entry replaces --config-file (upstream's CONFIG_FILE names the file
+        # config-manager links the entry to, which gfd reads here directly)
+        entry = config_choice.entry if config_choice is not None else None
+        config_file = os.path.join(srcdir, entry) if entry is not None else None
+    else:
+        config_choice = None
     loaded = LoadedConfig(Config(), {}, ())
     if config_file:
         loaded = load_config_file(config_file)
@@ -880,7 +953,15 @@ def resolve(
             values[option.name] = loaded.flags[option.name]
         else:
             values[option.name] = option.default
+    values["config_file"] = config_file
     _check_names(values, origins)
+    warnings = loaded.warnings
+    if ignored_config_file:
+        warnings = (
+            f"{origins['config_file']}: ignored, the config is the entry of "
+            "--config-file-srcdir that the node label chooses",
+            *warnings,
+        )
 
     settings = Settings(
         **values,
@@ -889,7 +970,8 @@ def resolve(
         dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
-        warnings=loaded.warnings,
+        config_choice=config_choice,
+        warnings=warnings,
     )
     _validate(settings)
     _check_files(settings, origins)
@@ -957,6 +1039,11 @@ def _validate(settings: Settings) -> None:
                 f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
                 "running gfd renews the features file before it expires"
             )
+    if settings.config_file_srcdir and not settings.node_name and not settings.dump_snapshot:
+        raise UsageError(
+            "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "
+            f"label {settings.node_label} chooses its config"
+        )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
     if settings.dump_partitions and (settings.dump_snapshot or settings.cleanup):
