@@ -24,12 +24,12 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
+from gfd.nodeconfig import ConfigChoice, NodeConfigError
+from gfd.nodeconfig import choose_for as choose_node_config
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
 from gfd.outputs.registry import output_identity
 from gfd.outputs.topology import TopologyOutputs, make_topology_outputs
-from gfd.nodeconfig import ConfigChoice, NodeConfigError
-from gfd.nodeconfig import choose_for as choose_node_config
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -74,7 +74,7 @@ class Agent:
     def __init__(
         self,
         settings: Settings,
-        reload_settings: Callable[[], Settings],
+        reload_settings: Callable[..., Settings],
         clock: Callable[[], float] = time.time,
         snapshot: Snapshot | None = None,
         *,

@@ -263,7 +263,10 @@ def run(
         except PublishError as exc:
             return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
         log.info(
-            "node config chosen", entry=choice.entry, reason=choice.reason, path=settings.config_file
+            "node config chosen",
+            entry=choice.entry,
+            reason=choice.reason,
+            path=settings.config_file,
         )
     for warning in settings.warnings:
         log.warning("config warning", detail=warning)

@@ -77,7 +77,9 @@ def parse_fallbacks(value: str | Sequence[str]) -> tuple[str, ...]:
     result = tuple(part.strip() for part in parts if part.strip())
     for part in result:
         if part not in FALLBACK_STRATEGIES:
-            raise ValueError(f"unknown fallback strategy {part!r} (use {', '.join(FALLBACK_STRATEGIES)})")
+            raise ValueError(
+                f"unknown fallback strategy {part!r} (use {', '.join(FALLBACK_STRATEGIES)})"
+            )
     return result
 
 
@@ -144,7 +146,9 @@ def choose(
             )
         if fallback == "single" and len(entries) == 1:
             (only,) = entries
-            return ConfigChoice(only, f"{unset}, no default config; fallback single: the only entry")
+            return ConfigChoice(
+                only, f"{unset}, no default config; fallback single: the only entry"
+            )
         if fallback == "empty":
             return ConfigChoice(None, f"{unset}, no default config; fallback empty: no config file")
     tried = ",".join(fallbacks) or "none"

@@ -40,6 +40,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "NAMESPACE",
             "POD_NAME",
             "KUBECONFIG",
+            "CONFIG_FILE_SRCDIR",
+            "NODE_LABEL",
+            "DEFAULT_CONFIG",
+            "FALLBACK_STRATEGIES",
         }
     }
     env["PYTHONPATH"] = ROOT

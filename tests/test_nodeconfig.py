@@ -218,7 +218,7 @@ class Node:
     """The node label as the agent reads it; ``None`` for no label, an exception to raise."""
 
     def __init__(self, value: str | None) -> None:
-        self.value: str | None | Exception = value
+        self.value: str | Exception | None = value
         self.reads = 0
 
     def __call__(self) -> str | None:
@@ -366,7 +366,7 @@ def test_an_invalid_entry_keeps_the_config_with_one_error_line(tmp_path: Path) -
 
 def test_the_node_cannot_be_read_keeps_the_config(tmp_path: Path) -> None:
     node = Node("mig-mixed")
-    agent, _, labels = start_agent(tmp_path, {"mig-mixed": MIXED, "mig-single": SINGLE}, node)
+    agent, _, _labels = start_agent(tmp_path, {"mig-mixed": MIXED, "mig-single": SINGLE}, node)
     agent.run_pass()
     settings = agent.settings
     node.value = PublishError("read label of node n1: connection refused")
