@@ -309,9 +309,10 @@ def test_without_the_node_label_one_entry_is_read_by_every_node(
     assert env["GFD_CONFIG_FILE"] == "/config/config.yaml"
     assert "CONFIG_FILE_SRCDIR" not in env
     assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
-    assert only(objects, "DaemonSet")["spec"]["template"]["spec"][
-        "automountServiceAccountToken"
-    ] is False
+    assert (
+        only(objects, "DaemonSet")["spec"]["template"]["spec"]["automountServiceAccountToken"]
+        is False
+    )
 
 
 def test_an_external_config_map_needs_the_entry_named_without_the_node_label(
