@@ -389,3 +389,31 @@ def test_fields_of_newer_releases_are_left_out_for_older_ones(helm_bin: Path) ->
     assert "recursiveReadOnly" not in host_sys("v1.20.2")
     assert "recursiveReadOnly" not in host_sys("v1.29.9")
     assert host_sys("v1.30.0")["recursiveReadOnly"] == "IfPossible"
+
+
+def test_per_node_configs_that_may_enable_mig_get_the_mig_monitor(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    """As upstream's allPossibleMigStrategiesAreNone (templates/_helpers.tpl:140-159 at
+    v0.20.0): an entry with migStrategy single/mixed, or an external ConfigMap, may turn MIG
+    on, and NVML then needs the MIG monitor device; no MIG_STRATEGY variable overrides the
+    entries."""
+
+    def mig_ready(values: dict[str, Any]) -> bool:
+        objects = chart(values)
+        container = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+        assert "MIG_STRATEGY" not in gfd_env(objects)
+        monitor = gfd_env(objects).get("NVIDIA_MIG_MONITOR_DEVICES") == "all"
+        assert monitor == (
+            "SYS_ADMIN" in container["securityContext"]["capabilities"].get("add", [])
+        )
+        return monitor
+
+    plain = {"default": "version: v1\n", "other": "version: v1\nflags: {migStrategy: none}\n"}
+    assert not mig_ready({"config.map": plain})
+    assert mig_ready(
+        {"config.map": {**plain, "mig": "version: v1\nflags:\n  migStrategy: mixed\n"}}
+    )
+    assert mig_ready({"config.name": "mine"})
+    fixed = {"config.selectByNodeLabel": False, "config.default": "default"}
+    assert not mig_ready({"config.map": {**plain, "mig": "flags: {migStrategy: mixed}"}, **fixed})

@@ -117,6 +117,15 @@ Arguments: dict "root" $ "job" ("" | "oneshot" | "cleanup") "node" NODE
 {{- $featuresFile := eq $v.output "features-file" -}}
 {{- $configMap := include "gfd.configMapName" $root -}}
 {{- $mig := or (eq (toString $v.migStrategy) "single") (eq (toString $v.migStrategy) "mixed") -}}
+{{- /* Per-node configs may turn MIG on (upstream's allPossibleMigStrategiesAreNone): an
+external ConfigMap may, an entry of config.map does when its flags say so. */ -}}
+{{- if and (not $v.migStrategy) (include "gfd.nodeConfig" $root) -}}
+{{- if $v.config.name }}{{ $mig = true }}{{ end -}}
+{{- range $entry := $v.config.map -}}
+{{- $flags := dig "flags" dict (fromYaml (toString $entry)) -}}
+{{- if has (toString (dig "migStrategy" "" $flags)) (list "single" "mixed") }}{{ $mig = true }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- $metrics := and (not $job) (gt (int $v.metricsPort) 0) -}}
 {{- $koordlet := $v.koordlet.enabled -}}
 {{- $privileged := or (eq (toString $v.privileged) "true") (eq (toString (dig "privileged" false (default dict $v.gfd.securityContext))) "true") -}}
