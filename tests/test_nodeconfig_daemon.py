@@ -14,7 +14,7 @@ import pytest
 
 from gfd.nodeconfig import DEFAULT_NODE_LABEL
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, Daemon
+from tests.process import ROOT, Daemon, run_gfd
 from tests.test_nodeconfig import MIXED, SINGLE, config_dir
 
 MIG_NODE = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100-mig-mixed.yaml")
@@ -107,3 +107,64 @@ def test_a_label_naming_nothing_usable_keeps_the_config_and_labels(
     relabel(api, "mig-single")
     daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "single", "single labels")
     assert daemon.stop() == 0
+
+
+def start_env(kubeconfig: str, root: Path) -> dict[str, str]:
+    return {
+        "NODE_NAME": "n1",
+        "KUBECONFIG": kubeconfig,
+        "CONFIG_FILE_SRCDIR": str(root),
+        "FALLBACK_STRATEGIES": "named",
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("no-such-entry", "no such config entry"),
+        ("../../etc/passwd", "not a label value"),
+        ("z" * 100_000, "not a label value"),
+    ],
+)
+def test_at_start_a_label_naming_nothing_usable_is_exit_2_with_one_line(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path, value: str, message: str
+) -> None:
+    """As a bad config file at start (SPEC §7): nothing published, one line, status 2
+    (upstream's config-manager init container fails the pod the same way)."""
+    root = config_dir(tmp_path, {"default": MIXED})
+    relabel(api, value)
+    done = run_gfd(
+        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE,
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert message in line and DEFAULT_NODE_LABEL in line
+    assert len(line) < 1000
+    assert api.count("PATCH") == 0
+
+
+def test_at_start_an_unreachable_api_server_is_exit_1(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
+    root = config_dir(tmp_path, {"default": MIXED})
+    api.go_down()
+    done = run_gfd(
+        "--oneshot", "--snapshot-file", MIG_NODE, "--sleep-interval", "1s",
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "cannot choose the node's config" in done.stderr
+
+
+def test_oneshot_reads_the_entry_the_label_names(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
+    root = config_dir(tmp_path, {"default": SINGLE, "mig-mixed": MIXED})
+    done = run_gfd(
+        "--oneshot", "--snapshot-file", MIG_NODE, "--output-file", "-",
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{STRATEGY}=mixed" in done.stdout.splitlines()
+    assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/n1")]
