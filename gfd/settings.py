@@ -405,7 +405,8 @@ OPTIONS: tuple[Option, ...] = (
         "",
         _parse_str,
         "also write koordlet device-info JSON (GPUs and NVLink partitions) into this "
-        "directory (empty: off)",
+        "directory, koordlet's --xpu-device-infos-dir (/var/run/koordlet/xpu-device-infos "
+        "by default); empty: off",
     ),
     Option(
         "log_format",

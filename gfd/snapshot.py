@@ -149,6 +149,9 @@ class GpuTopology:
     minor: int | None = None  # /dev/nvidia<minor> (nvmlDeviceGetMinorNumber)
     numa_node: int | None = None  # /sys/bus/pci/devices/<bus id>/numa_node; None: none/unknown
     cpu_affinity: str | None = None  # Linux CPU list, e.g. "0-47,96-143"
+    #: the PCIe root complex above the GPU, as koordlet names it ("pci0000:3a": the first
+    #: PCIE_ROOT match in the resolved /sys/bus/pci/devices/<bus id> path); None: unknown
+    pcie_root: str | None = None
     nvlinks: tuple[NvLink, ...] = ()  # active links only
 
 
@@ -415,6 +418,9 @@ _driver = _record(Driver, version=_Field(_str), cuda=_Field(_cuda_version))
 
 
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+#: koordlet's PCIe root complex id (koordinator pkg/koordlet/metricsadvisor/devices/helper/
+#: topology.go, ``pcieRegexp``, at commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e)
+PCIE_ROOT = re.compile(r"pci\d{4}:[0-9a-fA-F]{2}")
 
 
 def _choice(*allowed: str) -> Callable[[Any, str], str]:
@@ -431,6 +437,13 @@ def _cpu_list(value: Any, path: str) -> str:
     text = _str(value, path)
     if not _CPU_LIST.match(text):
         raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {text[:100]!r}")
+    return text
+
+
+def _pcie_root(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if not PCIE_ROOT.fullmatch(text):
+        raise SnapshotError(f"{path}: expected a PCIe root like 'pci0000:3a', got {text[:100]!r}")
     return text
 
 
@@ -466,6 +479,7 @@ def _gpu_topology(value: Any, path: str) -> GpuTopology:
         minor=r.optional("minor", _nullable(_small_int), None),
         numa_node=r.optional("numa_node", _nullable(_small_int), None),
         cpu_affinity=r.optional("cpu_affinity", _nullable(_cpu_list), None),
+        pcie_root=r.optional("pcie_root", _nullable(_pcie_root), None),
         nvlinks=tuple(_nvlink(item, f"{path}.nvlinks[{i}]") for i, item in enumerate(raw_links)),
     )
     r.finish()
@@ -726,6 +740,7 @@ def _topology_dict(topology: Topology) -> dict[str, Any]:
                 "index": gpu.index,
                 "minor": gpu.minor,
                 "numa_node": gpu.numa_node,
+                "pcie_root": gpu.pcie_root,
                 "cpu_affinity": gpu.cpu_affinity,
             }
         )

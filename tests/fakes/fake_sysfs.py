@@ -8,6 +8,7 @@ vendor capability with its records — so the parser can be fed good and broken 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -104,6 +105,17 @@ class FakeSysfs:
         (directory / "config").write_bytes(plain_config() if config is None else config)
         return directory
 
+    def under_root(self, address: str, root: str) -> None:
+        """Move the function below its PCIe root complex, as the kernel lays it out:
+        ``devices/<root>/<address>``, with ``bus/pci/devices/<address>`` a link to it."""
+        link = self.devices / address
+        if link.is_symlink():
+            return
+        target = self.root / "devices" / root / address
+        target.parent.mkdir(parents=True, exist_ok=True)
+        link.rename(target)
+        link.symlink_to(os.path.relpath(target, link.parent))
+
 
 def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, Any]:
     """The sysfs tree and machine-type file of ``snapshot``; returns Settings overrides.
@@ -159,6 +171,10 @@ def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, Any]:
         settings["topology_labels"] = True
         bus_ids = {gpu.index: gpu.pci_bus_id for gpu in snapshot.gpus}
         for entry in snapshot.topology.gpus:
+            if entry.pcie_root is not None:
+                if not bus_ids.get(entry.index):
+                    raise UnrealizableSnapshot(f"GPU {entry.index}: a PCIe root without a bus id")
+                sysfs.under_root(bus_ids[entry.index], entry.pcie_root)
             if entry.numa_node is not None:
                 if not bus_ids.get(entry.index):
                     raise UnrealizableSnapshot(f"GPU {entry.index}: a NUMA node without a bus id")
