@@ -882,7 +882,11 @@ def _check_names(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
     A name given on the command line is always checked; one from the environment only when
     an API output will put it into a request path (``NODE_NAME`` is also set by CI systems
     for their own purposes, and a file or stdout run never uses it)."""
-    api_output = bool(values.get("use_node_feature_api") or values.get("use_node_labels"))
+    api_output = bool(
+        values.get("use_node_feature_api")
+        or values.get("use_node_labels")
+        or values.get("config_file_srcdir")  # the node's config label is read from the API
+    )
     for name, (reason, longest, pattern) in _NAME_RULES.items():
         value = values.get(name)
         origin = origins.get(name)

@@ -200,6 +200,7 @@ def test_config_file_is_ignored_with_a_warning_next_to_a_srcdir(tmp_path: Path) 
         ({"NODE_LABEL": "not a key"}, "NODE_LABEL='not a key'"),
         ({"NODE_LABEL": "bad_prefix/x"}, "NODE_LABEL='bad_prefix/x'"),
         ({"NODE_NAME": ""}, "--node-name (or NODE_NAME) is required with --config-file-srcdir"),
+        ({"NODE_NAME": "../nodes/other"}, "NODE_NAME='../nodes/other': not a valid node name"),
     ],
 )
 def test_bad_node_config_settings_are_usage_errors(
