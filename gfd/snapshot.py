@@ -42,8 +42,14 @@ _CUDA_MAX = 2**31 - 1
 
 @record
 class ComputeCapability:
+    """``-1.-1`` is upstream's "unknown" (a GPU bound to vfio-pci, no driver to ask)."""
+
     major: int
     minor: int
+
+
+#: the discovery backends a snapshot may come from (``discovery:``; nvml when absent)
+DISCOVERY_KINDS = ("nvml", "vfio", "tegra")
 
 
 @record
@@ -195,6 +201,8 @@ class Snapshot:
     #: GPUs that did not answer this time (``lost_gpus`` in the file, written when any)
     lost: tuple[LostGpu, ...] = ()
     topology: Topology | None = None  # None: not discovered (older snapshots, option off)
+    #: how the GPUs were found (--device-discovery-strategy, resolved): one of DISCOVERY_KINDS
+    discovery: str = "nvml"
 
 
 # --------------------------------------------------------------------------- loading
@@ -345,7 +353,22 @@ def _record(build: Callable[..., T], **fields: _Field) -> Callable[[Any, str], T
 
 
 _COUNT = _Field(_non_negative_int)
-_compute_capability = _record(ComputeCapability, major=_COUNT, minor=_COUNT)
+
+
+def _capability_part(value: Any, path: str) -> int:
+    """A compute capability number, or -1 for unknown (what upstream's vfio backend says)."""
+    number = _int(value, path)
+    if number < -1:
+        raise SnapshotError(
+            f"{path}: expected a non-negative integer or -1 (unknown), got {_describe(number)}"
+        )
+    if number > _UINT32_MAX:
+        raise SnapshotError(f"{path}: {_describe(number)} is out of range (at most {_UINT32_MAX})")
+    return number
+
+
+_CAPABILITY_PART = _Field(_capability_part)
+_compute_capability = _record(ComputeCapability, major=_CAPABILITY_PART, minor=_CAPABILITY_PART)
 _slices = _record(MigSlices, gi=_COUNT, ci=_COUNT)
 _engines = _record(
     MigEngines,
@@ -538,6 +561,15 @@ def _check_topology(topology: Topology, indices: set[int]) -> None:
         pairs.add(pair.gpus)
 
 
+def _discovery_kind(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if text not in DISCOVERY_KINDS:
+        raise SnapshotError(
+            f"{path}: expected one of {', '.join(DISCOVERY_KINDS)}, got {_describe(text)}"
+        )
+    return text
+
+
 def from_dict(document: Any) -> Snapshot:
     """Validate a parsed YAML/JSON document and build the snapshot it describes."""
     r = _Reader(document, "")
@@ -553,6 +585,7 @@ def from_dict(document: Any) -> Snapshot:
     raw_gpus: list[Any] = r.optional("gpus", _limited_list(MAX_GPUS, "GPUs"), [])
     raw_lost: list[Any] = r.optional("lost_gpus", _limited_list(MAX_GPUS, "lost GPUs"), [])
     topology = r.optional("topology", _nullable(_topology), None)
+    discovery = r.optional("discovery", _discovery_kind, "nvml")
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))
@@ -592,7 +625,13 @@ def from_dict(document: Any) -> Snapshot:
             )
         _check_topology(topology, indices)
     return Snapshot(
-        driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost
+        driver=driver,
+        machine=machine,
+        vgpu=vgpu,
+        gpus=gpus,
+        topology=topology,
+        lost=lost,
+        discovery=discovery,
     )
 
 
@@ -768,8 +807,9 @@ def _topology_dict(topology: Topology) -> dict[str, Any]:
 
 def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
     """The snapshot as plain data in the v1 layout (every key present, but ``lost_gpus``
-    only when a GPU was lost and ``topology`` only when discovered: a healthy node's
-    snapshot, and an older one, dump as they were)."""
+    only when a GPU was lost, ``topology`` only when discovered and ``discovery`` only for
+    a backend other than NVML: a healthy node's snapshot, and an older one, dump as they
+    were)."""
     document = {
         "version": SNAPSHOT_VERSION,
         "driver": None
@@ -796,6 +836,8 @@ def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
         ]
     if snapshot.topology is not None:
         document["topology"] = _topology_dict(snapshot.topology)
+    if snapshot.discovery != "nvml":
+        document["discovery"] = snapshot.discovery
     return document
 
 

@@ -44,6 +44,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "NODE_LABEL",
             "DEFAULT_CONFIG",
             "FALLBACK_STRATEGIES",
+            "DRIVER_ROOT_CTR_PATH",
+            "CONTAINER_DRIVER_ROOT",
+            "KUBE_API_QPS",
+            "KUBE_API_BURST",
         }
     }
     env["PYTHONPATH"] = ROOT
