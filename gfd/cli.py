@@ -112,9 +112,14 @@ def _build_command() -> click.Command:
             dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions, **values
         )
 
-    for option in reversed(OPTIONS):
+    # --help lists the settings in the table's order (README's), then the actions above;
+    # click.option appends to a built command's params, so the actions would come first
+    actions = list(command.params)
+    command.params = []
+    for option in OPTIONS:
         if option.flag:
             command = _click_option(option)(command)
+    command.params.extend(actions)
     return command
 
 
