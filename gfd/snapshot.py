@@ -128,7 +128,7 @@ class Driver:
     cuda: int
 
 
-# The GPU interconnect (optional ``topology`` section; README "Snapshot format").
+# The GPU interconnect (optional ``topology`` section; README "Snapshots").
 NVLINK_REMOTES = ("gpu", "nvswitch", "other")  # nvmlDeviceGetNvLinkRemoteDeviceType
 PCIE_LEVELS = ("internal", "single", "multiple", "hostbridge", "node", "system")
 #: the most GPUs a node with a ``topology`` section may list (the partition table and the

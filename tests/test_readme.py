@@ -238,3 +238,34 @@ def test_usage_preview_and_oneshot_lines_run(tmp_path: Path) -> None:
         assert "nvidia.com/" in result.stdout
         ran += 1
     assert ran == 2
+
+
+# --- references to README sections ---------------------------------------------------------
+
+HEADINGS = [line.lstrip("#").strip() for line in README.splitlines() if re.match(r"#{1,4} ", line)]
+CITING = ["gfd", "tests", "manifests", "docs", "scripts", "bench", "Dockerfile", "Makefile"]
+
+
+def _cited_sections() -> Iterator[tuple[str, str]]:
+    """(where, title) of every README-and-quoted-title citation in the repository, and of every
+    see "Title" / see *Title* inside README itself."""
+    for top in CITING:
+        path = ROOT / top
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        for file in files:
+            if file.suffix in {".pyc", ".gz"} or "__pycache__" in file.parts:
+                continue
+            text = file.read_text(errors="replace")
+            for match in re.finditer(r'README[,:]? "(?:#+ )?([^"]+)"', text):
+                yield str(file.relative_to(ROOT)), match.group(1)
+    for match in re.finditer(r'(?:see|under) (?:"([^"]+)"|\*([^*]+)\*)', README):
+        yield "README.md", match.group(1) or match.group(2)
+
+
+def test_every_cited_readme_section_exists() -> None:
+    missing = [
+        (where, title)
+        for where, title in _cited_sections()
+        if not any(heading.lower().startswith(title.lower()) for heading in HEADINGS)
+    ]
+    assert missing == []
