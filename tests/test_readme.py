@@ -269,3 +269,31 @@ def test_every_cited_readme_section_exists() -> None:
         if not any(heading.lower().startswith(title.lower()) for heading in HEADINGS)
     ]
     assert missing == []
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    """A file renamed or removed leaves no stale name in README, docs/deploy.md or the
+    chart's values.yaml (``dist/`` is made by ``make manifests``; ``docs/proposals/`` is
+    koordinator's)."""
+    pattern = r"`((?:gfd|tests|bench|scripts|manifests|examples|docs)/[^` ]*)`"
+    missing = []
+    for doc in ["README.md", "docs/deploy.md", "manifests/helm/gfd/values.yaml"]:
+        for path in re.findall(pattern, (ROOT / doc).read_text()):
+            if path.startswith("docs/proposals/"):
+                continue
+            bare = re.split(r"[:{<]", path)[0]  # file.py::test, dir/{a,b}.go, dir/<name>
+            if not (ROOT / bare).exists():
+                missing.append((doc, path))
+    assert missing == []
+
+
+def test_readme_oneshot_sample_is_what_make_run_prints() -> None:
+    """README's "A oneshot run on a DGX A100 prints" block: its lines, in its order, are
+    lines of ``make run``'s output (its ``...`` leaves some out)."""
+    usage = _section(README, "## Usage")
+    sample = usage.split("prints:\n\n```\n", 1)[1].split("```", 1)[0].splitlines()
+    result = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", DGX)
+    printed = result.stdout.splitlines()
+    shown = [line for line in sample if line != "..."]
+    assert len(shown) > 10
+    assert [line for line in printed if line in shown] == shown
