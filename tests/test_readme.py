@@ -257,9 +257,9 @@ def _cited_sections() -> Iterator[tuple[str, str]]:
                 continue
             text = file.read_text(errors="replace")
             for match in re.finditer(r'README[,:]? "(?:#+ )?([^"]+)"', text):
-                yield str(file.relative_to(ROOT)), match.group(1)
+                yield str(file.relative_to(ROOT)), " ".join(match.group(1).split())
     for match in re.finditer(r'(?:see|under) (?:"([^"]+)"|\*([^*]+)\*)', README):
-        yield "README.md", match.group(1) or match.group(2)
+        yield "README.md", " ".join((match.group(1) or match.group(2)).split())
 
 
 def test_every_cited_readme_section_exists() -> None:
