@@ -34,7 +34,7 @@ ACTIONS = {"--dump-snapshot", "--cleanup", "--dump-partitions", "--version", "--
 # Options whose default depends on other settings: README says it in words, which are
 # checked to name the value the code takes in the common case.
 DEFAULT_IN_WORDS = {
-    "expiry_horizon": "max(`1h`, 4 × interval)",
+    "expiry_horizon": "max(`1h`, 4 \N{MULTIPLICATION SIGN} interval)",
     "output_file": "/etc/kubernetes/node-feature-discovery/features.d/gfd",
     "use_node_feature_api": "**true**",
     "log_format": "json unless stderr is a terminal",
@@ -165,7 +165,7 @@ def _kind(document: Any) -> str:
         return "unknown"
     if "apiVersion" in document:
         return "kubernetes"
-    if "components" in document or "resources" in document and "kind" in document:
+    if "components" in document:
         return "kustomization"
     if {"lost_gpus", "topology"} & document.keys():
         return "snapshot piece"
