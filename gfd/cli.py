@@ -447,7 +447,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     except click.UsageError as exc:
         # click quotes the offending argument whole: clip it like every other value
-        sys.exit(_fail(clip(exc.format_message().splitlines()[0], 300), 2))
+        message = clip(exc.format_message().splitlines()[0], 300)
+        if isinstance(exc, click.NoSuchOption):
+            message += f" ({PROG} --help lists the options)"
+        sys.exit(_fail(message, 2))
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:

@@ -297,3 +297,11 @@ def test_readme_oneshot_sample_is_what_make_run_prints() -> None:
     shown = [line for line in sample if line != "..."]
     assert len(shown) > 10
     assert [line for line in printed if line in shown] == shown
+
+
+def test_an_unknown_flag_points_at_help() -> None:
+    result = run_gfd_here("--bogus-flag")
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "gfd: error: No such option '--bogus-flag'. (gfd --help lists the options)"
+    ]
