@@ -67,6 +67,7 @@ _BY_KIND = {resource.kind: resource for resource in RESOURCES}
 
 MERGE_PATCH = "application/merge-patch+json"
 _REASONS = {
+    401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
     409: "Conflict",
@@ -86,6 +87,7 @@ class Request:
     status: int  # 0: the connection was dropped without a response
     content_type: str | None
     body: Any
+    authorization: str | None = None  # the Authorization header as it arrived
 
 
 @dataclass
@@ -111,6 +113,7 @@ class Fault:
     hang: bool = False  # read the request, then never answer
     huge: int | None = None  # answer 200 with this many bytes
     declare_length: bool = True  # with ``huge``: send Content-Length (else: until close)
+    echo_authorization: bool = False  # with ``status``: the message quotes the credentials
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method != method:
@@ -164,6 +167,8 @@ class _State:
     lock: threading.RLock = field(default_factory=threading.RLock)
     closing: threading.Event = field(default_factory=threading.Event)  # ends hung answers
     huge_bytes_sent: int = 0
+    # the Authorization header values let in (None: any request, with or without one)
+    accepted: frozenset[str] | None = None
 
 
 class FakeApiServer:
@@ -242,9 +247,12 @@ class FakeApiServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
-        """A kubeconfig that points the real client at this server (plain HTTP, a token)."""
-        return write_kubeconfig(path, self.url, namespace)
+    def write_kubeconfig(
+        self, path: Path | str, namespace: str = "default", user: JSON | None = None
+    ) -> Path:
+        """A kubeconfig that points the real client at this server (plain HTTP; a token, or
+        the credentials in ``user``)."""
+        return write_kubeconfig(path, self.url, namespace, user)
 
     # ------------------------------------------------------------- objects
 
@@ -413,6 +421,16 @@ class FakeApiServer:
         with self._state.lock:
             self._state.faults.clear()
 
+    def accept_only(self, *authorizations: str) -> None:
+        """Answer 401 Unauthorized (as the real server does) to a request whose
+        ``Authorization`` header is none of these (e.g. ``"Bearer abc"``)."""
+        with self._state.lock:
+            self._state.accepted = frozenset(authorizations)
+
+    def accept_any(self) -> None:
+        with self._state.lock:
+            self._state.accepted = None
+
 
 def _drop_empty_metadata(obj: JSON) -> None:
     # as the real API server serialises ObjectMeta: empty maps and lists are omitted
@@ -518,6 +536,13 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 body = raw.decode("utf-8", "replace")
 
+        with self.state.lock:
+            accepted = self.state.accepted
+        if accepted is not None and self.headers.get("Authorization") not in accepted:
+            self._record(method, path, 401, content_type, body)
+            self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
+            return
+
         fault = self._take_fault(method, path)
         if fault is not None and fault.after_apply:
             # the server does the work; then the answer is lost (a proxy's 504, a timeout)
@@ -544,11 +569,10 @@ class _Handler(BaseHTTPRequestHandler):
                 # recorded before answering, so a client that has its answer sees it counted
                 if not fault.after_apply:
                     self._record(method, path, fault.status, content_type, body)
-                self._send(
-                    fault.status,
-                    status_object(fault.status, reason, f"injected fault {fault.status}"),
-                    headers,
-                )
+                message = f"injected fault {fault.status}"
+                if fault.echo_authorization:  # as a careless proxy or a hostile server does
+                    message += f": credentials {self.headers.get('Authorization')!s} refused"
+                self._send(fault.status, status_object(fault.status, reason, message), headers)
                 return
 
         try:
@@ -644,8 +668,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(
         self, method: str, path: str, status: int, content_type: str | None, body: Any
     ) -> None:
+        authorization = self.headers.get("Authorization")
         with self.state.lock:
-            self.state.requests.append(Request(method, path, status, content_type, body))
+            self.state.requests.append(
+                Request(method, path, status, content_type, body, authorization)
+            )
 
     def _send(self, code: int, body: JSON, headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(body).encode("utf-8")
@@ -835,13 +862,16 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
 
 
-def write_kubeconfig(path: Path | str, server: str, namespace: str = "default") -> Path:
-    """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token."""
+def write_kubeconfig(
+    path: Path | str, server: str, namespace: str = "default", user: JSON | None = None
+) -> Path:
+    """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token (or
+    ``user``: the ``users[].user`` section, e.g. ``{"tokenFile": ...}`` or ``{"exec": ...}``)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "fake", "cluster": {"server": server}}],
-        "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+        "users": [{"name": "fake", "user": user if user is not None else {"token": "fake-token"}}],
         "contexts": [
             {
                 "name": "fake",
