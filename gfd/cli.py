@@ -220,7 +220,9 @@ class _QuietFlush:
 def _fail(message: str, status: int) -> int:
     import click
 
-    click.echo(f"{PROG}: error: {message}", err=True)
+    from gfd.redaction import redact
+
+    click.echo(f"{PROG}: error: {redact(message)}", err=True)
     return status
 
 

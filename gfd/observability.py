@@ -7,6 +7,7 @@ returns the Prometheus implementation (imported lazily so oneshot never pays for
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -42,6 +43,7 @@ def _structlog() -> Any:
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
                 structlog.processors.format_exc_info,
+                _redact_credentials,
                 renderer,
             ],
             wrapper_class=structlog.make_filtering_bound_logger(_config["level"]),
@@ -50,6 +52,26 @@ def _structlog() -> Any:
         )
         _config["ready"] = True
     return structlog
+
+
+def _redact_credentials(
+    logger: Any, method: str, event: MutableMapping[str, Any]
+) -> Mapping[str, Any]:
+    """No credential the process holds reaches a log line (gfd.redaction), whichever field
+    -- an error, a quoted answer, a traceback -- carries it."""
+    from gfd.redaction import redact
+
+    return {key: _redacted(value, redact) for key, value in event.items()}
+
+
+def _redacted(value: Any, redact: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [_redacted(item, redact) for item in value]
+    if isinstance(value, dict):
+        return {key: _redacted(item, redact) for key, item in value.items()}
+    return value
 
 
 class Logger:
