@@ -38,9 +38,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from gfd import __version__, interrupt
+from gfd import __version__, interrupt, redaction
+from gfd.documents import _yaml_problem
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
+from gfd.outputs import credentials
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -95,6 +97,7 @@ class KubeError(Exception):
         reason: str = "",
         retry_after: float | None = None,
         server_fault: bool = False,
+        credential: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -102,9 +105,14 @@ class KubeError(Exception):
         self.reason = reason
         self.retry_after = retry_after
         self.server_fault = server_fault
+        self.credential = credential
 
     @property
     def transient(self) -> bool:
+        """Worth another attempt in this operation.  A credential that cannot be had is
+        not: the next pass asks again."""
+        if self.credential:
+            return False
         return self.server_fault or self.status is None or self.status in _TRANSIENT_STATUSES
 
     @property
@@ -157,8 +165,9 @@ def redact_url(url: str) -> str:
 
 
 def _quote(text: str) -> str:
-    """At most ~100 characters of something a server sent, on one line."""
-    flat = " ".join(text.split())
+    """At most ~100 characters of something a server sent, on one line (credentials it
+    echoed are taken out first, so that no part of one survives the cut)."""
+    flat = " ".join(redaction.redact(text).split())
     if len(flat) > MAX_QUOTED_CHARS:
         flat = flat[:MAX_QUOTED_CHARS] + "..."
     return flat
@@ -172,7 +181,7 @@ STATUS_TAIL_CHARS = 160
 
 
 def _quote_status(text: str) -> str:
-    flat = " ".join(text.split())
+    flat = " ".join(redaction.redact(text).split())
     if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
         flat = f"{flat[:STATUS_HEAD_CHARS]} ... {flat[-STATUS_TAIL_CHARS:]}"
     return flat
@@ -193,24 +202,26 @@ class KubeClient:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         import kubernetes.client
-        import kubernetes.config
         import yaml
         from kubernetes.config.config_exception import ConfigException
 
         # the client's functions are untyped; keep mypy --strict honest at this one seam
         client: Any = kubernetes.client
-        config: Any = kubernetes.config
 
+        # the deadline of the request in flight: its reads, and the credential it needs
+        self._request_deadline: float | None = None
         configuration = client.Configuration()
         where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
         try:
-            if kubeconfig:
-                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-            else:
-                config.load_incluster_config(client_configuration=configuration)
+            # the client's own loaders, with gfd's bounded token files and exec plugins
+            self._credentials = credentials.load(kubeconfig, configuration)
+        except credentials.CredentialError as exc:
+            raise UsageError(f"{where}: {exc}") from None
         except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
             hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
-            detail = _quote(redact_url(str(exc)))  # YAML errors span several lines
+            # a YAML error's own text quotes the offending line, which may hold a token
+            text = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
+            detail = _quote(redact_url(text))
             raise UsageError(
                 f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
             ) from None
@@ -224,10 +235,11 @@ class KubeClient:
             )
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
         configuration.retries = False
+        if self._credentials is not None:
+            self._credentials.install(configuration, lambda: self._request_deadline)
         self._api: Any = client.ApiClient(configuration)
         self._api.user_agent = f"gfd/{__version__}"
         # every read of the socket honours the request's total deadline
-        self._request_deadline: float | None = None
         _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
         self._budget = budget
         self._request_timeout = request_timeout
@@ -244,10 +256,10 @@ class KubeClient:
         self._api.close()
 
     def scrub(self, text: str) -> str:
-        """``text`` without the credentials of the server URL."""
+        """``text`` without the credentials of the server URL, nor any other (gfd.redaction)."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text
+        return redaction.redact(text)
 
     # ------------------------------------------------------------- one request
 
@@ -271,11 +283,19 @@ class KubeClient:
         try:
             with interrupt.interruptible():
                 return call(timeout)
+        except credentials.CredentialError as exc:
+            raise KubeError(str(exc), credential=True) from None
         except ApiException as exc:
             raise _from_api_exception(exc, self.server) from None
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
             raise KubeError(
                 f"cannot reach the API server at {self.server}: {self.scrub(_short(exc))}"
+            ) from None
+        except ValueError as exc:
+            # http.client refusing a header value quotes the header: the credential
+            raise KubeError(
+                f"cannot send the request: {type(exc).__name__} (details not shown)",
+                credential=True,
             ) from None
         finally:
             self._request_deadline = None
@@ -295,18 +315,22 @@ class KubeClient:
         headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if body is not None:
             headers["Content-Type"] = content_type
-        serialized = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params=headers,
-            body=dict(body) if body is not None else None,
-            auth_settings=["BearerToken"],
-        )
 
         def call(timeout: float) -> JSON:
+            # serialised for each attempt: the credential is asked for here (token files
+            # re-read, exec plugins run) under the attempt's deadline
+            serialized = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                header_params=dict(headers),
+                body=dict(body) if body is not None else None,
+                auth_settings=["BearerToken"],
+            )
             wrapped: Any = self._api.call_api(*serialized, _request_timeout=timeout)
             response: Any = wrapped.response  # the urllib3 response, not yet read
             status = int(response.status)
+            if status == 401 and self._credentials is not None:
+                self._credentials.rejected()  # the next attempt reads the credential anew
             if not 200 <= status <= 299:
                 raise _error_from_answer(response, status)
             return _decode_object(_read_capped(response, MAX_ANSWER_BYTES))
