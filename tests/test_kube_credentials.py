@@ -290,3 +290,84 @@ def test_a_source_keeps_only_its_last_few_credentials() -> None:
     for n in range(10):
         redaction.remember("rotating", f"token-number-{n}")
     assert redaction.redact("token-number-9 token-number-0") == "*** token-number-0"
+
+
+# ----------------------------------------------------------------- client certificates
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate "gfd-exec"."""
+    import shutil
+    import subprocess
+
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command")
+    where = tmp_path_factory.mktemp("pki")
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True)
+
+    key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *key, "-keyout", "ca.key", "-out", "ca.crt", "-subj", "/CN=ca",
+            "-days", "2")  # fmt: skip
+    (where / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name, extra in (("server", ["-extfile", "san.ext"]), ("client", [])):
+        cn = "127.0.0.1" if name == "server" else "gfd-exec"
+        openssl("req", *key, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={cn}")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", *extra)  # fmt: skip
+    return {path.name: path for path in where.iterdir()}
+
+
+@pytest.fixture
+def tls_api(pki: dict[str, Path]) -> Iterator[FakeApiServer]:
+    from tests.fakes.fake_apiserver import Tls
+
+    tls = Tls(str(pki["server.crt"]), str(pki["server.key"]), client_ca=str(pki["ca.crt"]))
+    with FakeApiServer(tls=tls) as server:
+        server.add_node("n1")
+        server.accept_only("cert:gfd-exec")
+        yield server
+
+
+def cert_plugin(tmp_path: Path, cert: str, key: str) -> str:
+    answer = {"apiVersion": EXEC_API, "kind": "ExecCredential",
+              "status": {"clientCertificateData": cert, "clientKeyData": key}}  # fmt: skip
+    (tmp_path / "answer.json").write_text(json.dumps(answer))
+    return plugin(tmp_path, f"cat {tmp_path / 'answer.json'}\n")
+
+
+def tls_kubeconfig(api: FakeApiServer, tmp_path: Path, pki: dict[str, Path], command: str) -> str:
+    path = api.write_kubeconfig(tmp_path / "kubeconfig", user={"exec": {
+        "apiVersion": EXEC_API, "command": command, "interactiveMode": "Never"}})  # fmt: skip
+    config = json.loads(path.read_text())
+    config["clusters"][0]["cluster"]["certificate-authority"] = str(pki["ca.crt"])
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def test_an_exec_plugin_may_give_a_client_certificate(
+    tls_api: FakeApiServer, tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    key = pki["client.key"].read_text()
+    command = cert_plugin(tmp_path, pki["client.crt"].read_text(), key)
+    client = KubeClient(tls_kubeconfig(tls_api, tmp_path, pki, command), budget=5.0)
+    assert get_node(client)["metadata"]["name"] == "n1"
+    request = tls_api.requests[-1]
+    assert (request.client_cn, request.authorization, request.status) == ("gfd-exec", None, 200)
+    assert "***" in redaction.redact(key)  # the key is one of the credentials kept out of logs
+
+
+def test_a_client_certificate_that_cannot_be_used_is_one_line_without_the_key(
+    tls_api: FakeApiServer, tmp_path: Path, pki: dict[str, Path]
+) -> None:
+    key = pki["client.key"].read_text()
+    command = cert_plugin(tmp_path, pki["server.crt"].read_text(), key)  # not the key's
+    client = KubeClient(tls_kubeconfig(tls_api, tmp_path, pki, command), budget=5.0)
+    with pytest.raises(PublishError, match="cannot be used") as raised:
+        get_node(client)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert all(line not in message for line in key.splitlines()[1:-1])
+    assert tls_api.requests == []

@@ -34,12 +34,15 @@ gfd does not speak, a plugin that needs a terminal) is a usage error at start.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -90,8 +93,12 @@ def set_authorization(configuration: Any, value: str) -> None:
     configuration.api_key_prefix.pop("BearerToken", None)
 
 
+#: told a client certificate and key (PEM) an exec plugin gave, when they change
+CertificateUser = Callable[[str, str], None]
+
+
 class CredentialSource:
-    """Gives the ``Authorization`` header value for the next request."""
+    """Gives the ``Authorization`` header value for the next request ("" for none)."""
 
     def authorization(self, deadline: float | None) -> str:
         raise NotImplementedError
@@ -99,8 +106,13 @@ class CredentialSource:
     def rejected(self) -> None:
         """The server answered 401: what is cached is not used again."""
 
-    def install(self, configuration: Any, deadline: Deadline) -> None:
-        """Make the client ask this source before every request (its own hook)."""
+    def install(
+        self, configuration: Any, deadline: Deadline, use_certificate: CertificateUser
+    ) -> None:
+        """Make the client ask this source before every request (its own hook).
+
+        ``use_certificate`` puts a client certificate in use (exec plugins may give one)."""
+        del use_certificate
         set_authorization(configuration, "")  # the client asks the hook only for a known key
 
         def refresh(config: Any) -> None:
@@ -229,11 +241,25 @@ class ExecPlugin(CredentialSource):
         self._name = clip(os.path.basename(command) or command, 60)
         self._value: str | None = None
         self._expires: float | None = None  # wall-clock seconds; None: until a 401
+        self._certificate: tuple[str, str] | None = None
+        self._use_certificate: CertificateUser | None = None
+
+    def install(
+        self, configuration: Any, deadline: Deadline, use_certificate: CertificateUser
+    ) -> None:
+        self._use_certificate = use_certificate
+        super().install(configuration, deadline, use_certificate)
 
     def authorization(self, deadline: float | None) -> str:
         if self._value is None or (self._expires is not None and time.time() >= self._expires):
             self._value = None
-            self._value, self._expires = self._run(deadline)
+            value, certificate, self._expires = self._run(deadline)
+            if certificate is not None and certificate != self._certificate:
+                if self._use_certificate is None:
+                    raise CredentialError(f"exec plugin {self._name!r}: no client to give it to")
+                self._use_certificate(*certificate)
+                self._certificate = certificate
+            self._value = value
         return self._value
 
     def rejected(self) -> None:
@@ -247,7 +273,7 @@ class ExecPlugin(CredentialSource):
             spec["cluster"] = self._cluster
         return json.dumps({"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec})
 
-    def _run(self, deadline: float | None) -> tuple[str, float | None]:
+    def _run(self, deadline: float | None) -> tuple[str, tuple[str, str] | None, float | None]:
         from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS
 
         if deadline is None:
@@ -292,7 +318,8 @@ class ExecPlugin(CredentialSource):
             raise CredentialError(f"{what}: failed with {ended}{_excerpt(stderr)}")
         return self._parse(stdout, what)
 
-    def _parse(self, stdout: bytes, what: str) -> tuple[str, float | None]:
+    def _parse(self, stdout: bytes, what: str) -> tuple[str, tuple[str, str] | None, float | None]:
+        """(the Authorization header value or "", (certificate, key) or None, expiry)."""
         # nothing of the output is ever quoted: it is the credential
         try:
             answer = json.loads(stdout)
@@ -309,22 +336,24 @@ class ExecPlugin(CredentialSource):
         status = answer.get("status")
         if not isinstance(status, dict):
             raise CredentialError(f"{what}: its output has no status")
-        token = status.get("token")
-        if not isinstance(token, str) or not token:
-            if status.get("clientCertificateData") or status.get("clientKeyData"):
-                redaction.remember(
-                    f"exec plugin {self.command} key", str(status.get("clientKeyData"))
-                )
-                raise CredentialError(
-                    f"{what}: returned a client certificate; gfd takes a token from exec plugins"
-                )
-            raise CredentialError(f"{what}: its output has no token")
-        redaction.remember(f"exec plugin {self.command}", token)
+        token = status.get("token") or ""
+        cert, key = status.get("clientCertificateData"), status.get("clientKeyData")
+        if not isinstance(token, str) or not isinstance(cert or "", str):
+            raise CredentialError(f"{what}: its status holds a value that is not a string")
+        if not isinstance(key or "", str):
+            raise CredentialError(f"{what}: its status holds a value that is not a string")
+        redaction.remember(f"exec plugin {self.command}", token, key)
+        if not token and not cert and not key:
+            raise CredentialError(f"{what}: returned neither a token nor a certificate and key")
+        if bool(cert) != bool(key):  # as client-go
+            raise CredentialError(f"{what}: returned a certificate or a key, not both")
         if unsafe_header_value(token):
             raise CredentialError(
                 f"{what}: its token contains a line break or another control character"
             )
-        return f"Bearer {token}", _expiry(status.get("expirationTimestamp"), what)
+        header = f"Bearer {token}" if token else ""
+        certificate = (cert, key) if cert and key else None
+        return header, certificate, _expiry(status.get("expirationTimestamp"), what)
 
 
 def _cluster_info(cluster: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -436,6 +465,45 @@ def _end_group(process: subprocess.Popen[bytes]) -> None:
     for pipe in (process.stdout, process.stderr):
         if pipe is not None:
             pipe.close()
+
+
+class CertificateFiles:
+    """The client certificate and key an exec plugin gave, as files (TLS reads them only
+    from files: ``ssl.SSLContext.load_cert_chain``), as the Python client keeps them too: in a
+    directory only this user may enter, each file written 0600 and replaced whole, all
+    removed when the process exits."""
+
+    def __init__(self) -> None:
+        self._directory: str | None = None
+
+    def write(self, cert: str, key: str) -> tuple[str, str]:
+        """The paths of the certificate and key files, now holding ``cert`` and ``key``;
+        a CredentialError when TLS cannot use them."""
+        import ssl
+
+        if self._directory is None:
+            self._directory = tempfile.mkdtemp(prefix="gfd-exec-credential-")
+            atexit.register(shutil.rmtree, self._directory, True)
+        paths = []
+        for name, text in (("client.crt", cert), ("client.key", key)):
+            path = os.path.join(self._directory, name)
+            staged = path + ".new"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(staged, flags, 0o600), "w", encoding="utf-8") as file:
+                file.write(text)
+            paths.append((staged, path))
+        try:
+            ssl.create_default_context().load_cert_chain(paths[0][0], paths[1][0])
+        except (ssl.SSLError, ValueError) as exc:
+            reason = getattr(exc, "reason", None) or type(exc).__name__
+            raise CredentialError(
+                f"the client certificate and key an exec plugin gave cannot be used ({reason})"
+            ) from None
+        for staged, path in paths:
+            os.replace(staged, path)
+        return paths[0][1], paths[1][1]
 
 
 # ----------------------------------------------------------------- loading

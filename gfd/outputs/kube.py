@@ -236,7 +236,10 @@ class KubeClient:
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
         configuration.retries = False
         if self._credentials is not None:
-            self._credentials.install(configuration, lambda: self._request_deadline)
+            self._credentials.install(
+                configuration, lambda: self._request_deadline, self._use_certificate
+            )
+        self._certificate_files = credentials.CertificateFiles()
         self._api: Any = client.ApiClient(configuration)
         self._api.user_agent = f"gfd/{__version__}"
         # every read of the socket honours the request's total deadline
@@ -254,6 +257,18 @@ class KubeClient:
 
     def close(self) -> None:
         self._api.close()
+
+    def _use_certificate(self, cert: str, key: str) -> None:
+        """Authenticate with the client certificate an exec plugin gave: the connections made
+        with the previous one (or none) are closed, as client-go closes them."""
+        from kubernetes.client import rest
+
+        configuration = self._api.configuration
+        configuration.cert_file, configuration.key_file = self._certificate_files.write(cert, key)
+        previous = self._api.rest_client
+        self._api.rest_client = rest.RESTClientObject(configuration)
+        _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
+        previous.pool_manager.clear()
 
     def scrub(self, text: str) -> str:
         """``text`` without the credentials of the server URL, nor any other (gfd.redaction)."""
@@ -326,6 +341,8 @@ class KubeClient:
                 body=dict(body) if body is not None else None,
                 auth_settings=["BearerToken"],
             )
+            if not serialized[2].get("authorization"):
+                serialized[2].pop("authorization", None)  # a client certificate alone
             wrapped: Any = self._api.call_api(*serialized, _request_timeout=timeout)
             response: Any = wrapped.response  # the urllib3 response, not yet read
             status = int(response.status)

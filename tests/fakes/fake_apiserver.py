@@ -88,6 +88,7 @@ class Request:
     content_type: str | None
     body: Any
     authorization: str | None = None  # the Authorization header as it arrived
+    client_cn: str | None = None  # over TLS: the common name of the client's certificate
 
 
 @dataclass
@@ -171,14 +172,26 @@ class _State:
     accepted: frozenset[str] | None = None
 
 
+@dataclass(frozen=True)
+class Tls:
+    """Serve HTTPS with this certificate and key; with ``client_ca``, ask every client for
+    a certificate signed by it (a client without one is answered 401, as the real server
+    does for an anonymous request it does not allow)."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
 class FakeApiServer:
     """Use as a context manager, or call :meth:`start` and :meth:`stop`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Tls | None = None) -> None:
         self._state = _State()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        self.tls = tls
 
     # ------------------------------------------------------------- lifecycle
 
@@ -191,6 +204,15 @@ class FakeApiServer:
         Handler.state = state
         state.closing.clear()
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        if self.tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert, self.tls.key)
+            if self.tls.client_ca:
+                context.load_verify_locations(self.tls.client_ca)
+                context.verify_mode = ssl.CERT_OPTIONAL
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         server.daemon_threads = True
         self._server = server
         self.port = server.server_address[1]
@@ -245,7 +267,8 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     def write_kubeconfig(
         self, path: Path | str, namespace: str = "default", user: JSON | None = None
@@ -423,7 +446,8 @@ class FakeApiServer:
 
     def accept_only(self, *authorizations: str) -> None:
         """Answer 401 Unauthorized (as the real server does) to a request whose
-        ``Authorization`` header is none of these (e.g. ``"Bearer abc"``)."""
+        ``Authorization`` header is none of these (e.g. ``"Bearer abc"``), and that has no
+        client certificate named in them as ``"cert:<common name>"``."""
         with self._state.lock:
             self._state.accepted = frozenset(authorizations)
 
@@ -538,7 +562,8 @@ class _Handler(BaseHTTPRequestHandler):
 
         with self.state.lock:
             accepted = self.state.accepted
-        if accepted is not None and self.headers.get("Authorization") not in accepted:
+        presented = {self.headers.get("Authorization"), f"cert:{self._client_cn()}"}
+        if accepted is not None and not presented & accepted:
             self._record(method, path, 401, content_type, body)
             self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
             return
@@ -669,10 +694,19 @@ class _Handler(BaseHTTPRequestHandler):
         self, method: str, path: str, status: int, content_type: str | None, body: Any
     ) -> None:
         authorization = self.headers.get("Authorization")
+        client_cn = self._client_cn()
         with self.state.lock:
             self.state.requests.append(
-                Request(method, path, status, content_type, body, authorization)
+                Request(method, path, status, content_type, body, authorization, client_cn)
             )
+
+    def _client_cn(self) -> str | None:
+        peer = getattr(self.connection, "getpeercert", lambda: None)()
+        for field_ in (peer or {}).get("subject", ()):
+            for name, value in field_:
+                if name == "commonName":
+                    return str(value)
+        return None
 
     def _send(self, code: int, body: JSON, headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(body).encode("utf-8")
