@@ -371,3 +371,18 @@ def test_a_client_certificate_that_cannot_be_used_is_one_line_without_the_key(
     assert "\n" not in message
     assert all(line not in message for line in key.splitlines()[1:-1])
     assert tls_api.requests == []
+
+
+def test_a_stop_while_a_plugin_starts_is_raised_once_its_pid_is_known() -> None:
+    from gfd import interrupt
+
+    interrupt.reset()
+    try:
+        with pytest.raises(interrupt.Interrupted), interrupt.interruptible():
+            with interrupt.deferred():
+                interrupt.request_stop("SIGTERM")  # as the handler does: recorded, not raised
+                started = True
+            assert started
+            interrupt.check()
+    finally:
+        interrupt.reset()

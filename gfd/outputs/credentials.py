@@ -280,8 +280,34 @@ class ExecPlugin(CredentialSource):
             deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
         what = f"exec plugin {self._name!r} ({self._where})"
         env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self._request()}
+        process: subprocess.Popen[bytes] | None = None
         try:
-            process = subprocess.Popen(
+            # a stop that comes while the plugin starts waits until its pid is known: raised
+            # in the middle of Popen, it would leave the plugin running, unknown to anyone
+            with interrupt.deferred():
+                process = self._start(env, what)
+            with interrupt.interruptible():
+                stdout, stderr, status = _collect(process, deadline)
+        finally:
+            if process is not None:
+                with interrupt.deferred():  # nor while it is being ended
+                    _end_group(process)
+        if status is None:
+            raise CredentialError(
+                f"{what}: no answer before the request's deadline; it was stopped"
+            )
+        if stdout is None:
+            raise CredentialError(
+                f"{what}: wrote more than {MAX_EXEC_OUTPUT_BYTES} bytes; it was stopped"
+            )
+        if status != 0:
+            ended = f"exit status {status}" if status > 0 else f"signal {-status}"
+            raise CredentialError(f"{what}: failed with {ended}{_excerpt(stderr)}")
+        return self._parse(stdout, what)
+
+    def _start(self, env: Mapping[str, str], what: str) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
                 [self.command, *self.args],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -300,23 +326,6 @@ class ExecPlugin(CredentialSource):
             raise CredentialError(
                 f"{what}: cannot run it: a NUL character in its command line or environment"
             ) from None
-        try:
-            with interrupt.interruptible():
-                stdout, stderr, status = _collect(process, deadline)
-        finally:
-            _end_group(process)
-        if status is None:
-            raise CredentialError(
-                f"{what}: no answer before the request's deadline; it was stopped"
-            )
-        if stdout is None:
-            raise CredentialError(
-                f"{what}: wrote more than {MAX_EXEC_OUTPUT_BYTES} bytes; it was stopped"
-            )
-        if status != 0:
-            ended = f"exit status {status}" if status > 0 else f"signal {-status}"
-            raise CredentialError(f"{what}: failed with {ended}{_excerpt(stderr)}")
-        return self._parse(stdout, what)
 
     def _parse(self, stdout: bytes, what: str) -> tuple[str, tuple[str, str] | None, float | None]:
         """(the Authorization header value or "", (certificate, key) or None, expiry)."""

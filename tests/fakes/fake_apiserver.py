@@ -183,6 +183,13 @@ class Tls:
     client_ca: str | None = None
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that breaks off (a TLS client speaking to plain HTTP, a dropped request)
+        is no error of the server's: socketserver's traceback on stderr would land in the
+        stderr of a gfd run in this process (tests/process.py run_gfd_here)."""
+
+
 class FakeApiServer:
     """Use as a context manager, or call :meth:`start` and :meth:`stop`."""
 
@@ -203,7 +210,7 @@ class FakeApiServer:
 
         Handler.state = state
         state.closing.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server = _QuietServer(("127.0.0.1", self.port), Handler)
         if self.tls is not None:
             import ssl
 
