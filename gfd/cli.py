@@ -74,7 +74,7 @@ def _click_option(option: Option) -> Any:
             default=None,
             help=help_text,
         )
-    names = [option.flag] + ([option.short] if option.short else [])
+    names = [option.flag, *option.aliases] + ([option.short] if option.short else [])
     return click.option(*names, option.name, default=None, type=str, help=help_text)
 
 
@@ -142,7 +142,8 @@ def _plain_flags() -> dict[str, tuple[str, Any]]:
             flags[option.flag] = (option.name, True)
             flags[_negated(option.flag)] = (option.name, False)
         else:
-            flags[option.flag] = (option.name, _TAKES_VALUE)
+            for name in (option.flag, *option.aliases):
+                flags[name] = (option.name, _TAKES_VALUE)
     return flags
 
 
@@ -259,6 +260,11 @@ def run(
         except UsageError as exc:
             return _fail(str(exc), EXIT_USAGE)
 
+    if dump_snapshot or dump_partitions or cleanup:
+        from gfd import signals
+
+        # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
+        signals.attach(signals.ignore_reload)
     if dump_snapshot:
         return _dump_snapshot(settings, preloaded)
     if dump_partitions:
@@ -389,6 +395,11 @@ def _cleanup(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from gfd import logsink
+
+    # before anything is opened (a closed fd 2 is taken by /dev/null) or written: from here
+    # on, stderr can neither block gfd nor kill it
+    logsink.install()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         args = _normalise_bool_args(args)
