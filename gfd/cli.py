@@ -221,9 +221,10 @@ class _QuietFlush:
 def _fail(message: str, status: int) -> int:
     import click
 
-    from gfd.redaction import redact
-
-    click.echo(f"{PROG}: error: {redact(message)}", err=True)
+    redaction = sys.modules.get("gfd.redaction")
+    if redaction is not None:  # else no credential was ever read: nothing to take out
+        message = redaction.redact(message)
+    click.echo(f"{PROG}: error: {message}", err=True)
     return status
 
 

@@ -120,17 +120,15 @@ def _captured_by_structlog(level: str, record: dict[str, Any]) -> bool:
     return True
 
 
-def _redacted(value: Any) -> Any:
+def _redacted(value: Any, redact: Any) -> Any:
     """``value`` without any credential the process holds (gfd.redaction), in whichever
     field -- an error, a quoted answer, a traceback -- it came."""
-    from gfd.redaction import redact
-
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list | tuple):
-        return [_redacted(item) for item in value]
+        return [_redacted(item, redact) for item in value]
     if isinstance(value, dict):
-        return {key: _redacted(item) for key, item in value.items()}
+        return {key: _redacted(item, redact) for key, item in value.items()}
     return value
 
 
@@ -157,7 +155,10 @@ class Logger:
             text = _exception_text(exc_info)
             if text is not None:
                 record["exception"] = text
-        _write(_renderer()(_redacted(record)))
+        redaction = sys.modules.get("gfd.redaction")
+        if redaction is not None:  # else no credential was ever read: nothing to take out
+            record = _redacted(record, redaction.redact)
+        _write(_renderer()(record))
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit("debug", event, **fields)

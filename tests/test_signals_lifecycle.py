@@ -387,7 +387,8 @@ def plugin(tmp_path: Path) -> Iterator[Plugin]:
 def test_a_signal_while_the_credential_plugin_runs_at_start(
     api: FakeApiServer, start: Callable[..., Daemon], plugin: Plugin, signum: int
 ) -> None:
-    """The client runs the plugin while it loads the kubeconfig, before the first pass."""
+    """The plugin runs for the first request gfd makes, in the first pass (gfd runs it
+    itself, under the request's deadline, not the client while it loads the kubeconfig)."""
     plugin.slow_next_call(2 if signum == signal.SIGHUP else 60)
     daemon = start(
         "--snapshot-file", str(DGX), "--sleep-interval", "0.5s",
