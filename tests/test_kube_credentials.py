@@ -277,6 +277,20 @@ def test_a_plugin_is_given_no_more_than_the_request_deadline(
     assert api.requests == []
 
 
+def test_a_server_message_is_quoted_without_control_characters(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    from tests.fakes.fake_apiserver import Fault
+
+    message = "\x1b[2J\x1b]0;owned\x07 forbidden \x00\x9b1m"
+    status = {"kind": "Status", "code": 403, "reason": "Forbidden\x1b[31m", "message": message}
+    api.inject(Fault(status=403, body=json.dumps(status).encode()))
+    client = KubeClient(str(api.write_kubeconfig(tmp_path / "kubeconfig")), budget=1.0)
+    with pytest.raises(PublishError, match="forbidden") as raised:
+        get_node(client)
+    assert str(raised.value).isprintable()
+
+
 # ----------------------------------------------------------------- redaction
 
 

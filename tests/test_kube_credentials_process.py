@@ -247,6 +247,7 @@ def failed_passes(daemon: Daemon, count: int) -> list[dict[str, Any]]:
     for failure in failures:
         assert failure["level"] == "error"
         assert len(failure["error"]) < 600  # one short line
+        assert failure["error"].isprintable()  # no escape sequence reaches a terminal
     return failures
 
 
@@ -262,6 +263,10 @@ PLUGINS = {
         "failed with exit status 3: ...xxx",
     ),
     # a token it gave before (expired at once, so asked for again), on stderr as it fails
+    "binary-on-stderr": (
+        "printf '\\033[2J\\033]0;owned\\007' >&2\nhead -c 3000 /dev/urandom >&2\nexit 5\n",
+        "failed with exit status 5: ...",
+    ),
     "token-on-stderr": (
         f"if [ -e ran ]; then echo 'my token was {EXEC_TOKEN}' >&2; exit 1; fi\ntouch ran\n"
         "echo '"

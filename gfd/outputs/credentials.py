@@ -400,7 +400,7 @@ def _expiry(stamp: Any, what: str) -> float | None:
 
 
 def _excerpt(stderr: bytes) -> str:
-    text = " ".join(redaction.redact(stderr.decode("utf-8", "replace")).split())
+    text = redaction.one_line(stderr.decode("utf-8", "replace"))
     if not text:
         return ""
     if len(text) > EXEC_STDERR_EXCERPT_CHARS:

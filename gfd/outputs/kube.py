@@ -167,9 +167,9 @@ def redact_url(url: str) -> str:
 
 
 def _quote(text: str) -> str:
-    """At most ~100 characters of something a server sent, on one line (credentials it
-    echoed are taken out first, so that no part of one survives the cut)."""
-    flat = " ".join(redaction.redact(text).split())
+    """At most ~100 characters of something a server sent, on one line, printable
+    (credentials it echoed are taken out first, so that no part of one survives the cut)."""
+    flat = redaction.one_line(text)
     if len(flat) > MAX_QUOTED_CHARS:
         flat = flat[:MAX_QUOTED_CHARS] + "..."
     return flat
@@ -183,7 +183,7 @@ STATUS_TAIL_CHARS = 160
 
 
 def _quote_status(text: str) -> str:
-    flat = " ".join(redaction.redact(text).split())
+    flat = redaction.one_line(text)
     if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
         flat = f"{flat[:STATUS_HEAD_CHARS]} ... {flat[-STATUS_TAIL_CHARS:]}"
     return flat
