@@ -400,3 +400,36 @@ def test_a_stop_while_a_plugin_starts_is_raised_once_its_pid_is_known() -> None:
             interrupt.check()
     finally:
         interrupt.reset()
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["valid", "key-not-the-certificates"])
+def test_a_kubeconfig_client_key_never_reaches_the_log(
+    tls_api: FakeApiServer, tmp_path: Path, pki: dict[str, Path], broken: bool
+) -> None:
+    import base64
+
+    from tests.process import ROOT, run_gfd_here
+
+    def data(name: str) -> str:
+        return base64.b64encode(pki[name].read_bytes()).decode()
+
+    key = data("client.key") if not broken else data("server.key")
+    user = {"client-certificate-data": data("client.crt"), "client-key-data": key}
+    path = tls_api.write_kubeconfig(tmp_path / "kubeconfig", user=user)
+    config = json.loads(path.read_text())
+    config["clusters"][0]["cluster"]["certificate-authority-data"] = data("ca.crt")
+    path.write_text(json.dumps(config))
+    done = run_gfd_here(
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", str(path), "--oneshot",
+        "--snapshot-file", f"{ROOT}/examples/snapshots/dgx-a100.yaml", "--log-level", "debug",
+    )  # fmt: skip
+    assert done.returncode == (2 if broken else 0), done.stderr
+    secret = pki["client.key" if not broken else "server.key"].read_text()
+    for part in [key, *secret.splitlines()[1:-1]]:
+        assert part not in done.stderr
+    if broken:  # found at start, as client-go finds it: a usage error
+        assert (
+            done.stderr.count("\n") == 1 and "cannot be used (KEY_VALUES_MISMATCH)" in done.stderr
+        )
+    else:
+        assert tls_api.requests[-1].client_cn == "gfd-exec"

@@ -476,6 +476,19 @@ def _end_group(process: subprocess.Popen[bytes]) -> None:
             pipe.close()
 
 
+def check_key_pair(cert_file: str, key_file: str, what: str) -> None:
+    """A CredentialError unless TLS can use the pair (as client-go checks it with
+    ``tls.X509KeyPair`` before the first request); the reason ssl gives, never the files."""
+    import ssl
+
+    try:
+        # no passphrase: an encrypted key is refused here, not prompted for on a terminal
+        ssl.create_default_context().load_cert_chain(cert_file, key_file, password=b"")
+    except (ssl.SSLError, ValueError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
+        raise CredentialError(f"{what} cannot be used ({reason or type(exc).__name__})") from None
+
+
 class CertificateFiles:
     """The client certificate and key an exec plugin gave, as files (TLS reads them only
     from files: ``ssl.SSLContext.load_cert_chain``), as the Python client keeps them too: in a
@@ -488,8 +501,6 @@ class CertificateFiles:
     def write(self, cert: str, key: str) -> tuple[str, str]:
         """The paths of the certificate and key files, now holding ``cert`` and ``key``;
         a CredentialError when TLS cannot use them."""
-        import ssl
-
         if self._directory is None:
             self._directory = tempfile.mkdtemp(prefix="gfd-exec-credential-")
             atexit.register(shutil.rmtree, self._directory, True)
@@ -503,13 +514,9 @@ class CertificateFiles:
             with os.fdopen(os.open(staged, flags, 0o600), "w", encoding="utf-8") as file:
                 file.write(text)
             paths.append((staged, path))
-        try:
-            ssl.create_default_context().load_cert_chain(paths[0][0], paths[1][0])
-        except (ssl.SSLError, ValueError) as exc:
-            reason = getattr(exc, "reason", None) or type(exc).__name__
-            raise CredentialError(
-                f"the client certificate and key an exec plugin gave cannot be used ({reason})"
-            ) from None
+        check_key_pair(
+            paths[0][0], paths[1][0], "the client certificate and key an exec plugin gave"
+        )
         for staged, path in paths:
             os.replace(staged, path)
         return paths[0][1], paths[1][1]
@@ -583,6 +590,12 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
                 cluster=(cluster.value.get("cluster") if cluster is not None else None),
             )
     loader.load_and_set(configuration)
+    if configuration.cert_file and configuration.key_file:
+        check_key_pair(
+            configuration.cert_file,
+            configuration.key_file,
+            f"{where}: its client certificate and key",
+        )
     if source is None:
         value = configuration.api_key.get("BearerToken")
         if isinstance(value, str):
