@@ -433,3 +433,16 @@ def test_a_kubeconfig_client_key_never_reaches_the_log(
         )
     else:
         assert tls_api.requests[-1].client_cn == "gfd-exec"
+
+
+def test_a_token_beside_the_token_file_is_used_while_the_file_cannot_be_read(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "token"
+    clock = Clock()
+    source = FileToken(str(path), "tokenFile", fallback=TOKEN, clock=clock)
+    assert source.token() == TOKEN
+    path.write_text(ROTATED)
+    assert source.token() == TOKEN  # kept for the period, as a token read from the file
+    clock.now += 60.0
+    assert source.token() == ROTATED

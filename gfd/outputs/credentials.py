@@ -140,6 +140,11 @@ class FileToken(CredentialSource):
     ) -> None:
         self.path = path
         self._where = where
+        if fallback and unsafe_header_value(fallback):
+            raise CredentialError(
+                f"{where}: the token beside it contains a line break or another control "
+                "character (not shown)"
+            )
         self._fallback = fallback or None
         self._clock = clock
         self._token: str | None = None
@@ -160,6 +165,7 @@ class FileToken(CredentialSource):
             self._log.warning(
                 "cannot read the token file again; using the last token", error=str(exc)
             )
+            self._token = last  # tried again when this runs out (or after a 401)
             self._expires = now + TOKEN_FILE_PERIOD_SECONDS
             return last
         self._token = token
