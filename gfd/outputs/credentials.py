@@ -277,7 +277,8 @@ class ExecPlugin(CredentialSource):
         spec: dict[str, Any] = {"interactive": False}
         if self._cluster is not None:
             spec["cluster"] = self._cluster
-        return json.dumps({"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec})
+        request = {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec}
+        return json.dumps(request, default=str)  # a YAML date in an extension, say
 
     def _run(self, deadline: float | None) -> tuple[str, tuple[str, str] | None, float | None]:
         from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS
