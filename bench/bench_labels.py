@@ -16,11 +16,11 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.records import replace
 from gfd.settings import Config, load_config_file
 from gfd.snapshot import Gpu, Snapshot, load
 

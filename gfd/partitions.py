@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
-
-from gfd.records import record
 
 NVLINK = "NVLink"
 #: Koordinator's annotation on its Device object, reused as-is on the Node (node-labels mode)
 ANNOTATION = "scheduling.koordinator.sh/gpu-partitions"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Partition:
     minors: tuple[int, ...]
     allocation_score: int = 1

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover, discover_host_only
 from gfd.errors import NvmlUnavailableError
@@ -46,7 +46,7 @@ SNAPSHOT_FILES = sorted(
 
 def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: object) -> Snapshot:
     overrides = build_from_snapshot(root, snapshot)
-    chosen = records.replace(Settings(), **overrides)  # type: ignore[arg-type]
+    chosen = replace(Settings(), **overrides)  # type: ignore[arg-type]
     if snapshot.driver is None:
         fake = FakeNvml(library_missing=True)
         with pytest.raises(NvmlUnavailableError):
@@ -65,7 +65,7 @@ def test_snapshot_files_round_trip(path: Path, tmp_path: Path) -> None:
     found = discover_through_fakes(snapshot, tmp_path)
     # a DGX Station's display adapter is listed by NVML but skipped by discovery (go-nvlib)
     gpus = tuple(gpu for gpu in snapshot.gpus if not is_skipped_device(gpu.name))
-    expected = records.replace(snapshot, gpus=gpus)
+    expected = replace(snapshot, gpus=gpus)
     assert snapshot_io.dumps(found) == snapshot_io.dumps(expected)
     assert found == expected
 

@@ -11,6 +11,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -20,7 +21,6 @@ from gfd import snapshot as snapshot_format
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.records import replace
 from gfd.settings import Config, ReplicatedResource, ResourcePattern, Sharing, parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
 from tests.strategies import config_documents, configs, mig_strategies, snapshots

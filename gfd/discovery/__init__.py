@@ -30,9 +30,9 @@ when ``libnvidia-ml.so.1`` loads, and NVML is the only backend gfd has).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
-from gfd import records
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
@@ -81,7 +81,7 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
     else:
         reading = nvml_source.read(module)
     gpus = tuple(
-        records.replace(gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id))
+        replace(gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id))
         for gpu in reading.gpus
     )
     return Snapshot(

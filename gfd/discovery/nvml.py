@@ -19,13 +19,13 @@ import ctypes
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.discovery import mig_profile
 from gfd.errors import DiscoveryError, NvmlUnavailableError
 from gfd.labels.devices import is_skipped_device
 from gfd.observability import get_logger
-from gfd.records import record
 from gfd.snapshot import (
     ComputeCapability,
     Driver,
@@ -137,7 +137,7 @@ def session(nvml: Any) -> Iterator[None]:
             _log().warning("nvml shutdown failed", error=str(err))
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvmlReading:
     """One pass over NVML: the driver, every GPU that answered (``pci_class`` is left for
     sysfs), the GPUs NVML reports lost (GPU_IS_LOST, RESET_REQUIRED), and how many

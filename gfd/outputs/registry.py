@@ -14,13 +14,13 @@ dotted path, so settings can read the table without pulling in any output's depe
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import UsageError
-from gfd.records import record
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class OutputKind:
     #: the output's short name, as in logs and metrics ("file", "nodefeature", ...)
     name: str
