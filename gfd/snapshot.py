@@ -657,10 +657,11 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 @functools.cache
 def _yaml_dumper() -> type[yaml.SafeDumper]:
-    """The dumper with gfd's representers, built on first use: loading never needs it."""
+    """The dumper with gfd's representers, built on first use: loading never needs it.
+    libyaml's emitter where PyYAML was built with it, else PyYAML's own (same output)."""
     import yaml
 
-    class _Dumper(yaml.SafeDumper):
+    class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
         pass
 
     _Dumper.add_representer(_HexInt, _represent_hex)
@@ -794,8 +795,7 @@ def dumps(snapshot: Snapshot) -> str:
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
-        # one line a value (PyYAML folds long scalars at 80 columns): gfd.yamlfast reads a
-        # dumped snapshot without PyYAML unless a value itself holds a line break
+        # one line a value: PyYAML would fold a long string at 80 columns
         width=1 << 30,
     )
 

@@ -6,8 +6,8 @@ any point of the run is seen.  The lists name what the mode does not use: the AP
 and their retry and HTTP stacks, the metrics server, asyncio (structlog pulls it in),
 structlog while nothing is logged, click while the command line is plain, NVML discovery
 on the snapshot path, PyYAML on the NVML path with no document to read.  (The frozen types
-are standard dataclasses: ``dataclasses`` and ``inspect`` are imported by design, a
-standard part costing a few milliseconds.)
+are standard dataclasses and documents are read by PyYAML: those two are imported by
+design, as plain standard parts cost a few milliseconds at most.)
 
 The second half checks the other side of the saving: ``gfd.cli._parse_plain`` (which lets a
 plain command line skip click) gives the command's callback exactly what click gives it.
@@ -104,7 +104,6 @@ NOT_FOR_THE_SNAPSHOT_PATH = [
     "uuid",
     "gfd.discovery",
     "json",  # the snapshot is YAML
-    "yaml",  # ... plain YAML, which gfd.yamlfast reads (PyYAML only for the rest)
     "decimal",  # the partition table's quantities (the NVML path's fake loads it itself)
 ]
 
@@ -145,8 +144,8 @@ def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) ->
     assert loaded(recorded, ["tempfile"]) == []  # the atomic write is the file output's
     assert not recorded["yaml_dumper_built"]
     # what it does use is seen (the recorder works)
-    assert loaded(recorded, ["gfd.yamlfast", "gfd.outputs.file", "gfd.labels"]) == [
-        "gfd.yamlfast",
+    assert loaded(recorded, ["yaml", "gfd.outputs.file", "gfd.labels"]) == [
+        "yaml",
         "gfd.outputs.file",
         "gfd.labels",
     ]
