@@ -5,7 +5,7 @@ under the mixed strategy with the seed's renaming config (examples/configs/renam
 Prints the median time of one pass and the time per device (GPUs + MIG devices): a flat
 per-device figure means the pass grows linearly with the node.
 
-Target (issue 2): one pass for 8 GPUs <= 2 ms; growth linear in the number of devices.
+Target: one pass for 8 GPUs <= 2 ms; growth linear in the number of devices.
 
     .venv/bin/python bench/bench_labels.py [--runs N]
 """

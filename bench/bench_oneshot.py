@@ -1,4 +1,4 @@
-"""Cold ``gfd --oneshot`` against the interpreter's floor, paired run by run (issue 11).
+"""Cold ``gfd --oneshot`` against the interpreter's floor, paired run by run.
 
 Each round runs these fresh processes one after the other (the order rotates every round,
 so that none always runs first on a warm CPU):
@@ -15,7 +15,7 @@ and reports, per command, the median wall time (measured around the child), the 
 CPU time (user + system, the child's rusage: steadier than wall on a shared machine), the median
 peak RSS (from ``/usr/bin/time -v`` in separate, untimed runs: a forked child's own rusage
 would count the benchmark's memory at the fork), and the ratio to the floor: the ratio of
-the medians and the median of the per-round ratios.  Target (issue 11): snapshot path
+the medians and the median of the per-round ratios.  Target: snapshot path
 <= 1.3 x the floor; NVML path: the same saving; peak RSS no higher than before (17 MiB).
 
 Measure gfd as the image installs it -- from a wheel, into a virtualenv of its own:

@@ -1,4 +1,4 @@
-"""Worst cases of the partition table (issue 17 probe): the label pass with
+"""Worst cases of the partition table: the label pass with
 ``--topology-labels`` on the largest hostile topologies the snapshot reader accepts
 (256 GPUs, links numbered 0-63), and on a random search over link graphs.
 

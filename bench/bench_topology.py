@@ -7,7 +7,7 @@
 - One label pass (``build`` with ``topology_labels=True`` + ``format_labels``) for each
   node, and ``--dump-partitions``' table alone.
 
-Target (issue 17): a label pass with topology for 8 GPUs <= 2 ms.
+Target: a label pass with topology for 8 GPUs <= 2 ms.
 
     .venv/bin/python bench/bench_topology.py [--runs N]
 """

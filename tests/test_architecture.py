@@ -1,4 +1,4 @@
-"""The shape of the package (issue 12): no import circle between gfd's modules, so each
+"""The shape of the package: no import circle between gfd's modules, so each
 module can be read, tested and imported on its own, in any order."""
 
 from __future__ import annotations

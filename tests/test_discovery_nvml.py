@@ -371,7 +371,7 @@ def test_both_strategies_read_nvml(settings: Settings, strategy: str) -> None:
 
 @pytest.mark.parametrize("after_calls", [0, 1, 3, 6, 12, 20])
 def test_gpu_lost_mid_pass(settings: Settings, after_calls: int) -> None:
-    """Issue 16: a GPU lost at any call is recorded as lost; the others are still read
+    """A GPU lost at any call is recorded as lost; the others are still read
     (this test used to expect the whole discovery to fail)."""
     slots = {i: one_g(i + 1) for i in range(7)}
     gpus = [

@@ -127,7 +127,7 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
     capability = draw(_CAPABILITIES)
     return Gpu(
         index=index,
-        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (issue 19)
+        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (a repeat is refused)
         name=draw(_TEXT),
         pci_bus_id=bus_id,
         pci_class=None if not bus_id else draw(_PCI_CLASSES),

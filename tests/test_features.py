@@ -1,4 +1,4 @@
-"""Raw GPU features for NodeFeature ``spec.features`` (issue 16): a pure function of the
+"""Raw GPU features for NodeFeature ``spec.features``: a pure function of the
 snapshot, in NFD's Features shape, published and kept current by the NodeFeature output."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Hostile input, in process (issues 10 and 19): the bounded readers one by one.
+"""Hostile input, in process: the bounded readers one by one.
 
 The process tests (test_hostile_input.py) show the exit status and the one line; these
 pin the pieces: the linear pattern matcher against the regular expression it replaces,

@@ -600,7 +600,7 @@ OTHER_NODES = {
 def test_every_workload_is_scheduled_on_gpu_nodes_of_a_stock_nfd(
     overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
 ) -> None:
-    """Issue 16: a stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
+    """A stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
     spec = pod_spec(workload(overlay, rendered(overlay)))
     for name, labels in GPU_NODES.items():
         assert node_affinity_selects(spec, labels), name
@@ -1304,7 +1304,7 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
 ) -> None:
     """gfd started with the features-file DaemonSet's environment (paths moved into
     tmp_path, a snapshot instead of NVML) answers its probe paths with 200 once it has
-    published, and keeps its file on SIGTERM with an NFD expiry (issue 16: no gap in a
+    published, and keeps its file on SIGTERM with an NFD expiry (no gap in a
     rolling update; a node whose gfd never returns has its labels age out)."""
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     container = gfd_container(daemonset)

@@ -1,4 +1,4 @@
-"""NodeFeature spec.features at sizes a real API server refuses (issue 16 probe): the
+"""NodeFeature spec.features at sizes a real API server refuses: the
 object stays far below etcd's ~1.5 MiB, the labels are always published."""
 
 from __future__ import annotations

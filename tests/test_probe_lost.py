@@ -1,4 +1,4 @@
-"""Lost GPUs under hostile input (issue 16 probe): snapshots whose lost entries contradict
+"""Lost GPUs under hostile input: snapshots whose lost entries contradict
 themselves or the GPUs, PCI functions NVML never lists, sysfs entries that are not files."""
 
 from __future__ import annotations

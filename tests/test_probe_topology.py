@@ -1,4 +1,4 @@
-"""Hostile topologies (issue 17 probe): the ring search and the partition table stay
+"""Hostile topologies: the ring search and the partition table stay
 bounded for every snapshot the reader accepts, a bigger one is refused with one line, and
 NVML topology calls that raise or answer garbage never fail discovery."""
 

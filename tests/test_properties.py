@@ -66,7 +66,7 @@ OMITTED = object()
 
 
 def published_value(name: str, value: str) -> str | object | None:
-    """§5.4 with issue 16/19: a value built from a name (``*.product``, ``*.machine``) is
+    """§5.4, never cutting a number: a value built from a name (``*.product``, ``*.machine``) is
     made publishable (:func:`publishable`); any other value (a number, a version...) is
     published as it is when valid and left out (OMITTED) when not — never cut."""
     if name.endswith((".product", ".machine")):
@@ -154,9 +154,10 @@ def replicas_for(resource: str, sharing: Sharing) -> tuple[int, bool]:
 
 
 def product(parts: Sequence[str], shared: bool) -> str | None:
-    """§5.2 with issue 16: each non-empty part sanitised, SHARED appended, joined with '-';
-    past 63 characters only the model (first part) is cut, to what the rest leaves, and
-    trimmed to an alphanumeric end; None (label left out) when nothing of it is left."""
+    """§5.2, qualifiers kept whole: each non-empty part sanitised, SHARED appended, joined
+    with '-'; past 63 characters only the model (first part) is cut, to what the rest
+    leaves, and trimmed to an alphanumeric end; None (label left out) when nothing of it is
+    left."""
     kept = [sanitize(part) for part in parts if part]
     if not kept:
         return ""

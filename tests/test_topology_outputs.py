@@ -198,7 +198,7 @@ def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: 
 
 
 def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_path: Path) -> None:
-    """Issue 16: a start on a node that already carries the right labels (and, here, the
+    """A start on a node that already carries the right labels (and, here, the
     right partition annotation) sends no write at all."""
     settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
     assert Agent(settings, reload_settings=lambda: settings).run_pass()

@@ -203,7 +203,7 @@ class _NvmlReader:
                     gpus.append(gpu)
             except self._error_type as err:
                 if error_code(err) in _LOST_CODES:
-                    # one GPU off the bus must not blind gfd to the others (issue 16)
+                    # one GPU off the bus must not blind gfd to the others
                     reason = f"NVML error on GPU {index} in {self._current}: {err}"
                     _log().warning("gpu lost", index=index, error=reason)
                     lost.append(LostGpu(index=index, pci_bus_id=self._bus_id, reason=reason))
