@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gfd.errors import ConfigError, LabelError
@@ -611,7 +613,7 @@ def test_a_driver_version_that_does_not_fit_is_left_out() -> None:
 
 def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
     lost = (LostGpu(index=1, reason="GPU is lost"),)
-    labels = labels_of(Snapshot(**{**vars(node(gpu(0), gpu(2))), "lost": lost}))
+    labels = labels_of(replace(node(gpu(0), gpu(2)), lost=lost))
     assert labels[P + "gpu.lost"] == "1"
     assert labels[P + "gpu.count"] == "2"
     assert P + "gpu.lost" not in labels_of(node(gpu(0), gpu(2)))  # only when non-zero
@@ -619,5 +621,5 @@ def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
 
 def test_every_gpu_lost() -> None:
     lost = tuple(LostGpu(index=i) for i in range(2))
-    labels = labels_of(Snapshot(**{**vars(node()), "lost": lost}))
+    labels = labels_of(replace(node(), lost=lost))
     assert labels == {P + "gpu.lost": "2", P + "vgpu.present": "false"}
