@@ -115,7 +115,9 @@ def test_two_daemons_on_one_file_without_expiry(tmp_path: Path, daemons: Any) ->
     """A rolling update overlaps two daemons on one file: the first to exit does not delete
     the file the other one wrote."""
     out = tmp_path / "gfd"
-    args = ("--sleep-interval", "1s", "--output-file", str(out), "--expiry-horizon", "never")
+    # one pass each (the next is an hour away): a second pass of the old daemon, with a new
+    # timestamp, would rewrite the file between the new one's pass and the read below
+    args = ("--sleep-interval", "1h", "--output-file", str(out), "--expiry-horizon", "never")
     old = daemons(*args, "--snapshot-file", DGX)
     old.wait_for("pass finished")
     new = daemons(*args, "--snapshot-file", "examples/snapshots/two-models.yaml")
