@@ -74,7 +74,7 @@ def _click_option(option: Option) -> Any:
             default=None,
             help=help_text,
         )
-    names = [option.flag] + ([option.short] if option.short else [])
+    names = [option.flag, *option.aliases] + ([option.short] if option.short else [])
     return click.option(*names, option.name, default=None, type=str, help=help_text)
 
 
@@ -142,7 +142,8 @@ def _plain_flags() -> dict[str, tuple[str, Any]]:
             flags[option.flag] = (option.name, True)
             flags[_negated(option.flag)] = (option.name, False)
         else:
-            flags[option.flag] = (option.name, _TAKES_VALUE)
+            for name in (option.flag, *option.aliases):
+                flags[name] = (option.name, _TAKES_VALUE)
     return flags
 
 
@@ -387,6 +388,11 @@ def _cleanup(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from gfd import logsink
+
+    # before anything is opened (a closed fd 2 is taken by /dev/null) or written: from here
+    # on, stderr can neither block gfd nor kill it
+    logsink.install()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         args = _normalise_bool_args(args)

@@ -18,11 +18,14 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gfd import __version__
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gfd import __version__, observability
 from gfd.errors import GfdError
 from gfd.settings import split_address
 
@@ -50,6 +53,7 @@ class PrometheusMetrics:
         wall_clock: Callable[[], float] = time.time,
         serve: bool = True,
         poll_interval: float = 0.5,
+        log_lines_dropped: Callable[[], int] = observability.log_lines_dropped,
     ) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -96,6 +100,7 @@ class PrometheusMetrics:
         )
         for result in ("success", "error"):
             self._passes.labels(result=result)
+        self.registry.register(_LogLinesDropped(log_lines_dropped))
 
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -206,6 +211,22 @@ class PrometheusMetrics:
             daemon=True,
         )
         self._thread.start()
+
+
+class _LogLinesDropped(Collector):
+    """The log lines that never reached stderr, counted where they are dropped (the log
+    sink and the log writer, neither of which may import prometheus_client) and read here
+    at each scrape."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "gfd_log_lines_dropped",
+            "Log lines dropped because stderr was closed, broken or not read fast enough",
+            value=self._count(),
+        )
 
 
 class _IPv6Server(ThreadingHTTPServer):

@@ -39,6 +39,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
             "NAMESPACE",
             "POD_NAME",
             "KUBECONFIG",
+            "DRIVER_ROOT_CTR_PATH",
+            "CONTAINER_DRIVER_ROOT",
+            "KUBE_API_QPS",
+            "KUBE_API_BURST",
         }
     }
     env["PYTHONPATH"] = ROOT

@@ -354,7 +354,7 @@ def test_real_bindings_without_a_driver(settings: Settings) -> None:
 
 
 def test_unknown_strategy(settings: Settings) -> None:
-    bad = replace(settings, device_discovery_strategy="tegra")
+    bad = replace(settings, device_discovery_strategy="bogus")
     with pytest.raises(UsageError, match="--device-discovery-strategy"):
         discover(bad, nvml=FakeNvml().module)
 

@@ -45,6 +45,8 @@ SNAPSHOT_FILES = sorted(
 
 
 def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: object) -> Snapshot:
+    if snapshot.discovery != "nvml":
+        return discover_other_backend(snapshot, root)
     overrides = build_from_snapshot(root, snapshot)
     chosen = replace(Settings(), **overrides)  # type: ignore[arg-type]
     if snapshot.driver is None:
@@ -56,6 +58,45 @@ def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: objec
     found = discover(chosen, nvml=fake.module)
     assert fake.init_depth == 0, "nvmlShutdown must follow every nvmlInit"
     return found
+
+
+def discover_other_backend(snapshot: Snapshot, root: Path) -> Snapshot:
+    """A vfio snapshot through a fake PCI sysfs tree and PCI ID database; a tegra one
+    through the fake CUDA library: the backend's discovery gives the snapshot back."""
+    from unittest import mock
+
+    from gfd.discovery import vfio
+
+    from .fakes.fake_cuda import FakeCuda
+    from .fakes.fake_sysfs import MEM64, MIB, FakeSysfs
+
+    machine = root / "product_name"
+    if snapshot.machine is not None:
+        machine.write_text(snapshot.machine + "\n")
+    sysfs = FakeSysfs(root / "sys")
+    chosen = Settings(
+        device_discovery_strategy=snapshot.discovery,
+        sysfs_root=str(sysfs.root),
+        machine_type_file=str(machine),
+    )
+    if snapshot.discovery == "tegra":
+        return discover(chosen, cuda=FakeCuda.from_snapshot(snapshot))
+    names = sorted({gpu.name for gpu in snapshot.gpus})
+    ids = root / "pci.ids"
+    ids.write_text(
+        "10de  NVIDIA Corporation\n"
+        + "".join(f"\t{0x2000 + n:04x}  {name}\n" for n, name in enumerate(names))
+    )
+    for gpu in snapshot.gpus:
+        assert gpu.memory_mib is not None
+        sysfs.add_passthrough_gpu(
+            gpu.pci_bus_id,
+            device_id=0x2000 + names.index(gpu.name),
+            pci_class=gpu.pci_class or 0x030200,
+            bars=((gpu.memory_mib * MIB, MEM64),),
+        )
+    with mock.patch.object(vfio, "PCI_IDS_PATHS", (str(ids),)):
+        return discover(chosen)
 
 
 @pytest.mark.skipif(not SNAPSHOT_FILES, reason="no example or fixture snapshots yet")

@@ -128,6 +128,7 @@ def record_imports(tmp_path: Path, *args: str, env: dict[str, str] | None = None
     assert done.returncode == 0, done.stderr
     recorded = json.loads(out.read_text())
     recorded["stdout"] = done.stdout
+    recorded["stderr"] = done.stderr
     return recorded
 
 
@@ -191,8 +192,18 @@ def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
 
 
 def test_the_recorder_sees_what_a_mode_does_import(tmp_path: Path) -> None:
-    """The other side: a run that logs loads structlog, and --help loads click."""
-    debug = record_imports(tmp_path, "--oneshot", "--snapshot-file", DGX, "--log-level", "debug")
+    """The other side: a run that logs on the console format loads structlog (a JSON line
+    does not: tests/test_imports_logging.py), and --help loads click."""
+    debug = record_imports(
+        tmp_path,
+        "--oneshot",
+        "--snapshot-file",
+        DGX,
+        "--log-level",
+        "debug",
+        "--log-format",
+        "console",
+    )
     assert loaded(debug, ["structlog"]) == ["structlog"]
     assert loaded(record_imports(tmp_path, "--help"), ["click"]) == ["click"]
 

@@ -1,9 +1,8 @@
 """The partition table beside the labels: koordlet device-info files and the Node annotation.
 
-koordlet's side is modelled by :func:`koordlet_partition_table`, a line-by-line Python
-reading of koordinator's ``getPartitionTableFromXPUDevices`` and ``buildXPUDeviceLabels``
-(``pkg/koordlet/statesinformer/impl/states_device_linux.go``): the test asserts koordlet
-would derive exactly our buddy groups from the files gfd writes.
+koordlet's side is :mod:`tests.koordlet_model` (a reading of koordinator's
+``getPartitionTableFromXPUDevices`` and ``buildXPUDeviceLabels`` at the commit it names);
+tests/test_koordlet_contract.py checks the file against it on every example node.
 """
 
 from __future__ import annotations
@@ -19,9 +18,10 @@ import pytest
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
 from gfd.labels.partitions import partition_table
-from gfd.outputs.koordlet import FILE_NAME, KoordletDeviceInfos, device_infos
+from gfd.outputs.koordlet import DEFAULT_DIR, FILE_NAME, KoordletDeviceInfos, device_infos
 from gfd.outputs.topology import PARTITIONS_ANNOTATION
 from gfd.settings import Settings
+from tests import koordlet_model as koordlet
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import run_gfd_here
 from tests.test_manifests import (  # the manifest helpers and their fixture
@@ -51,22 +51,10 @@ TOPOLOGY_EXAMPLES = [
 def koordlet_partition_table(
     devices: list[dict[str, Any]],
 ) -> tuple[dict[int, list[list[int]]] | None, str | None]:
-    """(koordlet's partition table or None, its gpu-partition-policy label or None)."""
-    policy = None
-    first = devices[0].get("topology") or {}
-    if devices and first.get("p2pLinks") is not None:
-        policy = "Honor" if first.get("mustHonorPartition") else "Prefer"
-    table: dict[int, list[list[int]]] = {}
-    for device in devices:
-        topology = device.get("topology")
-        if topology is None or topology.get("p2pLinks") is None:
-            return None, policy
-        for link in topology["p2pLinks"]:
-            if not link.get("peerMinor") or not link.get("type"):
-                continue  # "has invalid p2p link"
-            minors = sorted(int(m) for m in [*link["peerMinor"].split(","), device["minor"]])
-            table.setdefault(len(minors), []).append(minors)
-    return table, policy
+    """(koordlet's partition table -- None when it writes none --, its policy label)."""
+    table = koordlet.partition_table(devices)
+    groups = {size: [p["minors"] for p in items] for size, items in table.items()}
+    return groups or None, koordlet.policy_label(devices)
 
 
 def load(path: Path) -> snapshot_io.Snapshot:
@@ -96,7 +84,12 @@ def test_device_infos_describe_each_gpu() -> None:
         "uuid": snap.gpus[3].uuid,
         "minor": "3",
         "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "81559Mi"},
-        "topology": {"p2pLinks": [], "nodeID": "0", "busID": "0000:61:00.0"},
+        "topology": {
+            "p2pLinks": [],
+            "nodeID": "0",
+            "pcieID": "pci0000:5b",
+            "busID": "0000:61:00.0",
+        },
         "status": {"healthy": True},
     }
     assert infos[0]["topology"]["p2pLinks"] == [
@@ -115,7 +108,7 @@ def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -
     written = json.loads(path.read_text())
     assert [d["minor"] for d in written] == ["0", "1", "2", "3"]
     assert oct(path.stat().st_mode & 0o777) == "0o644"
-    # koordlet reads every regular file: only ours is there (the temp dir is a directory)
+    # koordlet reads every entry but directories: only ours is one (the temp dir is a directory)
     assert [p.name for p in tmp_path.iterdir() if p.is_file()] == [FILE_NAME]
     assert output.publish(snap, table) is False
     path.unlink()
@@ -266,7 +259,7 @@ def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Pat
 # ----------------------------------------------------------------------------- manifests
 
 
-KOORDLET_DIR = "/etc/kubernetes/koordlet/device-infos"
+KOORDLET_DIR = DEFAULT_DIR  # koordlet's --xpu-device-infos-dir default
 
 
 @pytest.mark.parametrize("overlay", DAEMONSETS)

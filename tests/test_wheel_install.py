@@ -104,11 +104,16 @@ def test_dockerfile_builds_from_the_wheel_in_stages_on_a_slim_python() -> None:
     runs = " ".join(i.arguments for i in instructions if i.keyword == "RUN")
     assert "pip wheel" in runs and "--no-deps" in runs
     assert "--without-pip" in runs and ".whl" in runs
-    # Nothing in the runtime stage but the installed virtualenv.
+    # Nothing in the runtime stage but the installed virtualenv, and the one step that takes
+    # the base image's own pip out (the image carries no installer); that step only removes.
     final = final_stage()
     copies = [i.arguments for i in final if i.keyword == "COPY"]
     assert copies == ["--from=install /opt/gfd /opt/gfd"]
-    assert not [i for i in final if i.keyword == "RUN"]
+    final_runs = [i.arguments.split() for i in final if i.keyword == "RUN"]
+    assert len(final_runs) == 1, final_runs
+    command, *paths = final_runs[0]
+    assert command == "rm" and paths[0] == "-rf", final_runs
+    assert paths[1:] and all("pip" in path for path in paths[1:]), paths
 
 
 def test_dockerfile_runtime_settings() -> None:

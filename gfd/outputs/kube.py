@@ -41,6 +41,8 @@ from urllib.parse import quote, urlsplit
 from gfd import __version__, interrupt
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
+from gfd.outputs.ratelimit import RateLimiter
+from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -191,6 +193,8 @@ class KubeClient:
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = interrupt.sleep,
         clock: Callable[[], float] = time.monotonic,
+        qps: float = DEFAULT_KUBE_API_QPS,
+        burst: int = DEFAULT_KUBE_API_BURST,
     ) -> None:
         import kubernetes.client
         import kubernetes.config
@@ -235,6 +239,8 @@ class KubeClient:
         self._clock = clock
         self._deadline: float | None = None
         self._log = get_logger()
+        # upstream's --kube-api-qps/--kube-api-burst, which client-go enforces there
+        self.rate_limiter = RateLimiter(qps, burst, clock=clock, sleep=sleep)
 
     @property
     def api_client(self) -> Any:
@@ -258,6 +264,22 @@ class KubeClient:
         left = self._deadline - self._clock()
         return max(MIN_REQUEST_TIMEOUT_SECONDS, min(self._request_timeout, left))
 
+    def _wait_for_rate_limit(self) -> None:
+        """Wait for the client-side rate limit, never past the operation's time budget: a
+        tiny --kube-api-qps must not hold a pass for minutes (a transient failure instead,
+        so the pass fails, is counted, and the next one tries again)."""
+        delay = self.rate_limiter.reserve()
+        if delay <= 0:
+            return
+        if self._deadline is not None and self._clock() + delay > self._deadline:
+            self.rate_limiter.cancel()
+            raise KubeError(
+                f"the client-side rate limit (--kube-api-qps {self.rate_limiter.qps:g}, "
+                f"--kube-api-burst {self.rate_limiter.burst}) allows the next request in "
+                f"{delay:.1f}s, after this operation's time budget"
+            )
+        self._sleep(delay)
+
     def invoke(self, call: Callable[[float], T]) -> T:
         """Run one client call (given its timeout) under a total deadline, turning every
         failure into a KubeError.  A stop request ends it with ``interrupt.Interrupted``."""
@@ -266,6 +288,7 @@ class KubeClient:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
+        self._wait_for_rate_limit()
         timeout = self.timeout()
         self._request_deadline = time.monotonic() + timeout
         try:

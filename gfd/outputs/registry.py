@@ -48,7 +48,14 @@ class OutputKind:
 def _api_kind(name: str, selected_by: str, factory: str) -> OutputKind:
     """An output that publishes to the API server, for one node, with a client whose retries
     are bounded by the interval."""
-    identity = ("node_name", "namespace", "kubeconfig", "sleep_interval")
+    identity = (
+        "node_name",
+        "namespace",
+        "kubeconfig",
+        "sleep_interval",
+        "kube_api_qps",
+        "kube_api_burst",
+    )
     return OutputKind(name, factory, identity, selected_by, needs_node_name=True)
 
 
@@ -80,7 +87,14 @@ def output_kind_of(settings: Any) -> OutputKind:
     else:
         kind = OUTPUT_KINDS_BY_NAME["stdout" if settings.effective_output_file is None else "file"]
     if kind.needs_node_name and not settings.node_name:
-        raise UsageError(f"--node-name (or NODE_NAME) is required with {kind.flag}")
+        hint = ""
+        if kind.name == "nodefeature":
+            # the daemon's default output since upstream v0.20.0: say how to leave it
+            hint = (
+                " (the default output; --use-node-feature-api=false writes the NFD "
+                "features file, --use-node-labels patches the Node)"
+            )
+        raise UsageError(f"--node-name (or NODE_NAME) is required with {kind.flag}{hint}")
     return kind
 
 
