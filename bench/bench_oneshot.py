@@ -33,7 +33,7 @@ a .pth file (offline).  Without either option the bench uses the running interpr
 ``gfd`` (an editable install adds its import hook to every run).  The machine should be
 quiet; on a shared one use many rounds (``--runs 41``).
 
-    .venv/bin/python bench/bench_oneshot.py [--runs N] [--importtime] [--profile]
+    .venv/bin/python bench/bench_oneshot.py [--runs N] [--baseline VENV] [--importtime] [--profile]
 """
 
 from __future__ import annotations
