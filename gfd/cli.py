@@ -258,6 +258,11 @@ def run(
         except UsageError as exc:
             return _fail(str(exc), EXIT_USAGE)
 
+    if dump_snapshot or dump_partitions or cleanup:
+        from gfd import signals
+
+        # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
+        signals.attach(signals.ignore_reload)
     if dump_snapshot:
         return _dump_snapshot(settings, preloaded)
     if dump_partitions:

@@ -92,6 +92,13 @@ class PrometheusMetrics:
             ["output", "result"],
             registry=self.registry,
         )
+        self._retires = Counter(
+            "gfd_retire",
+            "Attempts to remove what a reload moved away from (an old output), by what it "
+            "was and result",
+            ["output", "result"],
+            registry=self.registry,
+        )
         self._nvml_up = gauge("gfd_nvml_up", "1 when NVML could be initialised on the last pass")
         self._gpus_lost = gauge(
             "gfd_gpus_lost",
@@ -126,6 +133,9 @@ class PrometheusMetrics:
         if result == "success":
             with self._lock:
                 self._published = True
+
+    def retire_result(self, output: str, result: str) -> None:
+        self._retires.labels(output=output, result=result).inc()
 
     def nvml_up(self, up: bool) -> None:
         self._nvml_up.set(1 if up else 0)

@@ -178,6 +178,8 @@ class Metrics(Protocol):
 
     def publish_result(self, output: str, result: str) -> None: ...
 
+    def retire_result(self, output: str, result: str) -> None: ...
+
     def nvml_up(self, up: bool) -> None: ...
 
     def gpus_lost(self, count: int) -> None: ...
@@ -195,6 +197,9 @@ class NullMetrics:
         pass
 
     def publish_result(self, output: str, result: str) -> None:
+        pass
+
+    def retire_result(self, output: str, result: str) -> None:
         pass
 
     def nvml_up(self, up: bool) -> None:

@@ -225,8 +225,9 @@ def test_reload_without_topology_labels_removes_the_annotation(
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
     agent._signals.reload = True
     agent._reload()
-    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    # retired once the reloaded settings have published (README "Switching output by reload")
     assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert "nvidia.com/gpu.interconnect" not in api.node_labels("n1")
 
 
@@ -242,6 +243,7 @@ def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> Non
     assert agent.run_pass()
     assert (tmp_path / FILE_NAME).exists()
     agent._reload()
+    assert agent.run_pass()  # retired once the reloaded settings have published
     assert not (tmp_path / FILE_NAME).exists()
 
 

@@ -318,13 +318,16 @@ class KubeClient:
         headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if body is not None:
             headers["Content-Type"] = content_type
-        serialized = self._api.param_serialize(
-            method=method,
-            resource_path=path,
-            header_params=headers,
-            body=dict(body) if body is not None else None,
-            auth_settings=["BearerToken"],
-        )
+        # the client refreshes an expired credential here (a kubeconfig exec plugin runs):
+        # a stop signal must end that wait too
+        with interrupt.interruptible():
+            serialized = self._api.param_serialize(
+                method=method,
+                resource_path=path,
+                header_params=headers,
+                body=dict(body) if body is not None else None,
+                auth_settings=["BearerToken"],
+            )
 
         def call(timeout: float) -> JSON:
             wrapped: Any = self._api.call_api(*serialized, _request_timeout=timeout)

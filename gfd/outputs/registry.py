@@ -14,6 +14,7 @@ dotted path, so settings can read the table without pulling in any output's depe
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,8 +28,13 @@ class OutputKind:
     #: "module:attribute" of a callable taking the Settings and returning the Output
     factory: str
     #: the Settings attributes this kind's output is built from: when one of them changes on
-    #: reload, a new output is built (the old one's on_exit runs first)
+    #: reload, a new output is built
     identity: tuple[str, ...]
+    #: the Settings attributes that say where this kind publishes (a subset of identity): a
+    #: reload that changes the place retires the old one as --cleanup would
+    place: tuple[str, ...] = ()
+    #: the place is a path: compared once resolved (``./gfd`` and ``$PWD/gfd`` are one file)
+    place_is_path: bool = False
     #: the boolean Settings attribute (the option of that name) that selects this kind;
     #: None: chosen by the features-file setting when no flag selects another kind
     selected_by: str | None = None
@@ -56,7 +62,10 @@ def _api_kind(name: str, selected_by: str, factory: str) -> OutputKind:
         "kube_api_qps",
         "kube_api_burst",
     )
-    return OutputKind(name, factory, identity, selected_by, needs_node_name=True)
+    # not the kubeconfig: another file may well name the same cluster, and retiring the
+    # "old" object there would delete what the new output just published
+    place = ("node_name", "namespace") if name == "nodefeature" else ("node_name",)
+    return OutputKind(name, factory, identity, place, selected_by=selected_by, needs_node_name=True)
 
 
 OUTPUT_KINDS: tuple[OutputKind, ...] = (
@@ -66,6 +75,8 @@ OUTPUT_KINDS: tuple[OutputKind, ...] = (
         "file",
         "gfd.outputs.file:file_output",
         ("effective_output_file", "sleep_interval", "effective_expiry_horizon"),
+        ("effective_output_file",),
+        place_is_path=True,
     ),
     OutputKind("stdout", "gfd.outputs.file:stdout_output", ()),
 )
@@ -102,3 +113,12 @@ def output_identity(settings: Any) -> tuple[Any, ...]:
     """What identifies the output the settings build: equal identities, same output."""
     kind = output_kind_of(settings)
     return (kind.name, *(getattr(settings, name) for name in kind.identity))
+
+
+def output_place(settings: Any) -> tuple[Any, ...]:
+    """Where the output the settings build publishes: equal places, same destination."""
+    kind = output_kind_of(settings)
+    values = [getattr(settings, name) for name in kind.place]
+    if kind.place_is_path:
+        values = [os.path.realpath(value) for value in values]
+    return (kind.name, *values)
