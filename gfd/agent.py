@@ -26,6 +26,8 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
+from gfd.nodeconfig import ConfigChoice, NodeConfigError
+from gfd.nodeconfig import choose_for as choose_node_config
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
 from gfd.outputs.registry import output_identity, output_place
@@ -84,7 +86,7 @@ class Agent:
     def __init__(
         self,
         settings: Settings,
-        reload_settings: Callable[[], Settings],
+        reload_settings: Callable[..., Settings],
         clock: Callable[[], float] = time.time,
         snapshot: Snapshot | None = None,
         *,
@@ -94,6 +96,7 @@ class Agent:
         metrics: Metrics | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wait: Callable[[float | None], object] | None = None,
+        node_label: Callable[[], str | None] | None = None,
     ) -> None:
         """The agent's collaborators are handed in; each defaults to the real one.
 
@@ -104,7 +107,10 @@ class Agent:
         ``metrics``: what passes are reported to (default: as ``--metrics-address`` says).
         ``clock``: the run's timestamp; ``monotonic``: pass durations and verification.
         ``wait(interval)``: sleeps between passes (None: forever); it must return early
-        when :meth:`request_stop` or :meth:`request_reload` is called."""
+        when :meth:`request_stop` or :meth:`request_reload` is called.
+        ``node_label()``: the value of this node's config label (``--config-file-srcdir``:
+        read before each pass; default: one GET of the Node).  ``reload_settings`` is then
+        called with ``config_choice=``, the entry to load."""
         self.settings = settings
         self._reload_settings = reload_settings
         self._clock = clock
@@ -124,6 +130,10 @@ class Agent:
         self._retiring: dict[tuple[object, ...], _Retiree] = {}
         self._started = False  # becomes True after the process's first pass
         self._loss_seen = False  # the previous discovery already found a GPU lost
+        self._node_label = node_label
+        # what the node label asked for that could not be applied (an error message, or the
+        # refused entry): reported once, not retried until the label or a SIGHUP changes it
+        self._refused: str | None = None
         self.last_error: str | None = None
         self._new_run()
 
@@ -296,13 +306,62 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
 
-    def _reload(self) -> None:
-        self._signals.reload = False
+    def _follow_node_config(self) -> None:
+        """Before a pass: the entry the node label chooses now; a new one is loaded through
+        the SIGHUP reload.  Whatever cannot be applied leaves the config in force and one
+        error line (until the label changes again)."""
+        current = self.settings.config_choice
+        in_force = None if current is None else current.entry
         try:
-            new = self._reload_settings()
+            if self._node_label is None:
+                from gfd.nodeconfig import NodeLabelReader
+
+                self._node_label = NodeLabelReader(self.settings)
+            value = self._node_label()
+            choice = choose_node_config(self.settings, value)
+        except NodeConfigError as exc:
+            if self._refused != str(exc):
+                self._refused = str(exc)
+                self.log.error(
+                    "node config not applied; the config in force stays",
+                    error=str(exc),
+                    config=in_force,
+                )
+            return
+        except (PublishError, UsageError) as exc:
+            self.log.error(
+                "cannot read the node's config label; the config in force stays",
+                error=str(exc),
+                config=in_force,
+            )
+            return
+        if current is not None and choice.entry == current.entry:
+            self._refused = None
+            return
+        if self._refused == f"entry {choice.entry}":
+            return
+        self.log.info(
+            "node config chosen", entry=choice.entry, reason=choice.reason, previous=in_force
+        )
+        if not self._reload(choice):
+            self._refused = f"entry {choice.entry}"
+
+    def _reload(self, config_choice: ConfigChoice | None = None) -> bool:
+        """Reload the settings (SIGHUP, or the node label choosing another config entry);
+        False when they are refused and the settings in force stay."""
+        self._signals.reload = False
+        if config_choice is None:
+            self._refused = None  # a SIGHUP tries again what the label asked for
+        try:
+            if self.settings.config_file_srcdir:
+                new = self._reload_settings(
+                    config_choice=config_choice or self.settings.config_choice
+                )
+            else:
+                new = self._reload_settings()
         except UsageError as exc:
             self.log.error("reload failed; keeping the settings in force", error=str(exc))
-            return
+            return False
         output = self.output
         if output_identity(new) != output_identity(self.settings):
             try:
@@ -311,14 +370,15 @@ class Agent:
                     output = self._build_output(new)
             except UsageError as exc:
                 self.log.error("reload failed; keeping the settings in force", error=str(exc))
-                return
+                return False
             except interrupt.Interrupted:
-                return  # the stop is recorded: the loop exits
+                return False  # the stop is recorded: the loop exits
         for warning in new.warnings:
             self.log.warning("config warning", detail=warning)
         self.log.info("settings reloaded")
         self._previous = (self.settings, self.output)
         self._switch(new, output)
+        return True
 
     def _revert(self) -> None:
         """The reloaded settings cannot apply to this node: go back to the previous ones."""
@@ -326,6 +386,9 @@ class Agent:
         self.log.error("reloaded settings rejected; the previous settings stay in force")
         settings, output = self._previous
         self._previous = None
+        refused = self.settings.config_choice
+        if refused is not None and refused != settings.config_choice:
+            self._refused = f"entry {refused.entry}"  # not loaded again until the label changes
         self._switch(settings, output)
 
     def _switch(self, settings: Settings, output: Output) -> None:
@@ -398,6 +461,10 @@ class Agent:
             while True:
                 if self._signals.stop:  # came before the first pass: nothing to finish
                     return self._stop()
+                if self.settings.config_file_srcdir and (
+                    self._started or self.settings.config_choice is None
+                ):
+                    self._follow_node_config()
                 ok = self.run_pass()
                 if self.settings.oneshot:
                     return EXIT_OK if ok else EXIT_RUNTIME

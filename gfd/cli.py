@@ -26,6 +26,7 @@ from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 if TYPE_CHECKING:
     import click
 
+    from gfd.nodeconfig import ConfigChoice
     from gfd.snapshot import Snapshot
 
 PROG = "gfd"
@@ -231,13 +232,14 @@ def run(
     from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
     from gfd.observability import configure_logging, get_logger
 
-    def load() -> Settings:
+    def load(config_choice: ConfigChoice | None = None) -> Settings:
         return resolve(
             cli_values,
             os.environ,
             dump_snapshot=dump_snapshot,
             cleanup=cleanup,
             dump_partitions=dump_partitions,
+            config_choice=config_choice,
         )
 
     try:
@@ -246,6 +248,27 @@ def run(
         return _fail(str(exc), EXIT_USAGE)
     configure_logging(settings.log_format, settings.log_level)
     log = get_logger()
+    node_label = None
+    if settings.config_file_srcdir and not dump_snapshot:
+        # the node's entry is chosen before anything else, as upstream's config-manager
+        # init container does: it may select the output, the MIG strategy, ...
+        from gfd.errors import PublishError
+        from gfd.nodeconfig import NodeLabelReader, choose_for
+
+        try:
+            node_label = NodeLabelReader(settings)
+            choice = choose_for(settings, node_label())
+            settings = load(choice)
+        except UsageError as exc:
+            return _fail(str(exc), EXIT_USAGE)
+        except PublishError as exc:
+            return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
+        log.info(
+            "node config chosen",
+            entry=choice.entry,
+            reason=choice.reason,
+            path=settings.config_file,
+        )
     for warning in settings.warnings:
         log.warning("config warning", detail=warning)
 
@@ -271,7 +294,7 @@ def run(
         return _cleanup(settings)
 
     try:
-        agent = Agent(settings, load, snapshot=preloaded)
+        agent = Agent(settings, load, snapshot=preloaded, node_label=node_label)
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except (GfdError, OSError) as exc:

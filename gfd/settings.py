@@ -33,6 +33,7 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
+from gfd.nodeconfig import DEFAULT_NODE_LABEL, ConfigChoice, check_label_key, parse_fallbacks
 from gfd.outputs.registry import output_kind_of
 
 if TYPE_CHECKING:
@@ -128,6 +129,20 @@ def _parse_horizon(value: Any) -> float:
         return math.inf
     seconds = _parse_interval(value)
     return math.inf if seconds is None else seconds
+
+
+def _parse_label_key(value: Any) -> str:
+    text = _parse_str(value).strip()
+    problem = check_label_key(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
+def _parse_fallbacks(value: Any) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)):
+        return parse_fallbacks([_parse_str(item) for item in value])
+    return parse_fallbacks(_parse_str(value))
 
 
 def split_address(text: str) -> tuple[str, int]:
@@ -290,6 +305,46 @@ OPTIONS: tuple[Option, ...] = (
         None,
         _parse_optional_str,
         "v1 config file (YAML or JSON), shared with the device plugin",
+    ),
+    # Per-node configuration (gfd/nodeconfig.py): upstream's config-manager flags and
+    # variables.  No config key: they choose the config file.
+    Option(
+        "config_file_srcdir",
+        "--config-file-srcdir",
+        ("CONFIG_FILE_SRCDIR",),
+        None,
+        None,
+        _parse_optional_str,
+        "directory of config entries (a mounted ConfigMap); the node label --node-label "
+        "picks the node's entry, which replaces --config-file",
+    ),
+    Option(
+        "node_label",
+        "--node-label",
+        ("NODE_LABEL",),
+        None,
+        DEFAULT_NODE_LABEL,
+        _parse_label_key,
+        "the node label naming the entry of --config-file-srcdir to use",
+    ),
+    Option(
+        "default_config",
+        "--default-config",
+        ("DEFAULT_CONFIG",),
+        None,
+        "",
+        _parse_str,
+        "the entry of --config-file-srcdir to use when the node label is not set",
+    ),
+    Option(
+        "fallback_strategies",
+        "--fallback-strategies",
+        ("FALLBACK_STRATEGIES",),
+        None,
+        (),
+        _parse_fallbacks,
+        "without the label and --default-config, try in order: named (the entry 'default'), "
+        "single (the only entry), empty (no config file); comma-separated",
     ),
     Option(
         "use_node_feature_api",
@@ -826,6 +881,10 @@ class Settings:
     output_file: str | None = _DEFAULTS["output_file"]  # None: not set anywhere
     machine_type_file: str = _DEFAULTS["machine_type_file"]
     config_file: str | None = _DEFAULTS["config_file"]
+    config_file_srcdir: str | None = _DEFAULTS["config_file_srcdir"]
+    node_label: str = _DEFAULTS["node_label"]
+    default_config: str = _DEFAULTS["default_config"]
+    fallback_strategies: tuple[str, ...] = _DEFAULTS["fallback_strategies"]
     # the output resolve() chose (the option's default applies only where nothing else
     # chooses one: see _choose_output), so a Settings built in code selects no API
     use_node_feature_api: bool = False
@@ -850,6 +909,8 @@ class Settings:
     dump_partitions: bool = False
     # test seam: where sysfs is mounted (GFD_SYSFS_ROOT); not a public option
     sysfs_root: str = "/sys"
+    #: the entry of config_file_srcdir in force, and why (None: not chosen yet, or no srcdir)
+    config_choice: ConfigChoice | None = None
     config: Config = field(default_factory=Config)
     warnings: tuple[str, ...] = ()
 
@@ -919,7 +980,11 @@ def _check_names(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
     A name given on the command line is always checked; one from the environment only when
     an API output will put it into a request path (``NODE_NAME`` is also set by CI systems
     for their own purposes, and a file or stdout run never uses it)."""
-    api_output = bool(values.get("use_node_feature_api") or values.get("use_node_labels"))
+    api_output = bool(
+        values.get("use_node_feature_api")
+        or values.get("use_node_labels")
+        or values.get("config_file_srcdir")  # the node's config label is read from the API
+    )
     for name, (reason, longest, pattern) in _NAME_RULES.items():
         value = values.get(name)
         origin = origins.get(name)
@@ -964,11 +1029,14 @@ def resolve(
     dump_snapshot: bool = False,
     cleanup: bool = False,
     dump_partitions: bool = False,
+    config_choice: ConfigChoice | None = None,
 ) -> Settings:
     """Merge command line > environment > config file > defaults into validated Settings.
 
     ``cli_values`` maps option names to raw command-line strings (or bools for flags);
-    options not given on the command line are absent.
+    options not given on the command line are absent.  With ``--config-file-srcdir`` the
+    config file is ``config_choice``'s entry of that directory (gfd/nodeconfig.py chooses
+    it from the node label); without a choice yet, no config file is read.
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -989,6 +1057,15 @@ def resolve(
             raise UsageError(f"{option.flag} {_describe(raw)}: {exc}") from None
 
     config_file = parsed_cli.get("config_file", from_env.get("config_file"))
+    srcdir = parsed_cli.get("config_file_srcdir", from_env.get("config_file_srcdir"))
+    ignored_config_file = bool(srcdir and config_file)
+    if srcdir:
+        # the node's entry replaces --config-file (upstream's CONFIG_FILE names the file
+        # config-manager links the entry to, which gfd reads here directly)
+        entry = config_choice.entry if config_choice is not None else None
+        config_file = os.path.join(srcdir, entry) if entry is not None else None
+    else:
+        config_choice = None
     loaded = LoadedConfig(Config(), {}, ())
     if config_file:
         loaded = load_config_file(config_file)
@@ -1005,7 +1082,14 @@ def resolve(
             values[option.name] = option.default
             continue
         explicit.add(option.name)
+    values["config_file"] = config_file
     warnings = list(loaded.warnings)
+    if ignored_config_file:
+        warnings.insert(
+            0,
+            f"{origins['config_file']}: ignored, the config is the entry of "
+            "--config-file-srcdir that the node label chooses",
+        )
     _choose_output(values, explicit, warnings, action=dump_snapshot or dump_partitions)
     _check_names(values, origins)
 
@@ -1016,6 +1100,7 @@ def resolve(
         dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
+        config_choice=config_choice,
         warnings=tuple(warnings),
     )
     _validate(settings)
@@ -1084,6 +1169,11 @@ def _validate(settings: Settings) -> None:
                 f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
                 "running gfd renews the features file before it expires"
             )
+    if settings.config_file_srcdir and not settings.node_name and not settings.dump_snapshot:
+        raise UsageError(
+            "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "
+            f"label {settings.node_label} chooses its config"
+        )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
     if settings.dump_partitions and (settings.dump_snapshot or settings.cleanup):

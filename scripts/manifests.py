@@ -52,6 +52,7 @@ WORKLOAD_COMPONENTS = (
     "vgpu-privileged",
     "runtime-class-nvidia",
     "koordlet",
+    "node-config",
 )
 # Components that are themselves a way of running (used by an overlay already).
 USE_COMPONENTS = ("nfd-worker-sidecar",)

@@ -238,7 +238,9 @@ def test_the_deployed_default_is_koordlets_directory() -> None:
     (``pkg/koordlet/util/system/config.go``), in the kustomize component and the chart."""
     assert DEFAULT_DIR == "/var/run/koordlet/xpu-device-infos"
     component = (REPO / "manifests" / "components" / "koordlet" / "koordlet.yaml").read_text()
-    assert component.count(DEFAULT_DIR) == 3  # the env value, the mount, the host path
+    # the env value, the mount, the host path, and the init container's argument and mount
+    # (it gives the directory to gfd's group so that gfd writes it as uid 65532)
+    assert component.count(DEFAULT_DIR) == 5
     values = (REPO / "manifests" / "helm" / "gfd" / "values.yaml").read_text()
     assert f"deviceInfosDir: {DEFAULT_DIR}\n" in values
     for path in (*sorted((REPO / "manifests").rglob("*.yaml")), *sorted(REPO.glob("gfd/**/*.py"))):

@@ -278,8 +278,18 @@ def test_koordlet_component_mounts_koordlets_directory(
         "path": KOORDLET_DIR,
         "type": "DirectoryOrCreate",
     }
+    # gfd stays uid 65532: a one-off init container without any capability gives the
+    # root-owned directory to gfd's group (README, "Deploy")
     security = effective_security(obj, container)
-    assert security["runAsUser"] == 0 and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["runAsUser"] == 65532 and security["capabilities"] == {"drop": ["ALL"]}
     assert security["allowPrivilegeEscalation"] is False
+    inits = {c["name"]: c for c in obj["spec"]["template"]["spec"]["initContainers"]}
+    opener = inits["koordlet-dir-group"]
+    assert opener["args"][-1] == KOORDLET_DIR
+    assert opener["securityContext"]["runAsUser"] == 0
+    assert opener["securityContext"]["runAsGroup"] == 65532
+    assert opener["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert opener["securityContext"]["allowPrivilegeEscalation"] is False
+    assert mounts(opener)[KOORDLET_DIR]["name"] == mount["name"]
     plain = gfd_container(workload(overlay, rendered(overlay)))
     assert KOORDLET_DIR not in mounts(plain)
