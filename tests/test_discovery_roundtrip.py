@@ -48,7 +48,9 @@ def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: objec
     if snapshot.discovery != "nvml":
         return discover_other_backend(snapshot, root)
     overrides = build_from_snapshot(root, snapshot)
-    chosen = replace(Settings(), **overrides)  # type: ignore[arg-type]
+    # the NVML backend named: under "auto" a generated GPU name such as "(nvgpu)" marks an
+    # integrated GPU and sends discovery to the tegra backend, as upstream does
+    chosen = replace(Settings(), **overrides, device_discovery_strategy="nvml")  # type: ignore[arg-type]
     if snapshot.driver is None:
         fake = FakeNvml(library_missing=True)
         with pytest.raises(NvmlUnavailableError):
