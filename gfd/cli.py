@@ -8,7 +8,7 @@ command's own long options (every oneshot and every daemon start) is read by
 ``_parse_plain``, which gives the callback exactly what click would give it (a test checks
 the two against each other); help, version, short options, shell completion and every
 error go to click, so their output is click's.  Importing and building click was about a
-sixth of a oneshot's start-up (issue 11).
+sixth of a oneshot's start-up.
 """
 
 from __future__ import annotations

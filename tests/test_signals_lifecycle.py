@@ -30,7 +30,7 @@ from gfd import signals, snapshot
 from gfd.outputs.file import split_features_file
 from gfd.settings import Config
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import GFD, ROOT, Daemon, fork_gfd, spawn_gfd
+from tests.process import GFD, ROOT, Daemon, spawn_gfd
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,8 +80,8 @@ STARTING = re.compile(r"^import time:.*\|\s+gfd\.(?!launch\b|signals\b|__main__\
 
 
 class FreshDaemon(Daemon):
-    """A daemon in a fresh interpreter (never forked from the warm zygote: its start-up,
-    imports included, and its shutdown are what these tests signal into), run with
+    """A daemon in a fresh interpreter (its start-up, imports included, and its shutdown
+    are what these tests signal into), run with
     ``-X importtime`` so that the test sees where start-up has got to."""
 
     def __init__(self, command: list[str], *args: str) -> None:
@@ -448,7 +448,7 @@ def test_a_signal_during_cleanup(api: FakeApiServer, kubeconfig: str, signum: in
         api.inject(Fault(status=503, retry_after=1, method="GET", count=1))
     else:
         api.inject(Fault(hang=True, method="GET", count=1))
-    process = fork_gfd(
+    process = spawn_gfd(
         "--cleanup", "--use-node-labels", "--use-node-feature-api=false", "--node-name", "n1",
         "--kubeconfig", kubeconfig, "--sleep-interval", "10s",
     )  # fmt: skip
