@@ -305,3 +305,29 @@ def test_an_unknown_flag_points_at_help() -> None:
     assert result.stderr.splitlines() == [
         "gfd: error: No such option '--bogus-flag'. (gfd --help lists the options)"
     ]
+
+
+def test_make_run_passes_example_and_args() -> None:
+    """README: ``make run EXAMPLE=... ARGS='...'`` (what make would run, not run)."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("no make")
+    planned = subprocess.run(
+        [
+            "make",
+            "-n",
+            "run",
+            "EXAMPLE=examples/snapshots/two-models.yaml",
+            "ARGS=--mig-strategy mixed",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[-1]
+    assert planned.endswith(
+        "gfd --oneshot --no-timestamp --snapshot-file examples/snapshots/two-models.yaml"
+        " --mig-strategy mixed"
+    )
