@@ -275,7 +275,9 @@ def test_every_repository_path_the_docs_name_exists() -> None:
     """A file renamed or removed leaves no stale name in README, docs/deploy.md or the
     chart's values.yaml (``dist/`` is made by ``make manifests``; ``docs/proposals/`` is
     koordinator's)."""
-    pattern = r"`((?:gfd|tests|bench|scripts|manifests|examples|docs)/[^` ]*)`"
+    # anywhere, in prose and in commands: a name starting with one of the repository's folders
+    folders = "gfd|tests|bench|scripts|manifests|examples|docs"
+    pattern = rf"(?<![\w/.-])((?:{folders})/[\w./{{}},<>:-]*[\w/}}>])"
     missing = []
     for doc in ["README.md", "docs/deploy.md", "manifests/helm/gfd/values.yaml"]:
         for path in re.findall(pattern, (ROOT / doc).read_text()):
