@@ -333,3 +333,18 @@ def test_make_run_passes_example_and_args() -> None:
         "gfd --oneshot --no-timestamp --snapshot-file examples/snapshots/two-models.yaml"
         " --mig-strategy mixed"
     )
+
+
+def test_readme_lists_every_metric_gfd_serves() -> None:
+    from prometheus_client.exposition import generate_latest
+
+    from gfd.metrics import PrometheusMetrics
+
+    metrics = PrometheusMetrics("127.0.0.1:0", 60.0, serve=False)
+    served = set(
+        re.findall(r"^# TYPE (gfd_\w+) ", generate_latest(metrics.registry).decode(), re.M)
+    )
+    served = {name for name in served if not name.endswith("_created")}
+    section = _section(README, "### Health and metrics")
+    listed = set(re.findall(r"`(gfd_\w+)", section))
+    assert listed == served
