@@ -389,7 +389,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         None,
         _parse_optional_str,
-        "this node's name (required by the API outputs)",
+        "this node's name (required by the API outputs and by --config-file-srcdir)",
     ),
     Option(
         "namespace",
