@@ -348,3 +348,18 @@ def test_readme_lists_every_metric_gfd_serves() -> None:
     section = _section(README, "### Health and metrics")
     listed = set(re.findall(r"`(gfd_\w+)", section))
     assert listed == served
+
+
+def test_one_version_everywhere() -> None:
+    """gfd --version, pyproject.toml and the chart's appVersion (the default image tag) agree,
+    and the docs' image tag examples use it."""
+    import gfd
+
+    project = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    chart = yaml.safe_load((ROOT / "manifests/helm/gfd/Chart.yaml").read_text())
+    assert project is not None
+    assert gfd.__version__ == project.group(1) == chart["appVersion"]
+    assert run_gfd_here("--version").stdout == f"gfd {gfd.__version__}\n"
+    for doc in (README, DEPLOY):
+        for tag in re.findall(r"gfd[:=](\d+\.\d+\.\d+)|image\.tag=(\d+\.\d+\.\d+)", doc):
+            assert gfd.__version__ in tag
