@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -325,6 +326,8 @@ def test_make_run_passes_example_and_args() -> None:
             "ARGS=--mig-strategy mixed",
         ],
         cwd=ROOT,
+        # not the flags of a make that runs this suite (make test)
+        env={k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}},
         capture_output=True,
         text=True,
         check=True,
