@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from gfd import __version__, observability
 from gfd.errors import GfdError
 from gfd.settings import split_address
+from gfd.signals import start_thread
 
 #: how much slack the health check gives on top of three intervals
 HEALTH_GRACE_SECONDS = 30.0
@@ -220,7 +221,8 @@ class PrometheusMetrics:
             name="gfd-metrics",
             daemon=True,
         )
-        self._thread.start()
+        # its threads (and those it starts per request) leave the signals to the main thread
+        start_thread(self._thread)
 
 
 class _LogLinesDropped(Collector):

@@ -22,6 +22,14 @@ output:
 - While the process exits (:func:`exiting`) every handled signal is ignored: Python's own
   shutdown puts the default actions back for the signals it handled, and a SIGHUP landing
   then would turn an exit 0 into a death.
+- Only the main thread ever takes a handled signal: every other thread gfd starts blocks
+  them (:func:`start_thread`).  Linux gives a signal sent to the process to any one thread
+  that does not block it, and only that thread returns from its wait; Python runs the
+  handler in the main thread, but only once that thread runs again.  A SIGHUP taken by a
+  helper thread while the main thread waits out a long interval in ``poll()`` would wait
+  with it (the main thread usually takes it, but not when it already has a signal pending
+  or the process is resumed from a stop or a cgroup freeze: then the first thread to run
+  takes it).
 
 Before the first statement of gfd's own code the interpreter itself is starting (about
 20 ms); a signal in that window gets the default action, as for any program that has not
@@ -76,11 +84,25 @@ def install() -> None:
     try:
         os.set_blocking(write, False)  # the C handler must never block on a full pipe
         signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-        watchdog.start()
+        start_thread(watchdog)
     except (OSError, RuntimeError):  # no thread can start (RLIMIT_NPROC)
         signal.set_wakeup_fd(-1)
         os.close(read)
         os.close(write)
+
+
+def start_thread(thread: threading.Thread) -> None:
+    """Start ``thread`` with every handled signal blocked in it, so that the main thread
+    takes them all.  Every thread gfd starts is started here, and so is every thread a
+    library starts from one of them (a new thread inherits the mask of the thread that
+    starts it: blocking around ``start()`` leaves no moment where the new thread takes a
+    signal).  A signal that comes while the caller has them blocked waits, and reaches the
+    caller as soon as the mask is restored."""
+    saved = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+    try:
+        thread.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, saved)
 
 
 def _catch_all() -> None:

@@ -471,3 +471,117 @@ def test_a_signal_during_cleanup(api: FakeApiServer, kubeconfig: str, signum: in
     else:
         assert status == 1
         assert len(errors) == 1 and "interrupted by SIGTERM" in errors[0], errors
+
+
+# ----------------------------------------------------------------------------- threads
+
+#: the signals gfd handles, as bits of /proc's signal masks (bit n-1 is signal n)
+HANDLED_BITS = {signum: 1 << (signum - 1) for signum in signals.HANDLED}
+
+
+def blocked_by_each_thread(pid: int) -> dict[str, int]:
+    """Each thread of ``pid`` but the main one: its name -> its SigBlk mask."""
+    masks = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        if int(tid) == pid:
+            continue
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except FileNotFoundError:
+            continue  # the thread ended meanwhile (a metrics request's)
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        masks[f"{fields['Name'].strip()}/{tid}"] = int(fields["SigBlk"], 16)
+    return masks
+
+
+def assert_only_the_main_thread_takes_signals(daemon: Daemon) -> None:
+    masks = blocked_by_each_thread(daemon.process.pid)
+    # the stop watchdog, the stderr writer and whatever the output and the metrics start
+    assert len(masks) >= 2, masks
+    for thread, mask in masks.items():
+        missing = [s.name for s, bit in HANDLED_BITS.items() if not mask & bit]
+        assert not missing, f"thread {thread} takes {missing}"
+
+
+def test_no_thread_but_the_main_one_takes_a_signal_writing_a_file(tmp_path: Path) -> None:
+    """Linux gives a signal sent to the process to any thread that does not block it, and
+    only the thread that takes it returns from its wait; Python runs the handler in the
+    main thread only when that thread runs again.  A SIGHUP taken by a helper thread
+    while the main thread waits out a long interval would wait with it."""
+    daemon = Daemon(
+        "--sleep-interval", "9223372036.8", *TO_FILE, str(tmp_path / "gfd"),
+        "--snapshot-file", str(DGX), metrics=True,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        assert daemon.get("/metrics")[0] == 200  # the server has served (a thread a request)
+        assert_only_the_main_thread_takes_signals(daemon)
+        assert daemon.stop() == 0
+    finally:
+        daemon.kill()
+
+
+def test_no_thread_but_the_main_one_takes_a_signal_labelling_the_node(
+    api: FakeApiServer, start: Callable[..., Daemon]
+) -> None:
+    """The same with the API output: whatever the kubernetes client starts as well."""
+    daemon = start("--snapshot-file", str(DGX), "--sleep-interval", "9223372036.8")
+    daemon.wait_for("pass finished")
+    assert labelled(api, DGX)
+    assert_only_the_main_thread_takes_signals(daemon)
+    assert daemon.stop() == 0
+
+
+def wait_stopped(pid: int) -> None:
+    """Until every thread of ``pid`` is stopped (state T)."""
+    deadline = time.monotonic() + 60
+    while True:
+        states = set()
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(FileNotFoundError):
+                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+                states.add(stat.rsplit(")", 1)[1].split()[0])
+        if states == {"T"}:
+            return
+        assert time.monotonic() < deadline, f"gfd never stopped: {states}"
+        time.sleep(0.01)
+
+
+def test_a_signal_that_waited_while_the_process_was_stopped_is_honoured(tmp_path: Path) -> None:
+    """A signal sent to a stopped (or frozen) process waits, and the first of its threads
+    to run again takes it: it must be the main thread, whichever resumes first.  Each
+    SIGHUP is a reload, the SIGTERM an orderly exit with status 0 (not the watchdog's)."""
+    daemon = Daemon(
+        "--sleep-interval", "9223372036.8", *TO_FILE, str(tmp_path / "gfd"),
+        "--snapshot-file", str(DGX),
+    )  # fmt: skip
+    pid = daemon.process.pid
+    try:
+        daemon.wait_for("pass finished")
+        for signum in [signal.SIGHUP] * 5 + [signal.SIGTERM]:
+            os.kill(pid, signal.SIGSTOP)
+            wait_stopped(pid)
+            os.kill(pid, signum)
+            os.kill(pid, signal.SIGCONT)
+            if signum == signal.SIGHUP:
+                daemon.wait_for("settings reloaded")
+                daemon.wait_for("pass finished")
+        assert daemon.wait(60) == 0
+        assert '"signal received; exiting"' in daemon.log()
+        assert "not honoured" not in daemon.log()
+    finally:
+        daemon.kill()
+
+
+def test_every_thread_gfd_makes_is_started_with_the_signals_blocked() -> None:
+    """The tests above see the threads of the runs they make; this sees the code: each
+    thread gfd makes is started by signals.start_thread, and gfd makes no thread another
+    way (a timer, a pool, the low-level start)."""
+    for path in sorted(Path(ROOT, "gfd").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(ROOT)
+        made = len(re.findall(r"\bThread\(", text))
+        started = len(re.findall(r"\bstart_thread\(", text)) - text.count("def start_thread(")
+        assert made == started, f"{where}: {made} threads made, {started} by start_thread"
+        for other in ("Timer(", "ThreadPool", "Executor(", "start_new_thread", "_thread.start"):
+            assert other not in text, f"{where} starts a thread with {other}"
