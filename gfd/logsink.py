@@ -30,6 +30,7 @@ import _thread
 import atexit
 import io
 import os
+import sys
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 BACKLOG_BYTES = 256 << 10
 #: how long a process's exit waits for the backlog to reach fd 2
 EXIT_DRAIN_SECONDS = 0.5
-#: the longest a write waits for the backlog's lock (held for microseconds at a time)
+#: once the interpreter is finalizing, the longest a write waits for the backlog's lock
 LOCK_SECONDS = 0.5
 
 
@@ -98,10 +99,7 @@ class StderrSink(io.TextIOBase):
             self._dropped += _lines(data)
             return len(text)
         cond = self._cond or self._start()
-        # The writer holds the lock only to swap the backlog out, never while writing; the
-        # bound covers the one case where it could hold it for good: a daemon thread frozen
-        # by the interpreter's exit while the lock was its own.
-        if not cond.acquire(timeout=LOCK_SECONDS):
+        if not _acquire(cond):
             self._dropped += _lines(data)
             return len(text)
         try:
@@ -127,7 +125,7 @@ class StderrSink(io.TextIOBase):
         cond = self._cond
         if cond is None:
             return True
-        if not cond.acquire(timeout=LOCK_SECONDS):
+        if not _acquire(cond):
             return False
         try:
             return cond.wait_for(lambda: not self._backlog and not self._busy, timeout)
@@ -144,7 +142,11 @@ class StderrSink(io.TextIOBase):
                 # reentrant: a signal handler that writes while the main thread is inside
                 # write() must not wait for itself
                 self._cond = threading.Condition(threading.RLock())
-                threading.Thread(target=self._write_forever, name="gfd-stderr", daemon=True).start()
+                from gfd.signals import start_thread
+
+                start_thread(
+                    threading.Thread(target=self._write_forever, name="gfd-stderr", daemon=True)
+                )
             return self._cond
 
     def _write_forever(self) -> None:
@@ -181,11 +183,20 @@ class StderrSink(io.TextIOBase):
         return 0
 
 
+def _acquire(cond: threading.Condition) -> bool:
+    """Take the backlog's lock; False only when it may never come.
+
+    The writer thread holds the lock only to swap the backlog out, never while writing, so
+    as long as it runs it lets go within moments -- however long a loaded machine leaves it
+    descheduled meanwhile: the wait is not bounded then, and no line is lost to a slow
+    scheduler.  The one holder that never lets go is a daemon thread frozen where it stood
+    by the interpreter's finalization; from then on a wait has :data:`LOCK_SECONDS`."""
+    return cond.acquire(timeout=LOCK_SECONDS if sys.is_finalizing() else -1)
+
+
 def install(fd: int = 2) -> StderrSink | None:
     """Make ``sys.stderr`` a :class:`StderrSink` over ``fd``; None (nothing changed) when
     ``sys.stderr`` is not the process's own (a test's capture, an embedding program)."""
-    import sys
-
     if sys.stderr is not sys.__stderr__ or isinstance(sys.stderr, StderrSink):
         return None
     closed = False

@@ -17,6 +17,7 @@ import fcntl
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from gfd import logsink
 from gfd.logsink import StderrSink
 from tests.process import GFD, ROOT, Daemon, clean_env, free_port
 
@@ -276,4 +278,66 @@ def test_drain_gives_up_on_a_pipe_nobody_reads() -> None:
         assert sink.dropped == 0  # still held, not dropped
     finally:
         os.close(read_end)  # the blocked writer gets EPIPE and lets go
+        os.close(write_end)
+
+
+def hold_the_lock(sink: StderrSink, release: threading.Event) -> threading.Thread:
+    """A thread that takes the backlog's lock and keeps it until ``release`` is set: the
+    writer thread descheduled in the moment it holds it."""
+    sink.write("first\n")  # makes the lock and starts the writer
+    cond = sink._cond
+    assert cond is not None
+    taken = threading.Event()
+
+    def hold() -> None:
+        with cond:
+            taken.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert taken.wait(60)
+    return holder
+
+
+def test_a_line_waits_for_a_lock_holder_that_is_only_slow() -> None:
+    """On a loaded machine the writer can be off the CPU for longer than any bound while it
+    holds the lock; the line that waits for it is written, not dropped."""
+    read_end, write_end = os.pipe()
+    sink = StderrSink(write_end)
+    release = threading.Event()
+    holder = hold_the_lock(sink, release)
+    try:
+        # let go only well after the bound a finalizing interpreter gets
+        threading.Timer(2 * logsink.LOCK_SECONDS, release.set).start()
+        sink.write("settings reloaded\n")
+        holder.join(60)
+        assert sink.drain(30)
+        os.close(write_end)
+        assert read_all(read_end) == b"first\nsettings reloaded\n"
+        assert sink.dropped == 0
+    finally:
+        release.set()
+        os.close(read_end)
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+
+
+def test_a_finalizing_interpreter_never_waits_for_a_frozen_lock_holder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Finalization freezes daemon threads where they stand, maybe holding the lock: from
+    then on a line waits a bounded time and is counted as dropped."""
+    read_end, write_end = os.pipe()
+    sink = StderrSink(write_end)
+    release = threading.Event()
+    hold_the_lock(sink, release)
+    try:
+        monkeypatch.setattr(sys, "is_finalizing", lambda: True)
+        sink.write("late\n")
+        assert sink.dropped == 1
+        assert not sink.drain(30)
+    finally:
+        release.set()
+        os.close(read_end)
         os.close(write_end)
