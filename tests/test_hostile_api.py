@@ -390,11 +390,6 @@ def test_nodefeature_bad_answers_are_retried_server_errors(
 # ----------------------------------------------------------------- deadlines and sizes
 
 
-@pytest.fixture
-def quick_client(kubeconfig: str) -> KubeClient:
-    return client_without_waits(kubeconfig, budget=BUDGET)
-
-
 @pytest.mark.parametrize(
     "stall",
     [
@@ -415,19 +410,42 @@ def test_a_stalling_server_cannot_hold_a_request(
     assert api.count("GET") >= 1
 
 
+class WaitsOnlyClock:
+    """A retry policy's clock that moves only by the waits it asks for (taken at once): an
+    attempt spends none of the budget however long a loaded machine makes it take, so each
+    attempt's timeout is what the waits before it left."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "until-close"])
 def test_an_answer_larger_than_any_object_is_refused_unread(
-    api: FakeApiServer, quick_client: KubeClient, declare_length: bool
+    api: FakeApiServer, kubeconfig: str, declare_length: bool
 ) -> None:
     size = 300 * 1024 * 1024
     api.inject(Fault(huge=size, declare_length=declare_length, count=None))
+    waits = WaitsOnlyClock()
+    client = KubeClient(kubeconfig, budget=2.0, sleep=waits.sleep, clock=waits.clock)
     tracemalloc.start()
     try:
-        with pytest.raises(PublishError, match="bytes"):
-            quick_client.run("get node n1", lambda: quick_client.request("GET", NODE))
+        with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
+            client.run("get node n1", lambda: client.request("GET", NODE))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    # every answer read was refused for its size and retried; the last attempt, whose
+    # timeout is whatever the waits left of the budget, may instead end at the deadline
+    refused = f"than {MAX_ANSWER_BYTES} bytes"  # "more than" or "no object is larger than"
+    retried = [e["error"] for e in logs if e["event"] == "kubernetes API call failed, retrying"]
+    assert retried and all(refused in error for error in retried), retried
+    assert refused in str(raised.value) or "deadline" in str(raised.value), raised.value
     assert peak < 4 * MAX_ANSWER_BYTES
     # per answer: the client stops soon after the cap; what the server got out beyond it
     # sits in socket buffers (a few MB), far from the 300 MiB it offered
