@@ -23,12 +23,11 @@ on anything these rules refuse), so PyYAML's path above decides every error.
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 from typing import Any
 
 from gfd.errors import UsageError
+from gfd.files import UnreadableFileError, read_regular
 
 # json and yaml are imported by the first document that needs them: a run that reads no
 # document (discovery through NVML, no config file) never pays for PyYAML (~20 ms), and
@@ -95,69 +94,22 @@ def _brief_items(items: list[Any]) -> str:
 # --------------------------------------------------------------------------- files
 
 
-def file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
-
-
-def read_at_most(fd: int, limit: int) -> bytes:
-    """What ``fd`` holds, up to ``limit + 1`` bytes: one more than allowed says "too big"
-    without reading a file (or ``/dev/zero``) to its end."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = os.read(fd, limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
 def read_text(
     path: str, flag: str, error: type[UsageError], limit: int = MAX_DOCUMENT_BYTES
 ) -> str:
-    """A regular file of at most ``limit`` bytes, as UTF-8 text.
-
-    Never blocks and never reads without bound: the path is checked before it is opened
-    (a device node is not even opened), opened non-blocking, and checked again on the open
-    descriptor (the path may have been replaced in between)."""
-    shown = repr(clip(path))
+    """A regular file of at most ``limit`` bytes, as UTF-8 text; never blocks and never
+    reads without bound (:func:`gfd.files.read_regular`)."""
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"{flag}: {shown} is {file_kind(mode)}, not a regular file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        reason = exc.strerror if isinstance(exc, OSError) else None
-        raise error(f"{flag}: cannot read {shown}: {reason or clip(str(exc))}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{flag}: {shown} is {file_kind(info.st_mode)}, not a regular file")
-        too_big = f"{flag}: {shown} is larger than the limit of {limit} bytes"
-        if info.st_size > limit:
-            raise error(too_big)
-        data = read_at_most(fd, limit)
-        if len(data) > limit:
-            raise error(too_big)
-    except OSError as exc:
-        raise error(f"{flag}: cannot read {shown}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        data = read_regular(path, limit)
+    except UnreadableFileError as exc:
+        shown = repr(clip(path))
+        if exc.reason.startswith("is "):
+            raise error(f"{flag}: {shown} {exc.reason}") from None
+        raise error(f"{flag}: cannot read {shown}: {exc.reason}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise error(f"{flag}: {shown} is not UTF-8 text") from None
+        raise error(f"{flag}: {clip(path)!r} is not UTF-8 text") from None
 
 
 # --------------------------------------------------------------------------- parsing

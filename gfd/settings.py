@@ -19,12 +19,12 @@ from gfd.documents import (
     as_list,
     clip,
     describe,
-    file_kind,
     parse_yaml,
     read_text,
 )
 from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
+from gfd.files import file_kind
 from gfd.grammar import (
     LONGEST_RESOURCE_SUFFIX,
     PREFIX,

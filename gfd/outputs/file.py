@@ -21,10 +21,11 @@ import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
 from gfd.documents import clip
 from gfd.errors import PublishError
+from gfd.files import UnreadableFileError, open_regular, read_bounded
 from gfd.observability import get_logger
 from gfd.outputs import Labels
 
@@ -53,22 +54,20 @@ def format_expiry(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _open_regular(path: str) -> BinaryIO | None:
-    """``path`` opened for reading when it is a regular file (followed through symlinks);
-    None when missing, unreadable or anything else: a FIFO is opened non-blocking and
-    never read, a device never read."""
+def _read_regular(path: str) -> tuple[os.stat_result, bytes] | None:
+    """The status and content of the regular file at ``path`` (followed through symlinks),
+    at most :data:`MAX_FEATURES_FILE_BYTES` + 1 bytes of it; None when it is missing,
+    unreadable or anything else (a FIFO or device is never waited on or read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        fd = open_regular(path)
+    except UnreadableFileError:
         return None
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        regular = False
-    if not regular:
+        return os.fstat(fd), read_bounded(fd, MAX_FEATURES_FILE_BYTES + 1, cut=True)
+    except (OSError, UnreadableFileError):
+        return None
+    finally:
         os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
 
 
 def _refuse_special(path: str, action: str) -> None:
@@ -212,16 +211,11 @@ class FileOutput:
     def _state(self, labels: Labels) -> str:
         """``current``: the file holds ``labels`` (and an expiry at least half a horizon
         ahead); ``lapsing``: it holds them but the expiry must be renewed; ``differs``."""
-        handle = _open_regular(self.path)
-        if handle is None:
+        found = _read_regular(self.path)
+        if found is None:
             return "differs"
         try:
-            with handle:
-                data = handle.read(MAX_FEATURES_FILE_BYTES + 1)
-        except OSError:
-            return "differs"
-        try:
-            expires_at, body = split_features_file(data.decode("utf-8"))
+            expires_at, body = split_features_file(found[1].decode("utf-8"))
         except UnicodeDecodeError:
             return "differs"
         if body != format_labels(dict(labels)):
@@ -279,15 +273,10 @@ class FileOutput:
         if self._written is None:
             return False
         device, inode, data = self._written
-        handle = _open_regular(self.path)
-        if handle is None:
+        found = _read_regular(self.path)
+        if found is None:
             return False
-        try:
-            with handle:
-                status = os.fstat(handle.fileno())
-                content = handle.read(MAX_FEATURES_FILE_BYTES + 1)
-        except (OSError, PublishError):
-            return False
+        status, content = found
         return (status.st_dev, status.st_ino) == (device, inode) and content == data
 
     def _remove(self) -> None:

@@ -37,6 +37,7 @@ import stat
 from typing import Any
 
 from gfd.errors import PublishError
+from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
 from gfd.partitions import PartitionTable
 from gfd.snapshot import Snapshot
@@ -185,15 +186,10 @@ class KoordletDeviceInfos:
             )
 
     def _content(self, directory: int) -> bytes | None:
-        if self._kind(directory) != "file":
-            return None
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(FILE_NAME, flags, dir_fd=directory)
-        except OSError:
+            return read_regular(FILE_NAME, MAX_FILE_BYTES, dir_fd=directory, follow=False)
+        except UnreadableFileError:
             return None
-        with os.fdopen(fd, "rb") as handle:
-            return handle.read(MAX_FILE_BYTES + 1)
 
     def _write(self, directory: int, data: bytes) -> None:
         self._refuse_special(directory)
