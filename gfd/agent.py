@@ -15,6 +15,7 @@ from types import FrameType
 
 from gfd import interrupt
 from gfd import labels as labelling
+from gfd.echo import error_text
 from gfd.errors import (
     ConfigError,
     DiscoveryError,
@@ -229,14 +230,17 @@ class Agent:
     def _fail_pass(self, started: float, exc: Exception | None, unexpected: bool = False) -> None:
         duration = self._monotonic() - started
         self.metrics.pass_finished("error", duration, None)
-        self.last_error = None if exc is None else str(exc)
+        self.last_error = None if exc is None else error_text(exc)
         if exc is not None:
             # an unexpected exception is a bug: log it with its traceback
             record = self.log.exception if unexpected else self.log.error
             if self.settings.oneshot and not unexpected:
                 record = self.log.debug  # the CLI prints the error as its one line
             record(
-                "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration
+                "pass failed",
+                error=error_text(exc),
+                kind=type(exc).__name__,
+                duration_seconds=duration,
             )
         self._first_pass = False
         self._started = True
@@ -250,7 +254,7 @@ class Agent:
         try:
             self.output.keep(self.published)
         except PublishError as exc:
-            self.log.error("cannot renew the features file", error=str(exc))
+            self.log.error("cannot renew the features file", error=error_text(exc))
 
     def _publish(self, labels: dict[str, str]) -> bool:
         """Publish when the set changed; otherwise verify at the output's interval."""
@@ -285,14 +289,16 @@ class Agent:
         try:
             new = self._reload_settings()
         except UsageError as exc:
-            self.log.error("reload failed; keeping the settings in force", error=str(exc))
+            self.log.error("reload failed; keeping the settings in force", error=error_text(exc))
             return
         output = self.output
         if output_identity(new) != output_identity(self.settings):
             try:
                 output = self._build_output(new)
             except UsageError as exc:
-                self.log.error("reload failed; keeping the settings in force", error=str(exc))
+                self.log.error(
+                    "reload failed; keeping the settings in force", error=error_text(exc)
+                )
                 return
         for warning in new.warnings:
             self.log.warning("config warning", detail=warning)
@@ -333,13 +339,16 @@ class Agent:
             ):
                 old.koordlet.cleanup()
         except PublishError as exc:
-            self.log.error("removing what gfd published beside the labels failed", error=str(exc))
+            self.log.error(
+                "removing what gfd published beside the labels failed",
+                error=error_text(exc),
+            )
 
     def _exit_output(self) -> None:
         try:
             self.output.on_exit()
         except PublishError as exc:
-            self.log.error("cleanup on exit failed", error=str(exc))
+            self.log.error("cleanup on exit failed", error=error_text(exc))
 
     def run(self) -> int:
         try:

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gfd import __version__
-from gfd.documents import clip, describe
+from gfd.echo import bounded_message, clip, describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
@@ -220,7 +220,8 @@ class _QuietFlush:
 def _fail(message: str, status: int) -> int:
     import click
 
-    click.echo(f"{PROG}: error: {message}", err=True)
+    # every message clips what it quotes; this holds the whole line, whatever slipped by
+    click.echo(f"{PROG}: error: {bounded_message(message)}", err=True)
     return status
 
 

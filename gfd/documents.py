@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from gfd.echo import clip, describe
 from gfd.errors import UsageError
 from gfd.files import UnreadableFileError, read_regular
 
@@ -41,56 +42,6 @@ MAX_NESTING = 100
 MAX_NODES = 1_000_000
 #: the longest number accepted in a document, in characters (Python stops at 4,300 digits)
 MAX_NUMBER_CHARS = 100
-#: how much of a value an error or log line quotes
-SHOWN_CHARS = 100
-
-
-# --------------------------------------------------------------------------- messages
-
-
-def clip(text: str, limit: int = SHOWN_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, saying how long it was when it was cut."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text)} characters)"
-
-
-def _describe_int(value: int) -> str:
-    if value.bit_length() > 3 * SHOWN_CHARS:  # ~90+ digits; str() fails past 4,300
-        digits = int(value.bit_length() * 0.30103) + 1
-        return f"an integer of about {digits} digits"
-    return repr(value)
-
-
-def describe(value: Any) -> str:
-    """A value as an error message shows it (``null`` for None, like the document), never
-    longer than about :data:`SHOWN_CHARS` characters."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return repr(value)
-    if isinstance(value, int):
-        return _describe_int(value)
-    if isinstance(value, str):
-        shown = repr(value[:SHOWN_CHARS])
-        return shown if len(value) <= SHOWN_CHARS else f"{shown}... ({len(value)} characters)"
-    if isinstance(value, list):
-        return clip(f"a list of {len(value)} items: [{_brief_items(value)}]")
-    if isinstance(value, dict):
-        return clip(f"a mapping of {len(value)} keys: {{{_brief_items(list(value))}}}")
-    return clip(repr(value))
-
-
-def _brief_items(items: list[Any]) -> str:
-    shown = []
-    for item in items[:3]:
-        if isinstance(item, (list, dict)):
-            shown.append("[...]" if isinstance(item, list) else "{...}")
-        else:
-            shown.append(describe(item))
-    return ", ".join(shown) + (", ..." if len(items) > 3 else "")
-
-
 # --------------------------------------------------------------------------- files
 
 

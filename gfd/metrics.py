@@ -23,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gfd import __version__
+from gfd.echo import describe
 from gfd.errors import GfdError
 from gfd.settings import split_address
 
@@ -37,7 +38,7 @@ def parse_address(address: str) -> tuple[str, int]:
     try:
         return split_address(address)
     except ValueError:
-        raise GfdError(f"--metrics-address {address!r}: expected host:port") from None
+        raise GfdError(f"--metrics-address {describe(address)}: expected host:port") from None
 
 
 class PrometheusMetrics:
@@ -193,7 +194,7 @@ class PrometheusMetrics:
             server = server_class((host, port), Handler)
         except OSError as exc:
             raise GfdError(
-                f"--metrics-address {address!r}: cannot listen: {exc.strerror or exc}"
+                f"--metrics-address {describe(address)}: cannot listen: {exc.strerror or exc}"
             ) from None
         server.daemon_threads = True
         self._server = server

@@ -15,14 +15,9 @@ import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gfd.documents import (
-    as_list,
-    clip,
-    describe,
-    parse_yaml,
-    read_text,
-)
+from gfd.documents import as_list, parse_yaml, read_text
 from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
+from gfd.echo import clip, describe
 from gfd.errors import ConfigError, UsageError
 from gfd.files import file_kind
 from gfd.grammar import (
@@ -478,7 +473,7 @@ def _resource_name_error(name: str) -> str | None:
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
     longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
     if not is_valid_label_name(longest):
-        return f"makes the label key {PREFIX}{longest} longer than 63 characters"
+        return f"makes the label key {clip(PREFIX + longest)} longer than 63 characters"
     return None
 
 

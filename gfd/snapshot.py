@@ -13,7 +13,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gfd.documents import as_list, clip, describe, parse_yaml, read_text
+from gfd.documents import as_list, parse_yaml, read_text
+from gfd.echo import clip, describe
 from gfd.errors import SnapshotError
 from gfd.records import field, record
 
@@ -421,7 +422,9 @@ def _choice(*allowed: str) -> Callable[[Any, str], str]:
     def parse(value: Any, path: str) -> str:
         text = _str(value, path)
         if text not in allowed:
-            raise SnapshotError(f"{path}: expected one of {', '.join(allowed)}, got {text!r}")
+            raise SnapshotError(
+                f"{path}: expected one of {', '.join(allowed)}, got {describe(text)}"
+            )
         return text
 
     return parse
@@ -430,7 +433,7 @@ def _choice(*allowed: str) -> Callable[[Any, str], str]:
 def _cpu_list(value: Any, path: str) -> str:
     text = _str(value, path)
     if not _CPU_LIST.match(text):
-        raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {text[:100]!r}")
+        raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {describe(text)}")
     return text
 
 
@@ -564,7 +567,7 @@ def from_dict(document: Any) -> Snapshot:
         if bus:
             if bus in buses:
                 raise SnapshotError(
-                    f"lost_gpus[{position}].pci_bus_id: {gone.pci_bus_id[:100]!r} is also "
+                    f"lost_gpus[{position}].pci_bus_id: {describe(gone.pci_bus_id)} is also "
                     f"listed in {buses[bus]}"
                 )
             buses[bus] = f"lost_gpus[{position}]"

@@ -35,6 +35,7 @@ from typing import Any
 from gfd import records
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
+from gfd.echo import describe
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
 from gfd.observability import Metrics, get_logger
 from gfd.settings import DISCOVERY_STRATEGIES, Settings
@@ -71,7 +72,7 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
     """
     if settings.device_discovery_strategy not in DISCOVERY_STRATEGIES:
         raise UsageError(
-            f"--device-discovery-strategy {settings.device_discovery_strategy!r}: "
+            f"--device-discovery-strategy {describe(settings.device_discovery_strategy)}: "
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
         )
     module = nvml_source.load_module() if nvml is None else nvml

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gfd.documents import clip
+from gfd.echo import clip
 from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
 from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
@@ -248,7 +248,11 @@ def scan_vgpu(sysfs_root: str) -> Vgpu | None:
     try:
         addresses = sorted(os.listdir(root))
     except OSError as exc:
-        _warn_once("vgpu scan failed: cannot list PCI devices", path=root, error=str(exc))
+        _warn_once(
+            "vgpu scan failed: cannot list PCI devices",
+            path=clip(root),
+            error=exc.strerror or type(exc).__name__,
+        )
         return None
     devices: list[VgpuDevice] = []
     for address in addresses:

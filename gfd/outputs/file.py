@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gfd.documents import clip
+from gfd.echo import clip
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, open_regular, read_bounded
 from gfd.observability import get_logger
@@ -181,7 +181,9 @@ class FileOutput:
         self._write(labels)
         if state == "lapsing":
             get_logger(output=self.kind).info(
-                "features file expiry renewed", path=self.path, expiry_time=self._expiry_text()
+                "features file expiry renewed",
+                path=clip(self.path),
+                expiry_time=self._expiry_text(),
             )
             return False
         return True
@@ -238,12 +240,12 @@ class FileOutput:
         if len(data) > MAX_FEATURES_FILE_BYTES:
             raise PublishError(
                 f"labels take {len(data)} bytes, more than the {MAX_FEATURES_FILE_BYTES} bytes "
-                f"NFD reads from {self.path}; not written"
+                f"NFD reads from {clip(self.path)}; not written"
             )
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise PublishError(
-                f"output directory {directory} does not exist (is the NFD features.d "
+                f"output directory {clip(directory)} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
         import tempfile  # the file output only: stdout never pays for it
@@ -262,7 +264,7 @@ class FileOutput:
             temporary = None
             self._written = (written.st_dev, written.st_ino, data)
         except OSError as exc:
-            raise PublishError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+            raise PublishError(f"cannot write {clip(self.path)}: {exc.strerror or exc}") from None
         finally:
             if temporary is not None:
                 with contextlib.suppress(OSError):
@@ -291,7 +293,7 @@ def remove_file(path: str) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise PublishError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        raise PublishError(f"cannot remove {clip(path)}: {exc.strerror or exc}") from None
 
 
 def file_output(settings: Settings) -> FileOutput:

@@ -36,6 +36,7 @@ import secrets
 import stat
 from typing import Any
 
+from gfd.echo import clip
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
@@ -120,7 +121,7 @@ class KoordletDeviceInfos:
         self.directory = directory
         self.path = os.path.join(directory, FILE_NAME)
         self._written: str | None = None
-        self._log = get_logger(output="koordlet-device-infos", path=self.path)
+        self._log = get_logger(output="koordlet-device-infos", path=clip(self.path))
 
     def publish(self, snapshot: Snapshot, table: PartitionTable) -> bool:
         """True when the file was (re)written."""
@@ -132,15 +133,17 @@ class KoordletDeviceInfos:
             directory = _open_directory(self.directory)
         except OSError as exc:
             raise PublishError(
-                f"cannot write koordlet device infos {self.path}: no directory "
-                f"{self.directory} ({exc.strerror})"
+                f"cannot write koordlet device infos {clip(self.path)}: no directory "
+                f"{clip(self.directory)} ({exc.strerror})"
             ) from None
         try:
             if text == self._written and self._content(directory) == text.encode():
                 return False
             self._write(directory, text.encode())
         except OSError as exc:
-            raise PublishError(f"cannot write koordlet device infos {self.path}: {exc}") from None
+            raise PublishError(
+                f"cannot write koordlet device infos {clip(self.path)}: {exc.strerror or exc}"
+            ) from None
         finally:
             os.close(directory)
         self._written = text
@@ -163,7 +166,7 @@ class KoordletDeviceInfos:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise PublishError(f"cannot remove {self.path}: {exc.strerror or exc}") from None
+            raise PublishError(f"cannot remove {clip(self.path)}: {exc.strerror or exc}") from None
         finally:
             os.close(directory)
         self._written = None
@@ -181,7 +184,7 @@ class KoordletDeviceInfos:
     def _refuse_special(self, directory: int) -> None:
         if self._kind(directory) == "special":
             raise PublishError(
-                f"{self.path} is not a regular file (a symlink, FIFO, device or directory); "
+                f"{clip(self.path)} is not a regular file (a symlink, FIFO, device or directory); "
                 "gfd only replaces or removes its own regular file: remove it by hand"
             )
 
@@ -199,8 +202,8 @@ class KoordletDeviceInfos:
             temp_dir = _open_directory(TEMP_DIR, follow=False, dir_fd=directory)
         except OSError as exc:
             raise PublishError(
-                f"cannot write koordlet device infos {self.path}: "
-                f"{os.path.join(self.directory, TEMP_DIR)} is not a directory gfd can use "
+                f"cannot write koordlet device infos {clip(self.path)}: "
+                f"{clip(os.path.join(self.directory, TEMP_DIR))} is not a directory gfd can use "
                 f"({exc.strerror}); remove it by hand"
             ) from None
         name = f"gfd-{os.getpid()}-{secrets.token_hex(4)}"
@@ -209,8 +212,8 @@ class KoordletDeviceInfos:
             if status.st_uid != os.geteuid():
                 # another user could swap the file between its write and its rename
                 raise PublishError(
-                    f"cannot write koordlet device infos {self.path}: "
-                    f"{os.path.join(self.directory, TEMP_DIR)} belongs to another user; "
+                    f"cannot write koordlet device infos {clip(self.path)}: "
+                    f"{clip(os.path.join(self.directory, TEMP_DIR))} belongs to another user; "
                     "remove it by hand"
                 )
             if status.st_mode & 0o077:  # ours, but others may write in it: private first

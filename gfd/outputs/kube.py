@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from gfd import __version__, interrupt
+from gfd.echo import clip, describe, printable
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
 
@@ -158,10 +159,7 @@ def redact_url(url: str) -> str:
 
 def _quote(text: str) -> str:
     """At most ~100 characters of something a server sent, on one line."""
-    flat = " ".join(text.split())
-    if len(flat) > MAX_QUOTED_CHARS:
-        flat = flat[:MAX_QUOTED_CHARS] + "..."
-    return flat
+    return clip(" ".join(text.split()), MAX_QUOTED_CHARS)
 
 
 #: a Status message is quoted by its two ends: its head names the object, its tail says
@@ -172,9 +170,10 @@ STATUS_TAIL_CHARS = 160
 
 
 def _quote_status(text: str) -> str:
-    flat = " ".join(text.split())
+    flat = printable(" ".join(text.split()))
     if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
-        flat = f"{flat[:STATUS_HEAD_CHARS]} ... {flat[-STATUS_TAIL_CHARS:]}"
+        head, tail = flat[:STATUS_HEAD_CHARS], flat[-STATUS_TAIL_CHARS:]
+        flat = f"{head} ... ({len(flat)} characters in all) ... {tail}"
     return flat
 
 
@@ -202,7 +201,7 @@ class KubeClient:
         config: Any = kubernetes.config
 
         configuration = client.Configuration()
-        where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
+        where = f"--kubeconfig {describe(kubeconfig)}" if kubeconfig else "in-cluster config"
         try:
             if kubeconfig:
                 config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
