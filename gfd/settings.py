@@ -473,7 +473,11 @@ def _resource_name_error(name: str) -> str | None:
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
     longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
     if not is_valid_label_name(longest):
-        return f"makes the label key {clip(PREFIX + longest)} longer than 63 characters"
+        # the name itself is quoted once already, by the caller
+        return (
+            f"the label key {PREFIX}<name>.{LONGEST_RESOURCE_SUFFIX} would be {len(longest)} "
+            "characters, longer than 63"
+        )
     return None
 
 
