@@ -409,6 +409,51 @@ def test_vanished(document: Document, short_dir: Path) -> None:
     assert_refused(document.run(short_dir), document.file_name)
 
 
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("key", ["certificate-authority", "client-certificate", "client-key"])
+def test_special_file_named_by_the_kubeconfig(key: str, kind: str, short_dir: Path) -> None:
+    """A file the kubeconfig names (CA, client certificate or key) that is a FIFO, a
+    device, a directory or a socket: one line, exit 2, never waited on or read."""
+    SPECIAL[kind](short_dir / "named")
+    where = "cluster" if key == "certificate-authority" else "user"
+    text = _kubeconfig_text().replace("'http://127.0.0.1:9'", "'https://127.0.0.1:9'")
+    field = f"{key}: {short_dir / 'named'}"
+    if where == "cluster":
+        text = text.replace(
+            "server: 'https://127.0.0.1:9'", f"server: 'https://127.0.0.1:9', {field}"
+        )
+    else:
+        text = text.replace("user: {}", f"user: {{{field}}}")
+    (short_dir / "kube.cfg").write_text(text)
+    assert_refused(DOCUMENTS[2].run(short_dir), "kube.cfg")
+
+
+@pytest.mark.parametrize("kind", [*sorted(SPECIAL), "missing"])
+def test_special_in_cluster_token(
+    kind: str, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service-account token and CA of the in-cluster config (the kubelet's files):
+    a token that is not a regular file is a one-line usage error, never waited on."""
+    from kubernetes.config import incluster_config
+
+    from gfd.errors import UsageError
+    from gfd.outputs.kube import KubeClient
+
+    token = short_dir / "token"
+    if kind != "missing":
+        SPECIAL[kind](token)
+    (short_dir / "ca.crt").write_text("")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(short_dir / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "9")
+    with pytest.raises(UsageError) as refused:
+        KubeClient(None, budget=1.0)
+    message = str(refused.value)
+    assert "\n" not in message and len(message) <= LONGEST_LINE, message
+    assert "in-cluster config" in message
+
+
 # =============================================================== flags and environment
 
 
