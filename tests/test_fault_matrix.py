@@ -585,6 +585,7 @@ def _place_features_file(fault: str, directory: Path, daemon: Daemon, api: FakeA
         resource.prlimit(daemon.process.pid, resource.RLIMIT_FSIZE, (16, resource.RLIM_INFINITY))
 
         def lift() -> None:
+            assert list(directory.glob(".gfd-*")) == []  # the failed write left no temp file
             limit = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
             resource.prlimit(daemon.process.pid, resource.RLIMIT_FSIZE, limit)
 
