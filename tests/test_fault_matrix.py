@@ -146,6 +146,18 @@ SPECIAL = {
 }
 
 
+def replace_with_directory(path: Path) -> None:
+    """A directory where a file is (a rename cannot put a directory over a file); if the
+    daemon wrote the file again between the two steps, do it again."""
+    while True:
+        path.unlink(missing_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return
+
+
 def swap(path: Path, make: Callable[[Path], None]) -> None:
     """Put a special file at ``path`` in one rename: a pass never finds it missing."""
     staging = path.with_name(".staging-" + path.name)
@@ -568,6 +580,17 @@ def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiSer
         path.write_text("- a list\n")
     elif fault == "vanished":
         swap(path, lambda p: p.symlink_to(directory / "gone"))
+    elif fault == "hung":  # a FIFO with a writer that never writes
+        path.unlink()
+        holder = contextlib.ExitStack()
+        holder.enter_context(fifo_held_open(path))
+
+        def release() -> None:
+            holder.close()
+            path.unlink()
+            _restore_snapshot(directory)()
+
+        return release
     else:
         raise AssertionError(fault)
     return _restore_snapshot(directory)
@@ -576,8 +599,7 @@ def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiSer
 def _place_features_file(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
     path = directory / "gfd"
     if fault == "directory":
-        path.unlink()
-        path.mkdir()
+        replace_with_directory(path)
     elif fault in SPECIAL:
         swap(path, SPECIAL[fault])
     elif fault == "full":
@@ -617,8 +639,14 @@ def _place_koordlet(fault: str, directory: Path, daemon: Daemon, api: FakeApiSer
         victim.write_text("not gfd's\n")
         swap(path, lambda p: p.symlink_to(victim))
     elif fault == "directory":
-        path.unlink()
-        path.mkdir()
+        replace_with_directory(path)
+    elif fault == "missing":  # the directory koordlet reads, gone
+        shutil.rmtree(directory / "koord")
+
+        def recreate() -> None:
+            (directory / "koord").mkdir()
+
+        return recreate
     else:
         swap(path, SPECIAL[fault])
 
@@ -702,7 +730,7 @@ def _place_limits(fault: str, directory: Path, daemon: Daemon, api: FakeApiServe
 RUNTIME = [
     Runtime(
         "snapshot file (re-read every pass)",
-        ("missing", "empty", "huge", "malformed", "wrong-type", "vanished", *SPECIAL),
+        ("missing", "empty", "huge", "hung", "malformed", "wrong-type", "vanished", *SPECIAL),
         _file_daemon,
         _place_snapshot,
         names=("snap.yaml",),
@@ -716,7 +744,7 @@ RUNTIME = [
     ),
     Runtime(
         "koordlet device-info file",
-        ("symlink", *SPECIAL),
+        ("missing", "symlink", *SPECIAL),
         _koordlet_daemon,
         _place_koordlet,
         names=("gfd-nvidia-gpus.json",),
@@ -834,6 +862,25 @@ def test_special_file_swapped_in_at_runtime(
     channel: Runtime, kind: str, short_dir: Path, api: FakeApiServer
 ) -> None:
     assert_runtime_contract(channel, kind, short_dir, api)
+
+
+def test_features_file_swapped_for_a_symlink_is_replaced_not_written_through(
+    short_dir: Path,
+) -> None:
+    """A symlink planted at the features file's path: the next write replaces the link
+    (an atomic rename over it), never the file it points to."""
+    victim = short_dir / "victim"
+    victim.write_text("not gfd's\n")
+    daemon = _file_daemon(short_dir, None)  # type: ignore[arg-type]
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        swap(short_dir / "gfd", lambda p: p.symlink_to(victim))
+        daemon.wait_until(lambda: not (short_dir / "gfd").is_symlink(), "the link replaced")
+        assert victim.read_text() == "not gfd's\n"
+        assert "nvidia.com/gpu.count=8" in (short_dir / "gfd").read_text()
+        assert daemon.stop(signal.SIGTERM) == 0
+    finally:
+        daemon.kill()
 
 
 @pytest.mark.parametrize("channel", runtime_for("vanished"))
