@@ -714,6 +714,22 @@ def _place_api(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) 
     return api.clear_faults
 
 
+def _nodefeature_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    kubeconfig = api.write_kubeconfig(directory / "kube.cfg")
+    return Daemon(
+        "--sleep-interval", "1s", "--use-node-feature-api", "--node-name", "n1",
+        "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX,
+    )  # fmt: skip
+
+
+def _place_nodefeature(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    if fault == "missing":  # the server itself: connections refused
+        api.go_down()
+        return api.come_up
+    api.inject(API_FAULTS[fault]())
+    return api.clear_faults
+
+
 def _limits_daemon(directory: Path, api: FakeApiServer) -> Daemon:
     return _file_daemon(directory, api)
 
@@ -764,6 +780,14 @@ RUNTIME = [
         tuple(API_FAULTS),
         _api_daemon,
         _place_api,
+        names=("n1",),
+        needs_sighup=True,
+    ),
+    Runtime(
+        "API server (NodeFeature)",
+        tuple(API_FAULTS),
+        _nodefeature_daemon,
+        _place_nodefeature,
         names=("n1",),
         needs_sighup=True,
     ),

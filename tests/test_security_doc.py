@@ -178,3 +178,37 @@ def test_gfd_starts_no_child_process_itself(path: Path) -> None:
             continue
         for name in names:
             assert not name.startswith(FORBIDDEN_MODULES), (path, name)
+
+
+#: ``!r`` of a value that is short by construction (a published label value: at most 63
+#: characters), so it needs no excerpt
+SHORT_BY_CONSTRUCTION = {
+    ("gfd/labels/devices.py", "fitted"),
+    ("gfd/labels/__init__.py", "value"),
+    ("gfd/records.py", "name"),  # a dataclass field name, from gfd's own code
+    ("gfd/records.py", "getattr(self, name)"),  # a record's repr, never in a message
+}
+SHARED_HELPERS = {"clip", "describe", "_quote", "_quote_status", "printable"}
+
+
+def test_every_echoed_value_goes_through_the_shared_helper() -> None:
+    """An f-string that quotes a value with ``!r`` quotes it whole: every such value is
+    first cut by gfd/echo.py (``clip``, ``describe``; ``_quote`` in the API client is
+    built on ``clip``), or is short by construction (listed above)."""
+    stray = []
+    for path in sorted(GFD.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FormattedValue) or node.conversion != ord("r"):
+                continue
+            value = node.value
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id in SHARED_HELPERS
+            ):
+                continue
+            if (relative, ast.unparse(value)) in SHORT_BY_CONSTRUCTION:
+                continue
+            stray.append(f"{relative}:{node.lineno}: {ast.unparse(value)!r}")
+    assert stray == []
