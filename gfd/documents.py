@@ -26,7 +26,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from gfd.echo import clip, describe
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import UsageError
 from gfd.files import UnreadableFileError, read_regular
 
@@ -53,14 +53,14 @@ def read_text(
     try:
         data = read_regular(path, limit)
     except UnreadableFileError as exc:
-        shown = repr(clip(path))
+        shown = repr(clip_path(path))
         if exc.reason.startswith("is "):
             raise error(f"{flag}: {shown} {exc.reason}") from None
         raise error(f"{flag}: cannot read {shown}: {exc.reason}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise error(f"{flag}: {clip(path)!r} is not UTF-8 text") from None
+        raise error(f"{flag}: {clip_path(path)!r} is not UTF-8 text") from None
 
 
 # --------------------------------------------------------------------------- parsing

@@ -14,6 +14,8 @@ from typing import Any
 
 #: how much of a value an error or log line quotes
 SHOWN_CHARS = 100
+#: how much of a path an error or log line quotes
+SHOWN_PATH_CHARS = 200
 #: the longest message gfd prints or logs as one field: a guard behind :func:`clip`
 MAX_MESSAGE_CHARS = 2000
 
@@ -32,9 +34,20 @@ def printable(text: str) -> str:
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:
     """``text`` cut to ``limit`` characters, saying how long it was when it was cut; on
     one line, control characters escaped."""
-    if len(text) <= limit:
-        return printable(text)
-    return f"{printable(text[:limit])}... ({len(text)} characters)"
+    shown = printable(text[:limit])
+    if len(text) <= limit and len(shown) <= limit:
+        return shown
+    # cut again after escaping: a line of newlines must not double in length
+    return f"{shown[:limit]}... ({len(text)} characters)"
+
+
+def clip_path(path: str, limit: int = SHOWN_PATH_CHARS) -> str:
+    """A path as :func:`clip` shows a value, but cut at its start (the end names the
+    file) and longer (paths of temporary and mounted directories are long)."""
+    shown = printable(path[-limit:])
+    if len(path) <= limit and len(shown) <= limit:
+        return shown
+    return f"...{shown[-limit:]} ({len(path)} characters)"
 
 
 def _describe_int(value: int) -> str:

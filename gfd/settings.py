@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from gfd.documents import as_list, parse_yaml, read_text
 from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
-from gfd.echo import clip, describe
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
 from gfd.files import file_kind
 from gfd.grammar import (
@@ -475,8 +475,8 @@ def _resource_name_error(name: str) -> str | None:
     if not is_valid_label_name(longest):
         # the name itself is quoted once already, by the caller
         return (
-            f"the label key {PREFIX}<name>.{LONGEST_RESOURCE_SUFFIX} would be {len(longest)} "
-            "characters, longer than 63"
+            f"makes the label key {PREFIX}<name>.{LONGEST_RESOURCE_SUFFIX} longer than 63 "
+            f"characters ({len(longest)})"
         )
     return None
 
@@ -660,7 +660,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
 
 
 def parse_config_text(text: str, source: str) -> LoadedConfig:
-    source = clip(source)
+    source = clip_path(source)
     document = parse_yaml(text, f"config file {source}", ConfigError)
     if document is None:
         document = {}
@@ -921,7 +921,7 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
                 # the kubernetes client reads it with PyYAML, unbounded: read it first
                 # with the bounded reader (size, nesting, aliases, duplicate keys)
                 parse_yaml(
-                    read_text(path, origin, UsageError), f"{origin} {clip(part)}", UsageError
+                    read_text(path, origin, UsageError), f"{origin} {clip_path(part)}", UsageError
                 )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gfd.documents import as_list, parse_yaml, read_text
-from gfd.echo import clip, describe
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import SnapshotError
 from gfd.records import field, record
 
@@ -613,7 +613,7 @@ def _check_unique(gpus: tuple[Gpu, ...]) -> None:
 
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
     """Parse snapshot YAML or JSON text."""
-    source = clip(source)
+    source = clip_path(source)
     document = parse_yaml(text, source, SnapshotError)
     if document is None:
         raise SnapshotError(f"{source}: the snapshot is empty")

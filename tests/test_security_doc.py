@@ -188,7 +188,7 @@ SHORT_BY_CONSTRUCTION = {
     ("gfd/records.py", "name"),  # a dataclass field name, from gfd's own code
     ("gfd/records.py", "getattr(self, name)"),  # a record's repr, never in a message
 }
-SHARED_HELPERS = {"clip", "describe", "_quote", "_quote_status", "printable"}
+SHARED_HELPERS = {"clip", "clip_path", "describe", "_quote", "_quote_status", "printable"}
 
 
 def test_every_echoed_value_goes_through_the_shared_helper() -> None:

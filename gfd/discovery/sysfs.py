@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from gfd.echo import clip
+from gfd.echo import clip, clip_path
 from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
 from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
@@ -88,9 +88,9 @@ def read_pci_class(sysfs_root: str, bus_id: str) -> int | None:
     try:
         return int(read_regular(path, ATTRIBUTE_MAX_BYTES).decode("ascii").strip(), 16)
     except UnreadableFileError as exc:
-        _warn_once("pci class unknown", path=clip(path), error=exc.reason)
+        _warn_once("pci class unknown", path=clip_path(path), error=exc.reason)
     except (UnicodeDecodeError, ValueError):
-        _warn_once("pci class unknown", path=clip(path), error="not a hexadecimal number")
+        _warn_once("pci class unknown", path=clip_path(path), error="not a hexadecimal number")
     return None
 
 
@@ -160,7 +160,7 @@ def read_machine_type(path: str) -> str | None:
     """
     if not path:
         return None
-    shown = clip(path)
+    shown = clip_path(path)
     try:
         data = read_regular(path, MACHINE_TYPE_MAX_BYTES)
     except UnreadableFileError as exc:
@@ -250,7 +250,7 @@ def scan_vgpu(sysfs_root: str) -> Vgpu | None:
     except OSError as exc:
         _warn_once(
             "vgpu scan failed: cannot list PCI devices",
-            path=clip(root),
+            path=clip_path(root),
             error=exc.strerror or type(exc).__name__,
         )
         return None

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gfd.echo import clip
+from gfd.echo import clip_path
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, open_regular, read_bounded
 from gfd.observability import get_logger
@@ -78,7 +78,7 @@ def _refuse_special(path: str, action: str) -> None:
     except OSError:
         return
     if not stat.S_ISREG(mode):
-        raise PublishError(f"{clip(path)} is not a regular file; gfd does not {action} it")
+        raise PublishError(f"{clip_path(path)} is not a regular file; gfd does not {action} it")
 
 
 def parse_expiry(text: str) -> float | None:
@@ -157,6 +157,8 @@ class FileOutput:
         """``expiry_horizon``: seconds from a write to the file's expiry-time (None: no
         directive).  ``remove_on_exit`` only ever applies to a file without expiry."""
         self.path = path
+        #: the path as messages show it
+        self.shown = clip_path(path)
         self.expiry_horizon = expiry_horizon
         self.remove_on_exit = remove_on_exit and expiry_horizon is None
         self._clock = clock
@@ -182,7 +184,7 @@ class FileOutput:
         if state == "lapsing":
             get_logger(output=self.kind).info(
                 "features file expiry renewed",
-                path=clip(self.path),
+                path=self.shown,
                 expiry_time=self._expiry_text(),
             )
             return False
@@ -240,12 +242,12 @@ class FileOutput:
         if len(data) > MAX_FEATURES_FILE_BYTES:
             raise PublishError(
                 f"labels take {len(data)} bytes, more than the {MAX_FEATURES_FILE_BYTES} bytes "
-                f"NFD reads from {clip(self.path)}; not written"
+                f"NFD reads from {self.shown}; not written"
             )
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise PublishError(
-                f"output directory {clip(directory)} does not exist (is the NFD features.d "
+                f"output directory {clip_path(directory)} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
         import tempfile  # the file output only: stdout never pays for it
@@ -264,7 +266,7 @@ class FileOutput:
             temporary = None
             self._written = (written.st_dev, written.st_ino, data)
         except OSError as exc:
-            raise PublishError(f"cannot write {clip(self.path)}: {exc.strerror or exc}") from None
+            raise PublishError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
         finally:
             if temporary is not None:
                 with contextlib.suppress(OSError):
@@ -293,7 +295,7 @@ def remove_file(path: str) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise PublishError(f"cannot remove {clip(path)}: {exc.strerror or exc}") from None
+        raise PublishError(f"cannot remove {clip_path(path)}: {exc.strerror or exc}") from None
 
 
 def file_output(settings: Settings) -> FileOutput:
