@@ -952,6 +952,27 @@ def test_hung_stdin_is_never_read(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.count=8" in result.stdout
 
 
+def test_hung_stdout_never_holds_the_daemon() -> None:
+    """A daemon publishing to stdout (``-o -``) into a pipe nobody reads: its writes stall,
+    but a stall never holds the loop or a stop signal (SIGTERM still ends it, status 0)."""
+    import fcntl
+
+    daemon = _daemon("--output-file", "-", "--snapshot-file", DGX)
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        # the smallest pipe the kernel allows, one page: four label sets of ~900 bytes
+        # fill it (the first is in it already)
+        fcntl.fcntl(daemon.process.stdout.fileno(), 1031, 4096)  # F_SETPIPE_SZ
+        for _ in range(4):  # each reload is a new run: a new timestamp, a new label set
+            daemon.process.send_signal(signal.SIGHUP)
+            daemon.wait_for("settings reloaded", limit=60)
+        # the last reload's pass finds the pipe full
+        assert daemon.stop(signal.SIGTERM) == 0
+        assert "Traceback" not in daemon.log()
+    finally:
+        daemon.kill()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
 def test_full_stdout() -> None:
     with open("/dev/full", "w") as full:

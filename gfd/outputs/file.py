@@ -111,6 +111,60 @@ def format_labels(labels: Labels) -> str:
     return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
 
 
+#: how long a write to stdout may make no progress before the pass fails: a daemon whose
+#: stdout is a pipe nobody reads must not block for good (nor hold a stop signal)
+STDOUT_STALL_SECONDS = 10.0
+
+
+def write_without_blocking(fd: int, data: bytes, name: str) -> None:
+    """Write ``data`` to ``fd``; when ``fd`` is a pipe or socket that nobody reads, fail
+    (PublishError) after :data:`STDOUT_STALL_SECONDS` without progress, or at once on a
+    stop request, instead of blocking.
+
+    A pipe is written through a descriptor of its own opened non-blocking
+    (``/proc/self/fd``: a new open file description, so the flag is not forced on whoever
+    shares the pipe); a socket is written when ``select`` finds room; anything else
+    (a file, a terminal, a device) is written as it is."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode):
+        try:
+            own = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            own = -1  # no /proc, or nobody reads: the plain write says which
+        if own >= 0:
+            try:
+                _write_with_stall_limit(own, data, name, wait_for_room=False)
+            finally:
+                os.close(own)
+            return
+    _write_with_stall_limit(fd, data, name, wait_for_room=stat.S_ISSOCK(mode))
+
+
+def _write_with_stall_limit(fd: int, data: bytes, name: str, *, wait_for_room: bool) -> None:
+    import select
+
+    from gfd import interrupt
+
+    stalled_since = time.monotonic()
+    while data:
+        if interrupt.stop_requested():
+            raise PublishError(f"cannot write labels to {name}: stopped while it was full")
+        written = 0
+        if not wait_for_room or select.select([], [fd], [], 0.05)[1]:
+            try:
+                written = os.write(fd, data[:65536])
+            except BlockingIOError:
+                time.sleep(0.05)
+        if written:
+            data = data[written:]
+            stalled_since = time.monotonic()
+        elif time.monotonic() - stalled_since > STDOUT_STALL_SECONDS:
+            raise PublishError(
+                f"cannot write labels to {name}: nothing read from it for "
+                f"{STDOUT_STALL_SECONDS:.0f} s (a pipe nobody reads?)"
+            )
+
+
 class StdoutOutput:
     kind = "stdout"
     verify_interval: float | None = None
@@ -118,9 +172,18 @@ class StdoutOutput:
     def publish(self, labels: Labels) -> None:
         if sys.stdout is None:  # started with stdout closed
             raise PublishError("cannot write labels to stdout: stdout is closed")
+        text = format_labels(labels)
         try:
-            sys.stdout.write(format_labels(labels))
             sys.stdout.flush()
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+            fd = None
+        try:
+            if fd is None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            else:
+                write_without_blocking(fd, text.encode("utf-8"), "stdout")
         except OSError as exc:
             raise PublishError(f"cannot write labels to stdout: {exc.strerror or exc}") from None
 
