@@ -101,6 +101,7 @@ ALLOWED_OPENS = {
     ("gfd/cli.py", "_silence_stdout"): "/dev/null put in place of a stdout that is gone",
     ("gfd/interrupt.py", "_drain"): "its own self-pipe",
     ("gfd/outputs/file.py", "_write"): "the temporary file it made with mkstemp",
+    ("gfd/outputs/file.py", "write_without_blocking"): "stdout's pipe, reopened to write",
     ("gfd/outputs/koordlet.py", "_open_directory"): "directories (O_DIRECTORY)",
     ("gfd/outputs/koordlet.py", "_write"): "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW)",
 }
