@@ -1,26 +1,57 @@
 # The two commands: `make run` (labels for a bundled example node, no GPU needed) and
-# `make test` (the whole suite).  Both create the virtualenv and install on first use:
-# `make run` only what running needs (gfd and its dependencies), `make test` the dev tools too.
+# `make test` (the whole suite).  Both create the virtualenv and install on first use, from
+# the lock file: `make run` only what running needs (gfd and its dependencies), `make test`
+# the dev tools too.
+#
+# uv.lock holds every dependency at one version with its hashes; uv-bootstrap.txt holds uv
+# itself, hashed, so that the installer is locked too.  Both are written by `make lock` (never
+# by hand); `uv sync --locked` refuses to install when uv.lock no longer matches pyproject.toml.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE ?= examples/snapshots/dgx-a100.yaml
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 IMAGE ?= gfd:$(VERSION)
+# --inexact keeps uv itself, which pip put there; gfd is built with the locked setuptools of
+# the `build` group instead of an isolated build environment filled from the registry.
+SYNC = UV_PROJECT_ENVIRONMENT=$(abspath $(1)) $(1)/bin/uv sync --locked --inexact --quiet \
+	--no-progress --python $(1)/bin/python
 
-.PHONY: run test venv lint format bench clean image manifests e2e e2e-tools
+.PHONY: run test test-latest venv lock lint format bench clean image manifests e2e e2e-tools
 
-$(VENV)/.gfd-run: pyproject.toml
+$(VENV)/.gfd-uv: uv-bootstrap.txt
 	@$(PYTHON) -m venv $(VENV)
-	@$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps \
+		--require-hashes --only-binary :all: -r uv-bootstrap.txt
 	@touch $@
 
-$(VENV)/.gfd-dev: pyproject.toml $(VENV)/.gfd-run
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $@
+$(VENV)/.gfd-run: pyproject.toml uv.lock $(VENV)/.gfd-uv
+	@$(call SYNC,$(VENV)) --only-group build
+	@$(call SYNC,$(VENV)) --group build --no-build-isolation
+	@touch $@
+
+$(VENV)/.gfd-dev: pyproject.toml uv.lock $(VENV)/.gfd-run
+	@$(call SYNC,$(VENV)) --group build --no-build-isolation --extra dev
+	@touch $@
 
 venv: $(VENV)/.gfd-dev
+
+# Refreshes the lock files on purpose: the newest versions the registry serves that satisfy
+# pyproject.toml.  Run `make test-latest` first to see whether they pass.
+lock: $(VENV)/.gfd-uv
+	$(BIN)/uv lock --upgrade
+	echo uv | $(BIN)/uv pip compile --universal --generate-hashes --quiet \
+		--custom-compile-command "make lock" --python-version 3.10 - -o uv-bootstrap.txt
+
+# The whole suite against the newest release of every dependency, not the lock file (a
+# separate virtualenv, so the locked one is left alone): for whoever refreshes the lock.
+LATEST := .venv-latest
+test-latest:
+	rm -rf $(LATEST)
+	$(PYTHON) -m venv $(LATEST)
+	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
+	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --no-build-isolation -e '.[dev]'
+	PYTHONDONTWRITEBYTECODE= $(LATEST)/bin/python -m pytest -q -n auto --dist worksteal --ignore=tests/e2e
 
 run: $(VENV)/.gfd-run
 	@$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
@@ -53,7 +84,7 @@ lint: venv
 image:
 	scripts/image.sh $(IMAGE)
 
-# Issue 20: the Go programs the e2e layer runs (helm, kube-apiserver of the current release,
+# The Go programs the e2e layer runs (helm, kube-apiserver of the current release,
 # etcd 3.6, nfd-master/nfd-worker), built once and cached by version (scripts/e2e-tools.sh).
 # `make e2e` builds them first (a prerequisite beside the recipe above).
 e2e-tools:
@@ -74,4 +105,4 @@ bench: venv
 	$(BIN)/python bench/bench_discovery.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(LATEST) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .hypothesis

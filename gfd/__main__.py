@@ -1,3 +1,3 @@
-from gfd.cli import main
+from gfd.launch import main
 
 main()

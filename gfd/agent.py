@@ -3,17 +3,19 @@
 A runtime fault (NVML error, unreadable snapshot, disk full, API server down) fails one
 pass: it is logged and counted, the last published labels stay, and the next pass retries.
 Bad settings stop the agent at start (exit 2); on SIGHUP they are reported and the settings
-in force stay.
+in force stay.  A reload that moves the output publishes to the new place first and only
+then retires the old one, with the outputs' own cleanup (what ``--cleanup`` runs), so the
+node always holds its labels somewhere (README "Switching output by reload").
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
-from types import FrameType
 
-from gfd import interrupt
+from gfd import interrupt, signals
 from gfd import labels as labelling
 from gfd.echo import error_text
 from gfd.errors import (
@@ -25,10 +27,12 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
+from gfd.nodeconfig import ConfigChoice, NodeConfigError
+from gfd.nodeconfig import choose_for as choose_node_config
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
-from gfd.outputs.registry import output_identity
-from gfd.outputs.topology import TopologyOutputs, make_topology_outputs
+from gfd.outputs.registry import output_identity, output_place
+from gfd.outputs.topology import make_topology_outputs
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -69,11 +73,21 @@ class _Signals:
         self.name = ""
 
 
+class _Retiree:
+    """A place the settings in force no longer publish to, and what removes it."""
+
+    __slots__ = ("cleanup", "kind")
+
+    def __init__(self, kind: str, cleanup: Callable[[], None]) -> None:
+        self.kind = kind
+        self.cleanup = cleanup
+
+
 class Agent:
     def __init__(
         self,
         settings: Settings,
-        reload_settings: Callable[[], Settings],
+        reload_settings: Callable[..., Settings],
         clock: Callable[[], float] = time.time,
         snapshot: Snapshot | None = None,
         *,
@@ -83,6 +97,7 @@ class Agent:
         metrics: Metrics | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wait: Callable[[float | None], object] | None = None,
+        node_label: Callable[[], str | None] | None = None,
     ) -> None:
         """The agent's collaborators are handed in; each defaults to the real one.
 
@@ -93,7 +108,10 @@ class Agent:
         ``metrics``: what passes are reported to (default: as ``--metrics-address`` says).
         ``clock``: the run's timestamp; ``monotonic``: pass durations and verification.
         ``wait(interval)``: sleeps between passes (None: forever); it must return early
-        when :meth:`request_stop` or :meth:`request_reload` is called."""
+        when :meth:`request_stop` or :meth:`request_reload` is called.
+        ``node_label()``: the value of this node's config label (``--config-file-srcdir``:
+        read before each pass; default: one GET of the Node).  ``reload_settings`` is then
+        called with ``config_choice=``, the entry to load."""
         self.settings = settings
         self._reload_settings = reload_settings
         self._clock = clock
@@ -109,15 +127,20 @@ class Agent:
         self.topology_outputs = make_topology_outputs(settings)  # besides the labels; or None
         # what was in force before the last reload, until the reloaded settings proved good
         self._previous: tuple[Settings, Output] | None = None
+        # places a reload moved away from, removed once the new settings have published
+        self._retiring: dict[tuple[object, ...], _Retiree] = {}
         self._started = False  # becomes True after the process's first pass
         self._loss_seen = False  # the previous discovery already found a GPU lost
+        self._node_label = node_label
+        # what the node label asked for that could not be applied (an error message, or the
+        # refused entry): reported once, not retried until the label or a SIGHUP changes it
+        self._refused: str | None = None
         self.last_error: str | None = None
         self._new_run()
 
     # ------------------------------------------------------------------ signals
 
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        del frame
+    def _on_signal(self, signum: int) -> None:
         if signum == signal.SIGHUP:
             self.request_reload()
         else:
@@ -137,8 +160,9 @@ class Agent:
         self._wake.set()
 
     def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
-            signal.signal(signum, self._on_signal)
+        """Take the process's signals over from start-up (a SIGHUP that came while gfd was
+        starting is a reload after the first pass: see gfd.signals)."""
+        signals.attach(self._on_signal)
 
     # ------------------------------------------------------------------ one run
 
@@ -180,6 +204,8 @@ class Agent:
             changed = self._publish(result.labels)
             if self.topology_outputs is not None:
                 self.topology_outputs.publish(snapshot, self.settings.config.partitions)
+            if self._retiring:
+                self._retire()
         except (SnapshotError, ConfigError) as exc:
             if not self._started:
                 # bad input at start: one line on stderr (by the CLI) and exit 2, nothing else
@@ -284,29 +310,81 @@ class Agent:
 
     # ------------------------------------------------------------------ the loop
 
-    def _reload(self) -> None:
-        self._signals.reload = False
+    def _follow_node_config(self) -> None:
+        """Before a pass: the entry the node label chooses now; a new one is loaded through
+        the SIGHUP reload.  Whatever cannot be applied leaves the config in force and one
+        error line (until the label changes again)."""
+        current = self.settings.config_choice
+        in_force = None if current is None else current.entry
         try:
-            new = self._reload_settings()
+            if self._node_label is None:
+                from gfd.nodeconfig import NodeLabelReader
+
+                self._node_label = NodeLabelReader(self.settings)
+            value = self._node_label()
+            choice = choose_node_config(self.settings, value)
+        except NodeConfigError as exc:
+            if self._refused != str(exc):
+                self._refused = str(exc)
+                self.log.error(
+                    "node config not applied; the config in force stays",
+                    error=str(exc),
+                    config=in_force,
+                )
+            return
+        except (PublishError, UsageError) as exc:
+            self.log.error(
+                "cannot read the node's config label; the config in force stays",
+                error=str(exc),
+                config=in_force,
+            )
+            return
+        if current is not None and choice.entry == current.entry:
+            self._refused = None
+            return
+        if self._refused == f"entry {choice.entry}":
+            return
+        self.log.info(
+            "node config chosen", entry=choice.entry, reason=choice.reason, previous=in_force
+        )
+        if not self._reload(choice):
+            self._refused = f"entry {choice.entry}"
+
+    def _reload(self, config_choice: ConfigChoice | None = None) -> bool:
+        """Reload the settings (SIGHUP, or the node label choosing another config entry);
+        False when they are refused and the settings in force stay."""
+        self._signals.reload = False
+        if config_choice is None:
+            self._refused = None  # a SIGHUP tries again what the label asked for
+        try:
+            if self.settings.config_file_srcdir:
+                new = self._reload_settings(
+                    config_choice=config_choice or self.settings.config_choice
+                )
+            else:
+                new = self._reload_settings()
         except UsageError as exc:
             self.log.error("reload failed; keeping the settings in force", error=error_text(exc))
-            return
+            return False
         output = self.output
         if output_identity(new) != output_identity(self.settings):
             try:
-                output = self._build_output(new)
+                # an API output runs the kubeconfig's credential plugin here: a stop ends it
+                with interrupt.interruptible():
+                    output = self._build_output(new)
             except UsageError as exc:
                 self.log.error(
                     "reload failed; keeping the settings in force", error=error_text(exc)
                 )
-                return
+                return False
+            except interrupt.Interrupted:
+                return False  # the stop is recorded: the loop exits
         for warning in new.warnings:
             self.log.warning("config warning", detail=warning)
         self.log.info("settings reloaded")
         self._previous = (self.settings, self.output)
-        if output is not self.output:
-            self._exit_output()
         self._switch(new, output)
+        return True
 
     def _revert(self) -> None:
         """The reloaded settings cannot apply to this node: go back to the previous ones."""
@@ -314,34 +392,62 @@ class Agent:
         self.log.error("reloaded settings rejected; the previous settings stay in force")
         settings, output = self._previous
         self._previous = None
-        if output is not self.output:
-            self._exit_output()
+        refused = self.settings.config_choice
+        if refused is not None and refused != settings.config_choice:
+            self._refused = f"entry {refused.entry}"  # not loaded again until the label changes
         self._switch(settings, output)
 
     def _switch(self, settings: Settings, output: Output) -> None:
+        """Put ``settings`` and ``output`` in force.  Every place the old settings published
+        to and the new ones do not is retired -- removed as ``--cleanup`` removes it -- once
+        the new settings' first pass has published (:meth:`_retire`), so that the node
+        always has one of the two."""
+        old = self._places()
         self.settings = settings
         self.output = output
-        self._switch_topology_outputs(make_topology_outputs(settings))
+        self.topology_outputs = make_topology_outputs(settings)
+        new = self._places()
+        # a place the new settings publish to again is theirs now: never remove it
+        self._retiring = {place: r for place, r in self._retiring.items() if place not in new}
+        for place, retiree in old.items():
+            if place not in new:
+                self._retiring.setdefault(place, retiree)
         self.metrics.set_sleep_interval(settings.sleep_interval)
         self._new_run()
 
-    def _switch_topology_outputs(self, new: TopologyOutputs | None) -> None:
-        """Reloaded settings that no longer want the partitions annotation or the koordlet
-        file (or want it elsewhere) remove what the old ones wrote."""
-        old, self.topology_outputs = self.topology_outputs, new
-        if old is None:
-            return
-        try:
-            if old.annotation is not None and (new is None or new.annotation is None):
-                old.annotation.cleanup()
-            if old.koordlet is not None and (
-                new is None or new.koordlet is None or new.koordlet.path != old.koordlet.path
-            ):
-                old.koordlet.cleanup()
-        except PublishError as exc:
-            self.log.error(
-                "removing what gfd published beside the labels failed",
-                error=error_text(exc),
+    def _places(self) -> dict[tuple[object, ...], _Retiree]:
+        """Where the settings in force publish, each with what removes it (``--cleanup``'s
+        code: the output's and the extras' own cleanup)."""
+        places = {output_place(self.settings): _Retiree(self.output.kind, self.output.cleanup)}
+        extras = self.topology_outputs
+        if extras is not None and extras.annotation is not None:
+            annotation = extras.annotation
+            where = ("node-annotation", annotation.node_name)
+            places[where] = _Retiree("node-annotation", annotation.cleanup)
+        if extras is not None and extras.koordlet is not None:
+            koordlet = extras.koordlet
+            where = ("koordlet", os.path.realpath(koordlet.path))
+            places[where] = _Retiree("koordlet", koordlet.cleanup)
+        return places
+
+    def _retire(self) -> None:
+        """After a pass that published: remove what an earlier reload moved away from.  A
+        failure is logged and counted, and tried again after the next pass."""
+        for place, retiree in list(self._retiring.items()):
+            try:
+                retiree.cleanup()
+            except PublishError as exc:
+                self.metrics.retire_result(retiree.kind, "error")
+                self.log.error(
+                    "cannot remove what the previous settings published; trying again next pass",
+                    previous_output=retiree.kind,
+                    error=error_text(exc),
+                )
+                continue
+            del self._retiring[place]
+            self.metrics.retire_result(retiree.kind, "success")
+            self.log.info(
+                "removed what the previous settings published", previous_output=retiree.kind
             )
 
     def _exit_output(self) -> None:
@@ -349,22 +455,37 @@ class Agent:
             self.output.on_exit()
         except PublishError as exc:
             self.log.error("cleanup on exit failed", error=error_text(exc))
+        if self._retiring:
+            self.log.warning(
+                "exiting before what the previous settings published was removed; "
+                "gfd --cleanup with those settings removes it",
+                previous_outputs=sorted(retiree.kind for retiree in self._retiring.values()),
+            )
 
     def run(self) -> int:
         try:
             while True:
+                if self._signals.stop:  # came before the first pass: nothing to finish
+                    return self._stop()
+                if self.settings.config_file_srcdir and (
+                    self._started or self.settings.config_choice is None
+                ):
+                    self._follow_node_config()
                 ok = self.run_pass()
                 if self.settings.oneshot:
                     return EXIT_OK if ok else EXIT_RUNTIME
                 self._wait()
                 if self._signals.stop:
-                    self.log.info("signal received; exiting", signal=self._signals.name)
-                    self._exit_output()
-                    return EXIT_OK
+                    return self._stop()
                 if self._signals.reload:
                     self._reload()
         finally:
             self.metrics.close()
+
+    def _stop(self) -> int:
+        self.log.info("signal received; exiting", signal=self._signals.name)
+        self._exit_output()
+        return EXIT_OK
 
     def _wait(self) -> None:
         if self._signals.stop or self._signals.reload:

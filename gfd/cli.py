@@ -8,7 +8,7 @@ command's own long options (every oneshot and every daemon start) is read by
 ``_parse_plain``, which gives the callback exactly what click would give it (a test checks
 the two against each other); help, version, short options, shell completion and every
 error go to click, so their output is click's.  Importing and building click was about a
-sixth of a oneshot's start-up (issue 11).
+sixth of a oneshot's start-up.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 if TYPE_CHECKING:
     import click
 
+    from gfd.nodeconfig import ConfigChoice
     from gfd.snapshot import Snapshot
 
 PROG = "gfd"
@@ -74,7 +75,7 @@ def _click_option(option: Option) -> Any:
             default=None,
             help=help_text,
         )
-    names = [option.flag] + ([option.short] if option.short else [])
+    names = [option.flag, *option.aliases] + ([option.short] if option.short else [])
     return click.option(*names, option.name, default=None, type=str, help=help_text)
 
 
@@ -142,7 +143,8 @@ def _plain_flags() -> dict[str, tuple[str, Any]]:
             flags[option.flag] = (option.name, True)
             flags[_negated(option.flag)] = (option.name, False)
         else:
-            flags[option.flag] = (option.name, _TAKES_VALUE)
+            for name in (option.flag, *option.aliases):
+                flags[name] = (option.name, _TAKES_VALUE)
     return flags
 
 
@@ -220,6 +222,9 @@ class _QuietFlush:
 def _fail(message: str, status: int) -> int:
     import click
 
+    redaction = sys.modules.get("gfd.redaction")
+    if redaction is not None:  # else no credential was ever read: nothing to take out
+        message = redaction.redact(message)
     # every message clips what it quotes; this holds the whole line, whatever slipped by
     click.echo(f"{PROG}: error: {bounded_message(message)}", err=True)
     return status
@@ -231,13 +236,14 @@ def run(
     from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
     from gfd.observability import configure_logging, get_logger
 
-    def load() -> Settings:
+    def load(config_choice: ConfigChoice | None = None) -> Settings:
         return resolve(
             cli_values,
             os.environ,
             dump_snapshot=dump_snapshot,
             cleanup=cleanup,
             dump_partitions=dump_partitions,
+            config_choice=config_choice,
         )
 
     try:
@@ -246,6 +252,27 @@ def run(
         return _fail(str(exc), EXIT_USAGE)
     configure_logging(settings.log_format, settings.log_level)
     log = get_logger()
+    node_label = None
+    if settings.config_file_srcdir and not dump_snapshot:
+        # the node's entry is chosen before anything else, as upstream's config-manager
+        # init container does: it may select the output, the MIG strategy, ...
+        from gfd.errors import PublishError
+        from gfd.nodeconfig import NodeLabelReader, choose_for
+
+        try:
+            node_label = NodeLabelReader(settings)
+            choice = choose_for(settings, node_label())
+            settings = load(choice)
+        except UsageError as exc:
+            return _fail(str(exc), EXIT_USAGE)
+        except PublishError as exc:
+            return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
+        log.info(
+            "node config chosen",
+            entry=choice.entry,
+            reason=choice.reason,
+            path=settings.config_file,
+        )
     for warning in settings.warnings:
         log.warning("config warning", detail=warning)
 
@@ -258,6 +285,11 @@ def run(
         except UsageError as exc:
             return _fail(str(exc), EXIT_USAGE)
 
+    if dump_snapshot or dump_partitions or cleanup:
+        from gfd import signals
+
+        # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
+        signals.attach(signals.ignore_reload)
     if dump_snapshot:
         return _dump_snapshot(settings, preloaded)
     if dump_partitions:
@@ -266,7 +298,7 @@ def run(
         return _cleanup(settings)
 
     try:
-        agent = Agent(settings, load, snapshot=preloaded)
+        agent = Agent(settings, load, snapshot=preloaded, node_label=node_label)
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     except (GfdError, OSError) as exc:
@@ -388,6 +420,11 @@ def _cleanup(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    from gfd import logsink
+
+    # before anything is opened (a closed fd 2 is taken by /dev/null) or written: from here
+    # on, stderr can neither block gfd nor kill it
+    logsink.install()
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         args = _normalise_bool_args(args)

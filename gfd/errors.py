@@ -24,6 +24,11 @@ class NvmlUnavailableError(GfdError):
     """NVML cannot be used at all: library missing, nvmlInit failing, no platform."""
 
 
+class NvmlLibraryMissingError(NvmlUnavailableError):
+    """``libnvidia-ml.so.1`` itself could not be loaded (what upstream's platform check
+    reads as "not an NVML system")."""
+
+
 class DiscoveryError(GfdError):
     """Discovery failed for this pass (e.g. an NVML error on one device)."""
 

@@ -18,11 +18,14 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gfd import __version__
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from gfd import __version__, observability
 from gfd.echo import describe
 from gfd.errors import GfdError
 from gfd.settings import split_address
@@ -55,6 +58,7 @@ class PrometheusMetrics:
         wall_clock: Callable[[], float] = time.time,
         serve: bool = True,
         poll_interval: float = 0.5,
+        log_lines_dropped: Callable[[], int] = observability.log_lines_dropped,
     ) -> None:
         from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -93,6 +97,13 @@ class PrometheusMetrics:
             ["output", "result"],
             registry=self.registry,
         )
+        self._retires = Counter(
+            "gfd_retire",
+            "Attempts to remove what a reload moved away from (an old output), by what it "
+            "was and result",
+            ["output", "result"],
+            registry=self.registry,
+        )
         self._nvml_up = gauge("gfd_nvml_up", "1 when NVML could be initialised on the last pass")
         self._gpus_lost = gauge(
             "gfd_gpus_lost",
@@ -101,6 +112,7 @@ class PrometheusMetrics:
         )
         for result in ("success", "error"):
             self._passes.labels(result=result)
+        self.registry.register(_LogLinesDropped(log_lines_dropped))
 
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -126,6 +138,9 @@ class PrometheusMetrics:
         if result == "success":
             with self._lock:
                 self._published = True
+
+    def retire_result(self, output: str, result: str) -> None:
+        self._retires.labels(output=output, result=result).inc()
 
     def nvml_up(self, up: bool) -> None:
         self._nvml_up.set(1 if up else 0)
@@ -211,6 +226,22 @@ class PrometheusMetrics:
             daemon=True,
         )
         self._thread.start()
+
+
+class _LogLinesDropped(Collector):
+    """The log lines that never reached stderr, counted where they are dropped (the log
+    sink and the log writer, neither of which may import prometheus_client) and read here
+    at each scrape."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+
+    def collect(self) -> Iterable[Metric]:
+        yield CounterMetricFamily(
+            "gfd_log_lines_dropped",
+            "Log lines dropped because stderr was closed, broken or not read fast enough",
+            value=self._count(),
+        )
 
 
 class _BoundedServer(ThreadingHTTPServer):

@@ -1,30 +1,35 @@
 """The GPU partition table in Koordinator's shape, as plain data (no I/O).
 
-Koordinator (``apis/extension/device_share.go``, proposal "GPU Partitioning APIs") reads
-``map[int][]GPUPartition`` from JSON: keys are the partition sizes as strings ("1", "2",
-...), each partition has ``minors`` (ints), ``gpuLinkType`` ("NVLink"),
-``ringBusBandwidth`` (a Kubernetes quantity) and ``allocationScore`` (a JSON int: Go's
-``int`` rejects a string).  This module holds the value types, the quantity text, the JSON
-form and the validation of an operator's own table (config file ``partitions:``).  The
-table computed from the topology is in :mod:`gfd.labels.partitions`.
+Koordinator reads ``GPUPartitionTable`` (``map[int][]GPUPartition``,
+``apis/extension/device_share.go`` at koordinator commit
+a7a1b76bbf81abd26f9c377de1f31a60dd965f6e; proposal "GPU Partitioning APIs") from JSON:
+keys are the partition sizes as strings ("1", "2", ...), each partition has ``minors``
+(ints), ``gpuLinkType`` ("NVLink"), ``ringBusBandwidth`` (a Kubernetes quantity) and
+``allocationScore`` (a JSON int: Go's ``int`` rejects a string).  This module holds the
+value types, the quantity text, the JSON form and the validation of an operator's own table
+(config file ``partitions:``).  The table computed from the topology is in
+:mod:`gfd.labels.partitions`.
+
+gfd publishes the table under its own Node annotation ``nvidia.com/gfd.gpu-partitions``
+(:mod:`gfd.outputs.topology`), never under Koordinator's
+``scheduling.koordinator.sh/gpu-partitions``: that key lives on koordlet's ``Device``
+object, which koordlet rewrites (:mod:`gfd.outputs.koordlet` is the way in).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gfd.echo import describe
-from gfd.records import record
 
 NVLINK = "NVLink"
-#: Koordinator's annotation on its Device object, reused as-is on the Node (node-labels mode)
-ANNOTATION = "scheduling.koordinator.sh/gpu-partitions"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Partition:
     minors: tuple[int, ...]
     allocation_score: int = 1

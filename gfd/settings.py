@@ -13,6 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gfd.documents import as_list, parse_yaml, read_text
@@ -27,8 +28,8 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
+from gfd.nodeconfig import DEFAULT_NODE_LABEL, ConfigChoice, check_label_key, parse_fallbacks
 from gfd.outputs.registry import output_kind_of
-from gfd.records import field, record
 
 if TYPE_CHECKING:
     from gfd.partitions import PartitionTable
@@ -43,7 +44,12 @@ MIN_EXPIRY_INTERVALS = 3
 #: expiry (1ns, 0.5s) is dead on arrival, the labels dropped before NFD reads them
 MIN_EXPIRY_HORIZON = 60.0
 MIG_STRATEGIES = ("none", "single", "mixed")
-DISCOVERY_STRATEGIES = ("auto", "nvml")
+DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio")
+#: upstream's default for --driver-root-ctr-path (api/config/v1/consts.go)
+DEFAULT_DRIVER_ROOT = "/driver-root"
+#: the Kubernetes client's rate limit: upstream's defaults (internal/flags/kubeclient.go)
+DEFAULT_KUBE_API_QPS = 5.0
+DEFAULT_KUBE_API_BURST = 10
 LOG_FORMATS = ("json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -120,6 +126,20 @@ def _parse_horizon(value: Any) -> float:
     return math.inf if seconds is None else seconds
 
 
+def _parse_label_key(value: Any) -> str:
+    text = _parse_str(value).strip()
+    problem = check_label_key(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
+def _parse_fallbacks(value: Any) -> tuple[str, ...]:
+    if isinstance(value, (list, tuple)):
+        return parse_fallbacks([_parse_str(item) for item in value])
+    return parse_fallbacks(_parse_str(value))
+
+
 def split_address(text: str) -> tuple[str, int]:
     """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6.
 
@@ -132,6 +152,40 @@ def split_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _parse_qps(value: Any) -> float:
+    """``--kube-api-qps``: a finite number (client-go: 0 means its default, 5; a negative
+    number turns the client-side limit off)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a number")
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        try:
+            number = float(_parse_str(value).strip())
+        except ValueError:
+            raise ValueError("expected a number (requests per second)") from None
+    if not math.isfinite(number):
+        raise ValueError("expected a finite number")
+    return number
+
+
+def _parse_burst(value: Any) -> int:
+    """``--kube-api-burst``: a whole number of requests (client-go: 0 means its default, 10;
+    a negative burst is refused here, as client-go refuses it when it builds the client)."""
+    if isinstance(value, bool):
+        raise ValueError("expected a whole number")
+    if isinstance(value, int):
+        number = value
+    else:
+        text = _parse_str(value).strip()
+        if not re.fullmatch(r"[+-]?[0-9]{1,10}", text):
+            raise ValueError("expected a whole number")
+        number = int(text)
+    if number < 0 or number > 2**31 - 1:
+        raise ValueError("must be from 0 to 2147483647")
+    return number
+
+
 def _parse_address(value: Any) -> str:
     text = _parse_str(value).strip()
     if text:
@@ -139,7 +193,7 @@ def _parse_address(value: Any) -> str:
     return text
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Option:
     """One row of the SPEC §4 table."""
 
@@ -152,6 +206,8 @@ class Option:
     help: str
     is_bool: bool = False
     short: str | None = None
+    #: upstream's other long names for the flag (e.g. ``--output`` for ``--output-file``)
+    aliases: tuple[str, ...] = ()
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -221,9 +277,11 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "gfd", "outputFile"),
         None,
         _parse_optional_str,
-        f"where to write labels ('' or - for stdout; default: stdout with --oneshot, "
-        f"else {NFD_FEATURES_FILE})",
+        f"write the labels to this file instead of the NodeFeature API ('' or - for stdout; "
+        f"with --use-node-feature-api=false and not set: stdout with --oneshot, else "
+        f"{NFD_FEATURES_FILE})",
         short="-o",
+        aliases=("--output",),
     ),
     Option(
         "machine_type_file",
@@ -243,14 +301,57 @@ OPTIONS: tuple[Option, ...] = (
         _parse_optional_str,
         "v1 config file (YAML or JSON), shared with the device plugin",
     ),
+    # Per-node configuration (gfd/nodeconfig.py): upstream's config-manager flags and
+    # variables.  No config key: they choose the config file.
+    Option(
+        "config_file_srcdir",
+        "--config-file-srcdir",
+        ("CONFIG_FILE_SRCDIR",),
+        None,
+        None,
+        _parse_optional_str,
+        "directory of config entries (a mounted ConfigMap); the node label --node-label "
+        "picks the node's entry, which replaces --config-file",
+    ),
+    Option(
+        "node_label",
+        "--node-label",
+        ("NODE_LABEL",),
+        None,
+        DEFAULT_NODE_LABEL,
+        _parse_label_key,
+        "the node label naming the entry of --config-file-srcdir to use",
+    ),
+    Option(
+        "default_config",
+        "--default-config",
+        ("DEFAULT_CONFIG",),
+        None,
+        "",
+        _parse_str,
+        "the entry of --config-file-srcdir to use when the node label is not set",
+    ),
+    Option(
+        "fallback_strategies",
+        "--fallback-strategies",
+        ("FALLBACK_STRATEGIES",),
+        None,
+        (),
+        _parse_fallbacks,
+        "without the label and --default-config, try in order: named (the entry 'default'), "
+        "single (the only entry), empty (no config file); comma-separated",
+    ),
     Option(
         "use_node_feature_api",
         "--use-node-feature-api",
         ("GFD_USE_NODE_FEATURE_API", "USE_NODE_FEATURE_API"),
         ("flags", "useNodeFeatureAPI"),
-        False,
+        # upstream v0.20.0's default (cmd/gpu-feature-discovery/main.go, the flag's Value);
+        # resolve() applies it only where nothing else chose the output
+        True,
         parse_bool,
-        "publish an NFD NodeFeature object instead of a features file",
+        "publish an NFD NodeFeature object (the default unless --use-node-labels, "
+        "--output-file or --oneshot chooses otherwise; =false: the features file)",
         is_bool=True,
     ),
     Option(
@@ -260,7 +361,21 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "deviceDiscoveryStrategy"),
         "auto",
         _choice(*DISCOVERY_STRATEGIES),
-        "how devices are discovered: auto or nvml",
+        "how devices are discovered: auto, nvml, tegra (CUDA on Jetson/IGX) or vfio "
+        "(GPUs bound to vfio-pci, from PCI sysfs)",
+    ),
+    Option(
+        "driver_root_ctr_path",
+        "--driver-root-ctr-path",
+        ("DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"),
+        # upstream's key for it in the shared file (api/config/v1/flags.go, the device
+        # plugin's section); GFD upstream reads it there and uses it for nothing
+        ("flags", "plugin", "containerDriverRoot"),
+        DEFAULT_DRIVER_ROOT,
+        _parse_str,
+        "where the NVIDIA driver root is mounted in the container: libnvidia-ml.so.1 and "
+        "libcuda.so.1 are loaded from its library directories when found there",
+        aliases=("--container-driver-root",),
     ),
     Option(
         "node_name",
@@ -297,6 +412,24 @@ OPTIONS: tuple[Option, ...] = (
         None,
         _parse_optional_str,
         "kubeconfig file (default: in-cluster config)",
+    ),
+    Option(
+        "kube_api_qps",
+        "--kube-api-qps",
+        ("KUBE_API_QPS",),
+        None,
+        DEFAULT_KUBE_API_QPS,
+        _parse_qps,
+        "requests per second to the API server (client-side limit; 0: 5, negative: no limit)",
+    ),
+    Option(
+        "kube_api_burst",
+        "--kube-api-burst",
+        ("KUBE_API_BURST",),
+        None,
+        DEFAULT_KUBE_API_BURST,
+        _parse_burst,
+        "requests the API client may send at once before --kube-api-qps applies (0: 10)",
     ),
     Option(
         "use_node_labels",
@@ -345,7 +478,8 @@ OPTIONS: tuple[Option, ...] = (
         "",
         _parse_str,
         "also write koordlet device-info JSON (GPUs and NVLink partitions) into this "
-        "directory (empty: off)",
+        "directory, koordlet's --xpu-device-infos-dir (/var/run/koordlet/xpu-device-infos "
+        "by default); empty: off",
     ),
     Option(
         "log_format",
@@ -386,7 +520,7 @@ _IGNORED_TOP_KEYS = {"imex"}
 # ----------------------------------------------------------------- config file model
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ResourcePattern:
     """``resources.gpus[]`` / ``resources.mig[]``: the first matching pattern names the resource."""
 
@@ -405,14 +539,14 @@ def wildcard_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ReplicatedResource:
     name: str  # full name, e.g. "nvidia.com/gpu"
     replicas: int
     renamed: bool
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Sharing:
     strategy: str = "none"  # "none", "time-slicing" or "mps"
     resources: tuple[ReplicatedResource, ...] = ()
@@ -425,7 +559,7 @@ class Sharing:
         return None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Config:
     gpu_patterns: tuple[ResourcePattern, ...] = ()
     mig_patterns: tuple[ResourcePattern, ...] = ()
@@ -433,7 +567,7 @@ class Config:
     partitions: PartitionTable | None = None  # `partitions:`: replaces the computed table
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LoadedConfig:
     config: Config
     flags: Mapping[str, Any]  # option name -> typed value, from the `flags` section
@@ -561,12 +695,15 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
         if "name" not in item:
             raise ConfigError(f"{item_where}.name: required field is missing")
         name = _full_resource_name(item["name"], f"{item_where}.name")
-        if name in first_entry:
-            raise ConfigError(
-                f"{item_where}.name: {name} is shared twice (also {where}.resources"
-                f"[{first_entry[name]}])"
+        duplicate_of = first_entry.setdefault(name, i)
+        if duplicate_of != i:
+            # The device plugin accepts a resource listed twice (with disjoint `devices`
+            # lists), and upstream GFD labels it from its first entry (internal/lm/
+            # resource.go, replicationInfo returns the first match): the same here, said.
+            warnings.append(
+                f"{item_where}.name: {name} is listed again (first at {where}.resources"
+                f"[{duplicate_of}]); its labels come from the first entry"
             )
-        first_entry[name] = i
         rename = item.get("rename")
         if rename is not None and rename != "":
             _full_resource_name(rename, f"{item_where}.rename")
@@ -600,7 +737,8 @@ def _parse_replicated(value: Any, where: str, warnings: list[str]) -> list[Repli
                 "only renameByDefault affects the labels"
             )
         renamed = rename_by_default
-        resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
+        if duplicate_of == i:
+            resources.append(ReplicatedResource(name=name, replicas=replicas, renamed=renamed))
     return resources
 
 
@@ -650,6 +788,17 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
                     raise ConfigError(f"{dotted}: {_describe(raw)}: {exc}") from None
             elif path == ("flags", "gfd"):
                 visit(_mapping(raw, dotted), path)
+            elif path == ("flags", "plugin"):
+                # the device plugin's own section: only the keys the table names are read
+                for plugin_key, plugin_raw in _mapping(raw, dotted).items():
+                    plugin_option = by_key.get((*path, clip(str(plugin_key))))
+                    if plugin_option is not None and plugin_raw is not None:
+                        try:
+                            result[plugin_option.name] = plugin_option.parse(plugin_raw)
+                        except ValueError as exc:
+                            raise ConfigError(
+                                f"{dotted}.{clip(str(plugin_key))}: {_describe(plugin_raw)}: {exc}"
+                            ) from None
             elif len(path) == 2 and key in _IGNORED_FLAG_KEYS:
                 continue
             else:
@@ -720,7 +869,7 @@ def load_config_file(path: str) -> LoadedConfig:
 _DEFAULTS: dict[str, Any] = {option.name: option.default for option in OPTIONS}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Settings:
     mig_strategy: str = _DEFAULTS["mig_strategy"]
     fail_on_init_error: bool = _DEFAULTS["fail_on_init_error"]
@@ -731,12 +880,21 @@ class Settings:
     output_file: str | None = _DEFAULTS["output_file"]  # None: not set anywhere
     machine_type_file: str = _DEFAULTS["machine_type_file"]
     config_file: str | None = _DEFAULTS["config_file"]
-    use_node_feature_api: bool = _DEFAULTS["use_node_feature_api"]
+    config_file_srcdir: str | None = _DEFAULTS["config_file_srcdir"]
+    node_label: str = _DEFAULTS["node_label"]
+    default_config: str = _DEFAULTS["default_config"]
+    fallback_strategies: tuple[str, ...] = _DEFAULTS["fallback_strategies"]
+    # the output resolve() chose (the option's default applies only where nothing else
+    # chooses one: see _choose_output), so a Settings built in code selects no API
+    use_node_feature_api: bool = False
     device_discovery_strategy: str = _DEFAULTS["device_discovery_strategy"]
+    driver_root_ctr_path: str = _DEFAULTS["driver_root_ctr_path"]
     node_name: str | None = _DEFAULTS["node_name"]
     namespace: str = _DEFAULTS["namespace"]
     pod_name: str | None = _DEFAULTS["pod_name"]
     kubeconfig: str | None = _DEFAULTS["kubeconfig"]
+    kube_api_qps: float = _DEFAULTS["kube_api_qps"]
+    kube_api_burst: int = _DEFAULTS["kube_api_burst"]
     use_node_labels: bool = _DEFAULTS["use_node_labels"]
     snapshot_file: str | None = _DEFAULTS["snapshot_file"]
     metrics_address: str = _DEFAULTS["metrics_address"]
@@ -750,6 +908,8 @@ class Settings:
     dump_partitions: bool = False
     # test seam: where sysfs is mounted (GFD_SYSFS_ROOT); not a public option
     sysfs_root: str = "/sys"
+    #: the entry of config_file_srcdir in force, and why (None: not chosen yet, or no srcdir)
+    config_choice: ConfigChoice | None = None
     config: Config = field(default_factory=Config)
     warnings: tuple[str, ...] = ()
 
@@ -819,7 +979,11 @@ def _check_names(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
     A name given on the command line is always checked; one from the environment only when
     an API output will put it into a request path (``NODE_NAME`` is also set by CI systems
     for their own purposes, and a file or stdout run never uses it)."""
-    api_output = bool(values.get("use_node_feature_api") or values.get("use_node_labels"))
+    api_output = bool(
+        values.get("use_node_feature_api")
+        or values.get("use_node_labels")
+        or values.get("config_file_srcdir")  # the node's config label is read from the API
+    )
     for name, (reason, longest, pattern) in _NAME_RULES.items():
         value = values.get(name)
         origin = origins.get(name)
@@ -834,6 +998,29 @@ def _check_names(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
             raise UsageError(f"{shown}: {reason}")
 
 
+def _choose_output(
+    values: dict[str, Any], explicit: set[str], warnings: list[str], *, action: bool
+) -> None:
+    """Apply upstream's default output, the NodeFeature API, only where nothing else chose.
+
+    An output named on purpose (anywhere: command line, environment or config file) wins
+    over a default: ``--use-node-labels``, ``--output-file`` (``-`` for stdout) and
+    ``--oneshot`` (which prints to stdout, as ``make run`` and every preview rely on) each
+    turn the default off, and so do the actions that publish nothing (``--dump-snapshot``,
+    ``--dump-partitions``).  ``--use-node-feature-api`` set explicitly keeps the API:
+    with ``--use-node-labels`` as well that is a usage error (output_kind_of), and an
+    ``--output-file`` beside it is ignored, as upstream ignores it, with a warning."""
+    if "use_node_feature_api" in explicit:
+        if values["use_node_feature_api"] and "output_file" in explicit:
+            warnings.append(
+                "--output-file is ignored: --use-node-feature-api is set, so the labels go "
+                "to the NodeFeature object (set --use-node-feature-api=false for the file)"
+            )
+        return
+    if values["use_node_labels"] or "output_file" in explicit or values["oneshot"] or action:
+        values["use_node_feature_api"] = False
+
+
 def resolve(
     cli_values: Mapping[str, Any],
     environ: Mapping[str, str] | None = None,
@@ -841,11 +1028,14 @@ def resolve(
     dump_snapshot: bool = False,
     cleanup: bool = False,
     dump_partitions: bool = False,
+    config_choice: ConfigChoice | None = None,
 ) -> Settings:
     """Merge command line > environment > config file > defaults into validated Settings.
 
     ``cli_values`` maps option names to raw command-line strings (or bools for flags);
-    options not given on the command line are absent.
+    options not given on the command line are absent.  With ``--config-file-srcdir`` the
+    config file is ``config_choice``'s entry of that directory (gfd/nodeconfig.py chooses
+    it from the node label); without a choice yet, no config file is read.
     """
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
@@ -866,10 +1056,20 @@ def resolve(
             raise UsageError(f"{option.flag} {_describe(raw)}: {exc}") from None
 
     config_file = parsed_cli.get("config_file", from_env.get("config_file"))
+    srcdir = parsed_cli.get("config_file_srcdir", from_env.get("config_file_srcdir"))
+    ignored_config_file = bool(srcdir and config_file)
+    if srcdir:
+        # the node's entry replaces --config-file (upstream's CONFIG_FILE names the file
+        # config-manager links the entry to, which gfd reads here directly)
+        entry = config_choice.entry if config_choice is not None else None
+        config_file = os.path.join(srcdir, entry) if entry is not None else None
+    else:
+        config_choice = None
     loaded = LoadedConfig(Config(), {}, ())
     if config_file:
         loaded = load_config_file(config_file)
 
+    explicit: set[str] = set()  # options set on the command line, in the environment or file
     for option in OPTIONS:
         if option.name in parsed_cli:
             values[option.name] = parsed_cli[option.name]
@@ -879,6 +1079,17 @@ def resolve(
             values[option.name] = loaded.flags[option.name]
         else:
             values[option.name] = option.default
+            continue
+        explicit.add(option.name)
+    values["config_file"] = config_file
+    warnings = list(loaded.warnings)
+    if ignored_config_file:
+        warnings.insert(
+            0,
+            f"{origins['config_file']}: ignored, the config is the entry of "
+            "--config-file-srcdir that the node label chooses",
+        )
+    _choose_output(values, explicit, warnings, action=dump_snapshot or dump_partitions)
     _check_names(values, origins)
 
     settings = Settings(
@@ -888,7 +1099,8 @@ def resolve(
         dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
-        warnings=loaded.warnings,
+        config_choice=config_choice,
+        warnings=tuple(warnings),
     )
     _validate(settings)
     _check_files(settings, origins)
@@ -956,6 +1168,11 @@ def _validate(settings: Settings) -> None:
                 f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
                 "running gfd renews the features file before it expires"
             )
+    if settings.config_file_srcdir and not settings.node_name and not settings.dump_snapshot:
+        raise UsageError(
+            "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "
+            f"label {settings.node_label} chooses its config"
+        )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
     if settings.dump_partitions and (settings.dump_snapshot or settings.cleanup):

@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gfd.documents import as_list, parse_yaml, read_text
 from gfd.echo import clip, clip_path, describe
 from gfd.errors import SnapshotError
-from gfd.records import field, record
 
 if TYPE_CHECKING:
     import yaml
@@ -41,19 +41,25 @@ _PCI_CLASS_MAX = 0xFFFFFF
 _CUDA_MAX = 2**31 - 1
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ComputeCapability:
+    """``-1.-1`` is upstream's "unknown" (a GPU bound to vfio-pci, no driver to ask)."""
+
     major: int
     minor: int
 
 
-@record
+#: the discovery backends a snapshot may come from (``discovery:``; nvml when absent)
+DISCOVERY_KINDS = ("nvml", "vfio", "tegra")
+
+
+@dataclass(frozen=True, slots=True)
 class MigSlices:
     gi: int
     ci: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MigEngines:
     copy: int = 0
     decoder: int = 0
@@ -62,7 +68,7 @@ class MigEngines:
     ofa: int = 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MigDevice:
     profile: str
     memory_mib: int
@@ -71,7 +77,7 @@ class MigDevice:
     engines: MigEngines = field(default_factory=MigEngines)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Mig:
     """MIG state of a MIG-capable GPU (a GPU that is not MIG-capable has ``mig=None``)."""
 
@@ -79,13 +85,13 @@ class Mig:
     devices: tuple[MigDevice, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Fabric:
     cluster_uuid: str
     clique_id: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
     uuid: str
@@ -106,18 +112,18 @@ class Gpu:
         return self.mig is not None and self.mig.enabled
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class VgpuDevice:
     host_driver_version: str
     host_driver_branch: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Vgpu:
     devices: tuple[VgpuDevice, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Driver:
     version: str
     cuda: int
@@ -134,7 +140,7 @@ MAX_NVLINKS = 64
 MAX_TOPOLOGY_NUMBER = 2**31 - 1  # minors, NUMA nodes
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvLink:
     """One active NVLink of a GPU; a field NVML did not answer is None."""
 
@@ -144,29 +150,32 @@ class NvLink:
     remote_pci_bus_id: str | None = None  # sysfs form; an NVSwitch's own id on NVSwitch boards
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuTopology:
     index: int
     minor: int | None = None  # /dev/nvidia<minor> (nvmlDeviceGetMinorNumber)
     numa_node: int | None = None  # /sys/bus/pci/devices/<bus id>/numa_node; None: none/unknown
     cpu_affinity: str | None = None  # Linux CPU list, e.g. "0-47,96-143"
+    #: the PCIe root complex above the GPU, as koordlet names it ("pci0000:3a": the first
+    #: PCIE_ROOT match in the resolved /sys/bus/pci/devices/<bus id> path); None: unknown
+    pcie_root: str | None = None
     nvlinks: tuple[NvLink, ...] = ()  # active links only
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuPair:
     gpus: tuple[int, int]  # GPU indices, ascending
     pcie: str | None = None  # nvmlDeviceGetTopologyCommonAncestor, one of PCIE_LEVELS
     nvlink_p2p: bool | None = None  # nvmlDeviceGetP2PStatus(..., NVLINK) == OK
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Topology:
     gpus: tuple[GpuTopology, ...] = ()
     pairs: tuple[GpuPair, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LostGpu:
     """A GPU that did not answer: NVML said GPU_IS_LOST (or that it needs a reset) for it,
     or the PCI bus shows more NVIDIA display/3D functions than NVML lists.  ``index`` is
@@ -178,7 +187,7 @@ class LostGpu:
     reason: str = ""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything discovery learned about one node.
 
@@ -193,6 +202,8 @@ class Snapshot:
     #: GPUs that did not answer this time (``lost_gpus`` in the file, written when any)
     lost: tuple[LostGpu, ...] = ()
     topology: Topology | None = None  # None: not discovered (older snapshots, option off)
+    #: how the GPUs were found (--device-discovery-strategy, resolved): one of DISCOVERY_KINDS
+    discovery: str = "nvml"
 
 
 # --------------------------------------------------------------------------- loading
@@ -343,7 +354,22 @@ def _record(build: Callable[..., T], **fields: _Field) -> Callable[[Any, str], T
 
 
 _COUNT = _Field(_non_negative_int)
-_compute_capability = _record(ComputeCapability, major=_COUNT, minor=_COUNT)
+
+
+def _capability_part(value: Any, path: str) -> int:
+    """A compute capability number, or -1 for unknown (what upstream's vfio backend says)."""
+    number = _int(value, path)
+    if number < -1:
+        raise SnapshotError(
+            f"{path}: expected a non-negative integer or -1 (unknown), got {_describe(number)}"
+        )
+    if number > _UINT32_MAX:
+        raise SnapshotError(f"{path}: {_describe(number)} is out of range (at most {_UINT32_MAX})")
+    return number
+
+
+_CAPABILITY_PART = _Field(_capability_part)
+_compute_capability = _record(ComputeCapability, major=_CAPABILITY_PART, minor=_CAPABILITY_PART)
 _slices = _record(MigSlices, gi=_COUNT, ci=_COUNT)
 _engines = _record(
     MigEngines,
@@ -416,6 +442,9 @@ _driver = _record(Driver, version=_Field(_str), cuda=_Field(_cuda_version))
 
 
 _CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+#: koordlet's PCIe root complex id (koordinator pkg/koordlet/metricsadvisor/devices/helper/
+#: topology.go, ``pcieRegexp``, at commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e)
+PCIE_ROOT = re.compile(r"pci\d{4}:[0-9a-fA-F]{2}")
 
 
 def _choice(*allowed: str) -> Callable[[Any, str], str]:
@@ -434,6 +463,13 @@ def _cpu_list(value: Any, path: str) -> str:
     text = _str(value, path)
     if not _CPU_LIST.match(text):
         raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {describe(text)}")
+    return text
+
+
+def _pcie_root(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if not PCIE_ROOT.fullmatch(text):
+        raise SnapshotError(f"{path}: expected a PCIe root like 'pci0000:3a', got {describe(text)}")
     return text
 
 
@@ -469,6 +505,7 @@ def _gpu_topology(value: Any, path: str) -> GpuTopology:
         minor=r.optional("minor", _nullable(_small_int), None),
         numa_node=r.optional("numa_node", _nullable(_small_int), None),
         cpu_affinity=r.optional("cpu_affinity", _nullable(_cpu_list), None),
+        pcie_root=r.optional("pcie_root", _nullable(_pcie_root), None),
         nvlinks=tuple(_nvlink(item, f"{path}.nvlinks[{i}]") for i, item in enumerate(raw_links)),
     )
     r.finish()
@@ -527,6 +564,15 @@ def _check_topology(topology: Topology, indices: set[int]) -> None:
         pairs.add(pair.gpus)
 
 
+def _discovery_kind(value: Any, path: str) -> str:
+    text = _str(value, path)
+    if text not in DISCOVERY_KINDS:
+        raise SnapshotError(
+            f"{path}: expected one of {', '.join(DISCOVERY_KINDS)}, got {_describe(text)}"
+        )
+    return text
+
+
 def from_dict(document: Any) -> Snapshot:
     """Validate a parsed YAML/JSON document and build the snapshot it describes."""
     r = _Reader(document, "")
@@ -542,6 +588,7 @@ def from_dict(document: Any) -> Snapshot:
     raw_gpus: list[Any] = r.optional("gpus", _limited_list(MAX_GPUS, "GPUs"), [])
     raw_lost: list[Any] = r.optional("lost_gpus", _limited_list(MAX_GPUS, "lost GPUs"), [])
     topology = r.optional("topology", _nullable(_topology), None)
+    discovery = r.optional("discovery", _discovery_kind, "nvml")
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))
@@ -581,7 +628,13 @@ def from_dict(document: Any) -> Snapshot:
             )
         _check_topology(topology, indices)
     return Snapshot(
-        driver=driver, machine=machine, vgpu=vgpu, gpus=gpus, topology=topology, lost=lost
+        driver=driver,
+        machine=machine,
+        vgpu=vgpu,
+        gpus=gpus,
+        topology=topology,
+        lost=lost,
+        discovery=discovery,
     )
 
 
@@ -660,10 +713,11 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 @functools.cache
 def _yaml_dumper() -> type[yaml.SafeDumper]:
-    """The dumper with gfd's representers, built on first use: loading never needs it."""
+    """The dumper with gfd's representers, built on first use: loading never needs it.
+    libyaml's emitter where PyYAML was built with it, else PyYAML's own (same output)."""
     import yaml
 
-    class _Dumper(yaml.SafeDumper):
+    class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
         pass
 
     _Dumper.add_representer(_HexInt, _represent_hex)
@@ -729,6 +783,7 @@ def _topology_dict(topology: Topology) -> dict[str, Any]:
                 "index": gpu.index,
                 "minor": gpu.minor,
                 "numa_node": gpu.numa_node,
+                "pcie_root": gpu.pcie_root,
                 "cpu_affinity": gpu.cpu_affinity,
             }
         )
@@ -756,8 +811,9 @@ def _topology_dict(topology: Topology) -> dict[str, Any]:
 
 def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
     """The snapshot as plain data in the v1 layout (every key present, but ``lost_gpus``
-    only when a GPU was lost and ``topology`` only when discovered: a healthy node's
-    snapshot, and an older one, dump as they were)."""
+    only when a GPU was lost, ``topology`` only when discovered and ``discovery`` only for
+    a backend other than NVML: a healthy node's snapshot, and an older one, dump as they
+    were)."""
     document = {
         "version": SNAPSHOT_VERSION,
         "driver": None
@@ -784,6 +840,8 @@ def to_dict(snapshot: Snapshot, *, hex_class: bool = False) -> dict[str, Any]:
         ]
     if snapshot.topology is not None:
         document["topology"] = _topology_dict(snapshot.topology)
+    if snapshot.discovery != "nvml":
+        document["discovery"] = snapshot.discovery
     return document
 
 
@@ -797,8 +855,7 @@ def dumps(snapshot: Snapshot) -> str:
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
-        # one line a value (PyYAML folds long scalars at 80 columns): gfd.yamlfast reads a
-        # dumped snapshot without PyYAML unless a value itself holds a line break
+        # one line a value: PyYAML would fold a long string at 80 columns
         width=1 << 30,
     )
 

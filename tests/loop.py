@@ -24,6 +24,7 @@ class RecordedMetrics:
 
     passes: list[str] = field(default_factory=list)  # "success" / "error", one per pass
     publishes: list[tuple[str, str]] = field(default_factory=list)  # (output, result)
+    retires: list[tuple[str, str]] = field(default_factory=list)  # (what, result)
     nvml: list[bool] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # GPUs lost, as each discovery found
     intervals: list[float | None] = field(default_factory=list)
@@ -37,6 +38,9 @@ class RecordedMetrics:
 
     def publish_result(self, output: str, result: str) -> None:
         self.publishes.append((output, result))
+
+    def retire_result(self, output: str, result: str) -> None:
+        self.retires.append((output, result))
 
     def nvml_up(self, up: bool) -> None:
         self.nvml.append(up)

@@ -199,7 +199,11 @@ class _Model:
 
 
 _any_memory = st.integers(0, 300_000)
-_any_cc = st.builds(ComputeCapability, st.integers(0, 20), st.integers(0, 9))
+#: any capability, or upstream's unknown (-1.-1, a GPU bound to vfio-pci)
+_any_cc = st.one_of(
+    st.builds(ComputeCapability, st.integers(0, 20), st.integers(0, 9)),
+    st.just(ComputeCapability(-1, -1)),
+)
 
 
 @st.composite

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gfd.agent import EXIT_USAGE, Agent, AgentExit
+from gfd.errors import PublishError
 from gfd.outputs.file import FileOutput, split_features_file
 from gfd.settings import Settings, resolve
 
@@ -67,7 +68,7 @@ def test_unloadable_reload_keeps_settings(tmp_path: Path) -> None:
 
 def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> None:
     """SPEC §7 keeps the last labels through failed passes; with an expiring features file
-    (issue 16) that means renewing it: only a gfd that is gone lets its labels age out."""
+    that means renewing it: only a gfd that is gone lets its labels age out."""
     snapshot = tmp_path / "node.yaml"
     snapshot.write_text(Path(MIG_NODE).read_text())
     settings = resolve({"snapshot_file": str(snapshot), "output_file": str(tmp_path / "gfd")}, {})
@@ -83,3 +84,124 @@ def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> 
     assert agent.run_pass() is False
     expires_at, body = split_features_file((tmp_path / "gfd").read_text())
     assert body == labels and expires_at == 1_800_000_000 + 1801 + 3600
+
+
+# ------------------------------------------------------------------ switching the output
+
+
+def file_settings(tmp_path: Path, path: str, **values: object) -> Settings:
+    given = {
+        "snapshot_file": MIG_NODE,
+        "output_file": path,
+        "use_node_feature_api": False,
+        "no_timestamp": True,
+        **values,
+    }
+    return resolve(given, {})
+
+
+def test_a_reload_to_another_file_removes_the_old_one_after_writing_the_new_one(
+    tmp_path: Path,
+) -> None:
+    old, new = tmp_path / "a", tmp_path / "b"
+    agent = Agent(
+        file_settings(tmp_path, str(old)), reload_settings=lambda: file_settings(tmp_path, str(new))
+    )
+    assert agent.run_pass()
+    agent._reload()
+    assert old.exists() and not new.exists()  # nothing moves until the new settings publish
+    assert agent.run_pass()
+    assert new.exists() and not old.exists()
+
+
+def test_a_reload_that_keeps_the_place_retires_nothing(tmp_path: Path) -> None:
+    """A new interval (the output is built anew) and the same file spelled another way:
+    one place, so nothing is removed."""
+    path = tmp_path / "gfd"
+    first = file_settings(tmp_path, str(path))
+    again = file_settings(tmp_path, f"{tmp_path}/./gfd", sleep_interval="5s")
+    agent = Agent(first, reload_settings=lambda: again)
+    assert agent.run_pass()
+    output = agent.output
+    agent._reload()
+    assert agent.output is not output
+    assert agent.run_pass() and agent.run_pass()
+    assert path.exists() and not agent._retiring
+
+
+def test_the_koordlet_file_moves_without_a_gap(tmp_path: Path) -> None:
+    from gfd.outputs.koordlet import FILE_NAME
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    snapshot = "examples/snapshots/a100-pcie-nvlink-bridges.yaml"
+    values = {
+        "output_file": "-",
+        "use_node_feature_api": False,
+        "snapshot_file": snapshot,
+        "oneshot": False,
+    }
+    first = resolve({**values, "koordlet_device_infos_dir": str(old)}, {})
+    moved = resolve({**values, "koordlet_device_infos_dir": str(new)}, {})
+    agent = Agent(first, reload_settings=lambda: moved)
+    assert agent.run_pass()
+    agent._reload()
+    assert (old / FILE_NAME).exists() and not (new / FILE_NAME).exists()
+    assert agent.run_pass()
+    assert (new / FILE_NAME).exists() and not (old / FILE_NAME).exists()
+
+
+class Unremovable:
+    """An output whose removal fails until ``removable`` is set."""
+
+    kind = "unremovable"
+    verify_interval = None
+
+    def __init__(self) -> None:
+        self.removable = False
+        self.removed = False
+
+    def publish(self, labels: object) -> None:
+        pass
+
+    def verify(self, labels: object) -> bool:
+        return False
+
+    def offer(self, snapshot: object) -> bool:
+        return False
+
+    def keep(self, labels: object) -> None:
+        pass
+
+    def on_exit(self) -> None:
+        pass
+
+    def cleanup(self) -> None:
+        if not self.removable:
+            raise PublishError("the API server said no")
+        self.removed = True
+
+
+def test_a_retirement_that_fails_is_counted_and_tried_after_each_pass(tmp_path: Path) -> None:
+    from tests.loop import RecordedMetrics
+
+    old = Unremovable()
+    metrics = RecordedMetrics()
+    other = file_settings(tmp_path, str(tmp_path / "gfd"))
+    agent = Agent(
+        file_settings(tmp_path, str(tmp_path / "first")),
+        reload_settings=lambda: other,
+        output=old,
+        metrics=metrics,
+    )
+    assert agent.run_pass()
+    agent._reload()
+    assert agent.run_pass() and agent.run_pass()
+    assert metrics.retires == [("unremovable", "error")] * 2
+    assert metrics.passes == ["success"] * 3  # retiring is not publishing
+    old.removable = True
+    assert agent.run_pass()
+    assert old.removed and metrics.retires[-1] == ("unremovable", "success")
+    assert agent.run_pass()
+    assert len(metrics.retires) == 3  # done: never tried again

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover, discover_host_only
 from gfd.errors import NvmlUnavailableError
@@ -45,8 +45,12 @@ SNAPSHOT_FILES = sorted(
 
 
 def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: object) -> Snapshot:
+    if snapshot.discovery != "nvml":
+        return discover_other_backend(snapshot, root)
     overrides = build_from_snapshot(root, snapshot)
-    chosen = records.replace(Settings(), **overrides)  # type: ignore[arg-type]
+    # the NVML backend named: under "auto" a generated GPU name such as "(nvgpu)" marks an
+    # integrated GPU and sends discovery to the tegra backend, as upstream does
+    chosen = replace(Settings(), **overrides, device_discovery_strategy="nvml")  # type: ignore[arg-type]
     if snapshot.driver is None:
         fake = FakeNvml(library_missing=True)
         with pytest.raises(NvmlUnavailableError):
@@ -58,6 +62,45 @@ def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: objec
     return found
 
 
+def discover_other_backend(snapshot: Snapshot, root: Path) -> Snapshot:
+    """A vfio snapshot through a fake PCI sysfs tree and PCI ID database; a tegra one
+    through the fake CUDA library: the backend's discovery gives the snapshot back."""
+    from unittest import mock
+
+    from gfd.discovery import vfio
+
+    from .fakes.fake_cuda import FakeCuda
+    from .fakes.fake_sysfs import MEM64, MIB, FakeSysfs
+
+    machine = root / "product_name"
+    if snapshot.machine is not None:
+        machine.write_text(snapshot.machine + "\n")
+    sysfs = FakeSysfs(root / "sys")
+    chosen = Settings(
+        device_discovery_strategy=snapshot.discovery,
+        sysfs_root=str(sysfs.root),
+        machine_type_file=str(machine),
+    )
+    if snapshot.discovery == "tegra":
+        return discover(chosen, cuda=FakeCuda.from_snapshot(snapshot))
+    names = sorted({gpu.name for gpu in snapshot.gpus})
+    ids = root / "pci.ids"
+    ids.write_text(
+        "10de  NVIDIA Corporation\n"
+        + "".join(f"\t{0x2000 + n:04x}  {name}\n" for n, name in enumerate(names))
+    )
+    for gpu in snapshot.gpus:
+        assert gpu.memory_mib is not None
+        sysfs.add_passthrough_gpu(
+            gpu.pci_bus_id,
+            device_id=0x2000 + names.index(gpu.name),
+            pci_class=gpu.pci_class or 0x030200,
+            bars=((gpu.memory_mib * MIB, MEM64),),
+        )
+    with mock.patch.object(vfio, "PCI_IDS_PATHS", (str(ids),)):
+        return discover(chosen)
+
+
 @pytest.mark.skipif(not SNAPSHOT_FILES, reason="no example or fixture snapshots yet")
 @pytest.mark.parametrize("path", SNAPSHOT_FILES, ids=lambda p: str(p.relative_to(REPO)))
 def test_snapshot_files_round_trip(path: Path, tmp_path: Path) -> None:
@@ -65,7 +108,7 @@ def test_snapshot_files_round_trip(path: Path, tmp_path: Path) -> None:
     found = discover_through_fakes(snapshot, tmp_path)
     # a DGX Station's display adapter is listed by NVML but skipped by discovery (go-nvlib)
     gpus = tuple(gpu for gpu in snapshot.gpus if not is_skipped_device(gpu.name))
-    expected = records.replace(snapshot, gpus=gpus)
+    expected = replace(snapshot, gpus=gpus)
     assert snapshot_io.dumps(found) == snapshot_io.dumps(expected)
     assert found == expected
 
@@ -127,7 +170,7 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
     capability = draw(_CAPABILITIES)
     return Gpu(
         index=index,
-        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (issue 19)
+        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (a repeat is refused)
         name=draw(_TEXT),
         pci_bus_id=bus_id,
         pci_class=None if not bus_id else draw(_PCI_CLASSES),

@@ -17,8 +17,8 @@ fault and which contract holds:
 
 A new channel gets every class it declares for free; a class it cannot have (stdin cannot
 be "huge": gfd never reads it) is simply not declared.  Time is bounded by the test timeout
-and by the daemon helpers' guards, never asserted.  Real processes throughout (forked from
-a warm parent, tests/process.py), except the discovery cells, which call discovery
+and by the daemon helpers' guards, never asserted.  Real processes throughout, except the
+discovery cells, which call discovery
 in-process with the fake NVML (a read that blocked would hang the test: the timeout fails
 it).
 """
@@ -48,7 +48,7 @@ from gfd.documents import MAX_DOCUMENT_BYTES
 from gfd.settings import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon, fork_gfd, run_gfd_here
+from tests.process import ROOT, Daemon, run_gfd_here, spawn_gfd
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
 #: a message quotes at most ~100 characters of a value; the rest of the line is words
@@ -74,16 +74,9 @@ class Result:
 def run_start(*args: str, env: dict[str, str] | None = None) -> Result:
     """A real gfd process that should end by itself; its status and output.  A process
     that hung would keep the test waiting until its timeout fails it."""
-    process = fork_gfd(*args, env=env)
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.append(process.stdout.read()), daemon=True)
-    reader.start()
-    err = process.stderr.read()
-    status = process.wait(120)
-    reader.join(120)
-    process.stdout.close()
-    process.stderr.close()
-    return Result(int(status), "".join(out), err)
+    process = spawn_gfd(*args, env=env)
+    out, err = process.communicate(timeout=120)
+    return Result(process.returncode, out, err)
 
 
 def assert_refused(result: Result, *names: str) -> str:
@@ -969,6 +962,7 @@ def test_hung_stdout_never_holds_the_daemon() -> None:
         # the last reload's pass finds the pipe full
         assert daemon.stop(signal.SIGTERM) == 0
         assert "Traceback" not in daemon.log()
+        assert "not honoured" not in daemon.log()  # an orderly exit, not the watchdog's
     finally:
         daemon.kill()
 

@@ -1,5 +1,5 @@
 """A broken or hostile API server, in-process: the real client and outputs against the fake
-misbehaving at the HTTP level (issues 10 and 19).  Nothing owned is orphaned, nothing foreign
+misbehaving at the HTTP level.  Nothing owned is orphaned, nothing foreign
 is touched, no answer is trusted for more than it is, and no request outlives its deadline.
 Signals and exit statuses are in tests/test_hostile_api_process.py."""
 
@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import settings as settings_
 from hypothesis import strategies as st
 
-from gfd import observability
 from gfd.errors import PublishError, UsageError
 from gfd.labels import build, keys
 from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient, retry_budget
@@ -245,7 +244,6 @@ def test_keys_nfd_records_as_its_own_are_never_claimed_nor_removed(
         "nvidia.com/gpu.product": "other",
         "nvidia.com/gpu.memory": "40960",
     }
-    observability._structlog()
     with structlog.testing.capture_logs() as logs:
         output = node_labels(kubeconfig)
         output.publish(ours)
@@ -337,7 +335,6 @@ def test_a_bad_answer_is_a_server_error_that_is_retried(
     output = node_labels(kubeconfig)
     bad.method = "GET"
     api.inject(bad)
-    observability._structlog()
     with structlog.testing.capture_logs() as logs:
         output.publish(A)
     assert gfd_keys_on(api) == A
@@ -462,7 +459,6 @@ def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> 
     }
     path.write_text(json.dumps(config))
     client = client_without_waits(str(path), budget=0.3)
-    observability._structlog()
     with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
         client.run("get node n1", lambda: client.request("GET", NODE))
     assert "s3cr3t" not in str(raised.value)

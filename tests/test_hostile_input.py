@@ -1,4 +1,4 @@
-"""Hostile input at the command line (issues 10 and 19).
+"""Hostile input at the command line.
 
 Every bad input ends with exit status 2 and one short line on stderr naming the key, with
 at most ~100 characters of the value; nothing reaches stdout; never a traceback, a hang or
@@ -153,12 +153,15 @@ NESTED = {
 
 
 def assert_nesting_refused(tmp_path: Path, text: str, run: Run) -> None:
+    # The contract is gfd's: exit 2, one line naming the file, no traceback, no crash, within
+    # the test's time limit.  Which layer refuses it (gfd's depth guard, or the YAML parser,
+    # which has had a depth limit of its own since PyYAML 6.0.4) and in what words is not.
     config = oneshot_with_config(tmp_path, text, run=run)
     assert config.returncode != -11, "the interpreter crashed (SIGSEGV)"
-    assert_refused(config, "nested deeper")
+    assert_refused(config, "config.yaml")
     snapshot = oneshot_with_snapshot(tmp_path, text, run=run)
     assert snapshot.returncode != -11, "the interpreter crashed (SIGSEGV)"
-    assert_refused(snapshot, "nested deeper")
+    assert_refused(snapshot, "snapshot.yaml")
 
 
 @pytest.mark.parametrize("text", list(NESTED.values()), ids=list(NESTED))
@@ -289,13 +292,21 @@ def test_duplicate_keys_in_the_snapshot_are_refused(tmp_path: Path, as_json: boo
 
 
 @pytest.mark.parametrize("second", ["gpu", "nvidia.com/gpu"])
-def test_two_sharing_entries_for_one_resource_are_refused(tmp_path: Path, second: str) -> None:
+def test_two_sharing_entries_for_one_resource_are_labelled_from_the_first(
+    tmp_path: Path, second: str
+) -> None:
+    """Upstream has no duplicate check (api/config/v1/replicas.go:166-211) and labels from
+    the first entry (internal/lm/resource.go:239-250); the device plugin reads the same
+    file with disjoint `devices` lists.  Accepted, said in a warning naming the entry."""
     text = (
         "version: v1\nsharing:\n  timeSlicing:\n    resources:\n"
         "    - {name: nvidia.com/gpu, replicas: 4}\n"
         f"    - {{name: {second}, replicas: 2}}\n"
     )
-    assert_refused(oneshot_with_config(tmp_path, text), "resources[1].name", "nvidia.com/gpu")
+    result = oneshot_with_config(tmp_path, text)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "nvidia.com/gpu.replicas=4\n" in result.stdout
+    assert "resources[1].name: nvidia.com/gpu is listed again" in result.stderr
 
 
 # ------------------------------------------------------------------ duplicate GPUs

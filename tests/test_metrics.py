@@ -202,3 +202,41 @@ def test_lost_gpus_are_a_gauge(metrics: PrometheusMetrics) -> None:
     assert samples(metrics)[("gfd_gpus_lost", ())] == 2
     metrics.gpus_lost(0)
     assert samples(metrics)[("gfd_gpus_lost", ())] == 0
+
+
+def test_dropped_log_lines_are_a_counter_read_at_each_scrape(clock: Clock) -> None:
+    dropped = [0]
+    served = PrometheusMetrics(
+        "127.0.0.1:0",
+        60.0,
+        monotonic=clock,
+        poll_interval=FAST,
+        log_lines_dropped=lambda: dropped[0],
+    )
+    try:
+        assert samples(served)[("gfd_log_lines_dropped_total", ())] == 0
+        dropped[0] = 7
+        assert samples(served)[("gfd_log_lines_dropped_total", ())] == 7
+    finally:
+        served.close()
+
+
+def test_a_log_line_stderr_refuses_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Outside gfd's own sink (a replaced sys.stderr), a stream that refuses a line costs
+    the line, counted, and never an exception in the code that logs."""
+    from gfd import observability
+
+    class Broken:
+        def write(self, text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def isatty(self) -> bool:
+            return False
+
+    before = observability.log_lines_dropped()
+    monkeypatch.setattr("sys.stderr", Broken())
+    observability.get_logger().error("nobody will read this")
+    monkeypatch.setattr("sys.stderr", None)
+    observability.get_logger().error("nor this")
+    monkeypatch.undo()
+    assert observability.log_lines_dropped() == before + 2

@@ -1,4 +1,4 @@
-"""Hostile operator partition tables (config ``partitions:``, issue 17 probe): every value
+"""Hostile operator partition tables (config ``partitions:``): every value
 Koordinator could not read, or that would not fit a node annotation, is refused when the
 file is read, with one line naming the key and at most ~100 characters of the value.
 The command line runs in-process (tests/process.py ``run_gfd_here``)."""
@@ -14,7 +14,7 @@ from gfd import partitions
 from tests.process import run_gfd_here
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "examples/snapshots/dgx1-v100-cube-mesh.yaml"
-BIG = "9" * 400  # longer numbers are the document reader's (issue 10)
+BIG = "9" * 400  # longer numbers are refused by the document reader
 
 
 def pairs(count: int, link_type: str = "NVLink") -> str:
@@ -101,6 +101,22 @@ def test_the_largest_computed_table_fits_what_an_override_may_hold() -> None:
     table = partition_table(node(256, [], switch_links=18), None)
     assert len(partitions.dumps(table)) <= partitions.MAX_TABLE_BYTES
     assert partitions.parse_table(json.loads(partitions.dumps(table)), "partitions") == table
+
+
+def test_the_largest_joined_table_fits_and_larger_nodes_list_aligned_blocks() -> None:
+    """Without NVSwitch every set NVLink joins is listed: at most two fully linked groups
+    of 8 on a 16-GPU node, which still fits; a 17th GPU makes the node list only the
+    aligned blocks (README "Limits")."""
+    from gfd.labels.partitions import JOINED_GPUS, partition_table
+    from tests.test_probe_topology import node
+
+    full = [(a, b) for g in (0, 8) for a in range(g, g + 8) for b in range(a + 1, g + 8)]
+    table = partition_table(node(JOINED_GPUS, full), None)
+    assert [len(table[size]) for size in (1, 2, 4, 8)] == [16, 2 * 28, 2 * 70, 2]
+    assert len(partitions.dumps(table)) <= partitions.MAX_TABLE_BYTES
+    bigger = partition_table(node(JOINED_GPUS + 1, full), None)
+    assert [len(bigger[size]) for size in (2, 4, 8)] == [8, 4, 2]
+    assert all(p.minors[0] % len(p.minors) == 0 for s in (2, 4, 8) for p in bigger[s])
 
 
 def test_limits_accept_the_edge_values() -> None:

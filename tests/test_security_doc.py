@@ -100,6 +100,10 @@ ALLOWED_OPENS = {
     ("gfd/files.py", "read_bounded"): "the shared reader itself",
     ("gfd/cli.py", "_silence_stdout"): "/dev/null put in place of a stdout that is gone",
     ("gfd/interrupt.py", "_drain"): "its own self-pipe",
+    ("gfd/signals.py", "_watch"): "its own self-pipe",
+    ("gfd/logsink.py", "_hold_with_devnull"): "/dev/null put in place of a stderr that is gone",
+    ("gfd/outputs/credentials.py", "_collect"): "a credential plugin's pipes, under a deadline",
+    ("gfd/outputs/credentials.py", "write"): "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW)",
     ("gfd/outputs/file.py", "_write"): "the temporary file it made with mkstemp",
     ("gfd/outputs/file.py", "write_without_blocking"): "stdout's pipe, reopened to write",
     ("gfd/outputs/koordlet.py", "_open_directory"): "directories (O_DIRECTORY)",
@@ -165,8 +169,15 @@ FORBIDDEN_MODULES = ("subprocess", "multiprocessing", "pty", "concurrent.futures
 FORBIDDEN_CALLS = re.compile(r"^os\.(system|popen|fork|forkpty|exec\w*|spawn\w*|posix_spawn\w*)$")
 
 
+#: the one module that starts processes: the kubeconfig's exec credential plugins, each
+#: under a deadline, in a process group of its own that is killed when it ends
+CHILD_PROCESS_RUNNERS = {"gfd/outputs/credentials.py"}
+
+
 @pytest.mark.parametrize("path", sorted(GFD.rglob("*.py")), ids=lambda p: p.name)
-def test_gfd_starts_no_child_process_itself(path: Path) -> None:
+def test_no_child_process_outside_the_credential_plugin_runner(path: Path) -> None:
+    if path.relative_to(ROOT).as_posix() in CHILD_PROCESS_RUNNERS:
+        return
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]

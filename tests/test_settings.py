@@ -18,15 +18,30 @@ def write(tmp_path: Path, text: str) -> str:
     return str(path)
 
 
+#: the daemon's default output is the NodeFeature API, which needs the node's name; tests
+#: about other settings give it one (or choose the features file) rather than fail on that
+NODE = {"NODE_NAME": "node-1"}
+FEATURES_FILE: dict[str, object] = {"use_node_feature_api": False}
+
+
 def test_defaults() -> None:
-    settings = resolve({}, {})
+    # upstream v0.20.0's default output is the NodeFeature API (SPEC §4): the daemon needs
+    # the node's name, and names the way to the features file when it is missing
+    with pytest.raises(UsageError, match=r"--node-name \(or NODE_NAME\) is required.*=false"):
+        resolve({}, {})
+    settings = resolve({}, {"NODE_NAME": "node-1"})
+    assert settings.output_kind == "nodefeature"
     assert settings.mig_strategy == "none"
     assert settings.fail_on_init_error is True
     assert settings.sleep_interval == 60.0
-    assert settings.effective_output_file == NFD_FEATURES_FILE
     assert settings.machine_type_file == "/sys/class/dmi/id/product_name"
     assert settings.namespace == "default"
-    assert settings.output_kind == "file"
+    assert settings.kube_api_qps == 5.0 and settings.kube_api_burst == 10
+    assert settings.driver_root_ctr_path == "/driver-root"
+    assert settings.device_discovery_strategy == "auto"
+    features_file = resolve({"use_node_feature_api": False}, {})
+    assert features_file.effective_output_file == NFD_FEATURES_FILE
+    assert features_file.output_kind == "file"
 
 
 def test_oneshot_defaults_to_stdout_and_dash_means_stdout() -> None:
@@ -40,18 +55,20 @@ def test_precedence_flag_over_env_over_config_over_default(tmp_path: Path) -> No
     config = write(
         tmp_path, "version: v1\nflags:\n  migStrategy: single\n  gfd:\n    sleepInterval: 5m\n"
     )
-    from_config = resolve({"config_file": config}, {})
+    from_config = resolve({"config_file": config}, NODE)
     assert from_config.mig_strategy == "single" and from_config.sleep_interval == 300
-    from_env = resolve({"config_file": config}, {"MIG_STRATEGY": "mixed"})
+    from_env = resolve({"config_file": config}, {"MIG_STRATEGY": "mixed", **NODE})
     assert from_env.mig_strategy == "mixed"
-    from_flag = resolve({"config_file": config, "mig_strategy": "none"}, {"MIG_STRATEGY": "mixed"})
+    from_flag = resolve(
+        {"config_file": config, "mig_strategy": "none"}, {"MIG_STRATEGY": "mixed", **NODE}
+    )
     assert from_flag.mig_strategy == "none"
-    assert resolve({}, {"GFD_CONFIG_FILE": config}).mig_strategy == "single"
-    assert resolve({}, {"CONFIG_FILE": config}).mig_strategy == "single"
+    assert resolve({}, {"GFD_CONFIG_FILE": config, **NODE}).mig_strategy == "single"
+    assert resolve({}, {"CONFIG_FILE": config, **NODE}).mig_strategy == "single"
 
 
 def test_first_listed_env_var_wins() -> None:
-    env = {"GFD_MIG_STRATEGY": "single", "MIG_STRATEGY": "mixed"}
+    env = {"GFD_MIG_STRATEGY": "single", "MIG_STRATEGY": "mixed", "NODE_NAME": "node-1"}
     assert resolve({}, env).mig_strategy == "single"
 
 
@@ -68,7 +85,7 @@ def test_first_listed_env_var_wins() -> None:
     ],
 )
 def test_env_booleans(raw: str, value: bool) -> None:
-    assert resolve({}, {"GFD_ONESHOT": raw}).oneshot is value
+    assert resolve({}, {"GFD_ONESHOT": raw, **NODE}).oneshot is value
 
 
 @pytest.mark.parametrize("raw", ["maybe", "", "2", "on"])
@@ -95,7 +112,7 @@ def test_durations(text: str, seconds: float) -> None:
 
 def test_infinite_interval() -> None:
     assert parse_duration("infinite") is None
-    assert resolve({"sleep_interval": "infinite"}, {}).sleep_interval is None
+    assert resolve({"sleep_interval": "infinite"}, NODE).sleep_interval is None
 
 
 @pytest.mark.parametrize("text", ["0s", "-5s", "0", "abc", "5x", "1m30", "", "s"])
@@ -222,6 +239,7 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         "machine_type_file": ("/tmp/m", "/tmp/m"),
         "use_node_feature_api": (False, False),
         "device_discovery_strategy": ("nvml", "nvml"),
+        "driver_root_ctr_path": ("/host", "/host"),
         "use_node_labels": (False, False),
         "snapshot_file": ("/tmp/s.yaml", "/tmp/s.yaml"),
         "metrics_address": (":9400", ":9400"),
@@ -240,11 +258,11 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         node[option.config_key[-1]] = raw
         import yaml
 
-        settings = resolve({"config_file": write(tmp_path, yaml.safe_dump(document))}, {})
+        settings = resolve({"config_file": write(tmp_path, yaml.safe_dump(document))}, NODE)
         assert getattr(settings, option.name) == expected, option.name
 
 
-# ----------------------------------------------------------------- expiry horizon (issue 16)
+# ----------------------------------------------------------------- expiry horizon
 
 
 @pytest.mark.parametrize(
@@ -264,7 +282,8 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
 def test_expiry_horizon_rule(
     cli: dict[str, object], env: dict[str, str], horizon: float | None
 ) -> None:
-    assert resolve(cli, env).effective_expiry_horizon == horizon
+    # the horizon is the features file's: that output, chosen explicitly
+    assert resolve({**FEATURES_FILE, **cli}, env).effective_expiry_horizon == horizon
 
 
 @pytest.mark.parametrize(
@@ -278,4 +297,73 @@ def test_expiry_horizon_rule(
 )
 def test_expiry_horizon_errors(cli: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=re.escape(message)):
-        resolve(cli, {})
+        resolve({**FEATURES_FILE, **cli}, {})
+
+
+# ------------------------------------------------- a resource shared twice (device plugin form)
+
+TWICE = """\
+version: v1
+sharing:
+  timeSlicing:
+    resources:
+    - name: nvidia.com/gpu
+      devices: [0, 1]
+      replicas: 4
+    - name: gpu
+      devices: [2, 3]
+      replicas: 2
+"""
+
+
+def test_a_resource_listed_twice_is_labelled_from_its_first_entry() -> None:
+    """The device plugin accepts disjoint ``devices`` lists for one resource; upstream GFD
+    labels from the first entry (internal/lm/resource.go:239-250, replicationInfo)."""
+    loaded = parse_config_text(TWICE, "c")
+    replication = loaded.config.sharing.replication("gpu")
+    assert replication is not None and replication.replicas == 4
+    assert loaded.config.sharing.strategy == "time-slicing"
+    assert any(
+        "sharing.timeSlicing.resources[1].name: nvidia.com/gpu is listed again "
+        "(first at sharing.timeSlicing.resources[0])" in warning
+        for warning in loaded.warnings
+    )
+
+
+def test_a_resource_listed_twice_through_the_command(tmp_path: Path) -> None:
+    from tests.process import run_gfd_here
+
+    config = write(tmp_path, TWICE)
+    result = run_gfd_here(
+        "--oneshot",
+        "--no-timestamp",
+        "--config-file",
+        config,
+        "--snapshot-file",
+        "examples/snapshots/dgx-a100.yaml",
+        "--log-format",
+        "console",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/gpu.replicas=4\n" in result.stdout
+    assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED\n" in result.stdout
+    assert "nvidia.com/gpu is listed again" in result.stderr
+
+
+def test_the_driver_root_is_read_from_the_device_plugins_section(tmp_path: Path) -> None:
+    """Upstream keeps it under flags.plugin.containerDriverRoot (api/config/v1/flags.go:81);
+    the section's other keys stay the device plugin's, ignored without a word."""
+    text = (
+        "version: v1\nflags:\n  plugin:\n    containerDriverRoot: /host\n"
+        "    passDeviceSpecs: true\n"
+    )
+    loaded = parse_config_text(text, "c")
+    assert loaded.flags == {"driver_root_ctr_path": "/host"} and loaded.warnings == ()
+    config = write(tmp_path, text)
+    assert resolve({"config_file": config}, NODE).driver_root_ctr_path == "/host"
+    from_env = resolve({"config_file": config}, {**NODE, "CONTAINER_DRIVER_ROOT": "/run/nvidia"})
+    assert from_env.driver_root_ctr_path == "/run/nvidia"
+    with pytest.raises(
+        ConfigError, match=r"flags\.plugin\.containerDriverRoot: 5: expected a string"
+    ):
+        parse_config_text("version: v1\nflags:\n  plugin:\n    containerDriverRoot: 5\n", "c")

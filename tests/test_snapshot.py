@@ -113,7 +113,7 @@ def test_missing_file_names_the_flag(tmp_path: object) -> None:
         snapshot.load("/nonexistent/snapshot.yaml")
 
 
-# ----------------------------------------------------------------- lost GPUs (issue 16)
+# ----------------------------------------------------------------- lost GPUs
 
 LOST = (
     MINIMAL
@@ -153,3 +153,53 @@ def test_bad_lost_gpus(tail: str, message: str) -> None:
 def test_lost_gpus_need_a_driver() -> None:
     with pytest.raises(SnapshotError, match="driver: required when the snapshot lists lost"):
         snapshot.loads("version: v1\nlost_gpus:\n- {index: 0}\n")
+
+
+# ------------------------------------------------------ vfio and tegra (the discovery field)
+
+
+def test_the_discovery_backend_round_trips_and_nvml_is_not_written() -> None:
+    loaded = snapshot.loads(MINIMAL)
+    assert loaded.discovery == "nvml"
+    assert "discovery" not in snapshot.dumps(loaded)  # an NVML node's dump is as it was
+    for kind in ("vfio", "tegra"):
+        text = MINIMAL + f"discovery: {kind}\n"
+        chosen = snapshot.loads(text)
+        assert chosen.discovery == kind
+        assert f"discovery: {kind}" in snapshot.dumps(chosen)
+        assert snapshot.loads(snapshot.dumps(chosen)) == chosen
+        assert snapshot.loads(snapshot.dumps_json(chosen)) == chosen
+
+
+def test_an_unknown_compute_capability_is_minus_one() -> None:
+    text = MINIMAL.replace("{major: 8, minor: 0}", "{major: -1, minor: -1}")
+    loaded = snapshot.loads(text)
+    assert loaded.gpus[0].compute_capability == snapshot.ComputeCapability(-1, -1)
+    assert snapshot.loads(snapshot.dumps(loaded)) == loaded
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ("gpus:\n", "discovery: cuda\ngpus:\n"),
+            "discovery: expected one of nvml, vfio, tegra, got 'cuda'",
+        ),
+        (("gpus:\n", "discovery: 3\ngpus:\n"), "discovery: expected a string, got 3"),
+        (
+            ("{major: 8, minor: 0}", "{major: -2, minor: 0}"),
+            "gpus[0].compute_capability.major: expected a non-negative integer or -1 (unknown), "
+            "got -2",
+        ),
+        (
+            ("{major: 8, minor: 0}", "{major: 8, minor: x}"),
+            "gpus[0].compute_capability.minor: expected an integer, got 'x'",
+        ),
+    ],
+)
+def test_bad_backend_fields_name_the_path(edit: tuple[str, str], message: str) -> None:
+    text = MINIMAL.replace(*edit)
+    assert text != MINIMAL
+    with pytest.raises(SnapshotError) as caught:
+        snapshot.loads(text)
+    assert message in str(caught.value)

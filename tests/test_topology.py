@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,13 +15,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd import partitions, records
+from gfd import partitions
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
-from gfd.discovery.topology import cpu_list, nvlink_generation
+from gfd.discovery.topology import cpu_list, nvlink_generation, read_pcie_root
 from gfd.errors import ConfigError, SnapshotError
 from gfd.labels import build
-from gfd.labels.partitions import link_graph, partition_table
+from gfd.labels.partitions import left_after, link_graph, partition_table
 from gfd.settings import Config, Settings
 from gfd.snapshot import GpuPair, GpuTopology, NvLink, Snapshot, Topology
 from tests.process import run_gfd_here
@@ -63,18 +64,35 @@ def group(minors: list[int], bandwidth: str, score: int) -> dict[str, Any]:
     }
 
 
+#: the DGX-1's NVLink pairs (examples/snapshots/dgx1-v100-cube-mesh.yaml): the hybrid cube
+#: mesh, two fully linked quads 0-3 and 4-7 plus the links i - i+4, some of them doubled
+DGX1_DOUBLED = [(0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7)]  # 50G
+DGX1_SINGLE = [(0, 1), (0, 2), (1, 3), (2, 6), (3, 7), (4, 5), (4, 6), (5, 7)]  # 25G
+#: the 4-GPU sets with a ring: the two quads and the six "faces" {a, b, a+4, b+4}
+DGX1_QUADS = [
+    [0, 1, 2, 3],
+    [0, 1, 4, 5],
+    [0, 2, 4, 6],
+    [0, 3, 4, 7],
+    [1, 2, 5, 6],
+    [1, 3, 5, 7],
+    [2, 3, 6, 7],
+    [4, 5, 6, 7],
+]
+
 EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
-    # Doubled pairs 2-3 and 6-7 beat single-link 0-1 and 4-5; no 4-GPU ring of doubled
-    # links exists inside a socket, but 0-3-2-1-5-6-7-4-0 is an 8-GPU ring of doubled links.
+    # Every pair NVLink joins is a 2-GPU partition, aligned or not (0-3, 1-2, ... are
+    # the doubled, faster ones); every 4-set with a ring, each of whose rings has a
+    # single-link hop (25G); 0-3-2-1-5-6-7-4-0 is an 8-GPU ring of doubled links (50G).
+    # Scores: all 1 -- test_dgx1_scores_derived_from_what_is_left shows why.
     DGX1: {
         "1": singletons({m: 1 for m in range(8)}),
-        "2": [
-            group([0, 1], "25G", 2),
-            group([2, 3], "50G", 1),
-            group([4, 5], "25G", 2),
-            group([6, 7], "50G", 1),
-        ],
-        "4": [group([0, 1, 2, 3], "25G", 1), group([4, 5, 6, 7], "25G", 1)],
+        "2": sorted(
+            [group(list(p), "50G", 1) for p in DGX1_DOUBLED]
+            + [group(list(p), "25G", 1) for p in DGX1_SINGLE],
+            key=lambda g: g["minors"],
+        ),
+        "4": [group(q, "25G", 1) for q in DGX1_QUADS],
         "8": [group(list(range(8)), "50G", 1)],
     },
     # Every hop goes through the NVSwitches on all 18 links: 18 x 25 GB/s.
@@ -151,7 +169,7 @@ def test_topology_labels_of_each_example_node(path: Path) -> None:
 def test_topology_labels_are_opt_in(path: Path) -> None:
     snap = load(path)
     default = build(snap, "none", Config(), None).labels
-    assert default == build(records.replace(snap, topology=None), "none", Config(), None).labels
+    assert default == build(replace(snap, topology=None), "none", Config(), None).labels
     assert not set(default) & TOPOLOGY_KEYS
 
 
@@ -165,13 +183,216 @@ def test_snapshots_without_topology_label_exactly_as_before(path: Path) -> None:
     assert "topology" not in snapshot_io.dumps(snap)
 
 
+# ------------------------------------------------- allocationScore: the worked tables
+#
+# Seed 003 (koordinator's proposal "GPU Partitioning APIs"): allocationScore is "the overall
+# allocation quality for the node after the partition has been assigned away", measured
+# by "the maximum number of cards and the greatest bandwidth available in the remaining
+# Partitions".  koordinator's allocateByPartition (pkg/scheduler/plugins/deviceshare/
+# allocator_gpu.go, commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e) tries the lowest
+# score first.  So, per partition P: LEFT = the largest partition sharing no GPU with P,
+# then the best ringBusBandwidth among those of that size; within a size, the best LEFT
+# scores 1, the next 2, ...
+#
+# DGX-1 hybrid cube mesh (8 x V100; pairs and 4-sets above):
+#
+#   size  P                     a best partition left       LEFT          score
+#   8     0-1-2-3-4-5-6-7       none                        (0, -)        1
+#   4     0-1-2-3               4-5-6-7                     (4, 25G)      1
+#   4     0-1-4-5               2-3-6-7                     (4, 25G)      1
+#   4     any of the 8          its complement, also a ring (4, 25G)      1
+#   2     0-3 (50G, unaligned)  4-5-6-7                     (4, 25G)      1
+#   2     0-1 (25G)             4-5-6-7                     (4, 25G)      1
+#   2     0-4 (50G, across)     1-2-5-6 (quads both broken) (4, 25G)      1
+#   2     any of the 16         a 4-set ring avoiding it    (4, 25G)      1
+#   1     any GPU               the other quad              (4, 25G)      1
+#
+#   No 4-set ring has a faster bottleneck than 25G and every choice leaves one: the mesh
+#   is symmetric, so every score is 1 and koordinator's bin-packing decides among them.
+#
+# HGX H100 8-GPU NVSwitch (fabric manager's aligned partitions, 450G everywhere):
+#
+#   size  P                     a best partition left       LEFT          score
+#   8     0-7                   none                        (0, -)        1
+#   4     0-3 / 4-7             the other half              (4, 450G)     1
+#   2     0-1, 2-3, 4-5, 6-7    the half it is not in       (4, 450G)     1
+#   1     any GPU               the half it is not in       (4, 450G)     1
+#
+#   -- exactly koordinator's built-in Hopper table (GPUPartitionIndexOfNVIDIAHopper in
+#   pkg/scheduler/plugins/deviceshare/allocator_gpu_helper.go): same minors, every score 1.
+#
+# The same DGX-1 with GPU 7 gone (7 GPUs): only four 4-set rings remain, all through 0-2.
+#
+#   size  P                     a best partition left       LEFT          score
+#   4     each of the four      a doubled pair (2-3, 5-6..) (2, 50G)      1
+#   2     0-3, 0-4, 1-5, 2-3,   a 4-set ring: 1-2-5-6,      (4, 25G)      1
+#         1-3, 2-6, 4-5, 4-6,   0-2-4-6, ...
+#         5-6
+#   2     0-1, 0-2, 1-2         no 4-set ring left: only    (2, 50G)      2
+#                               pairs, a doubled one best
+#   1     any GPU               a 4-set ring avoiding it    (4, 25G)      1
+
+QUAD_25G = (4, 25 * 10**9)
+
+
+def _left(table: dict[int, tuple[partitions.Partition, ...]]) -> dict[tuple[int, ...], Any]:
+    found = [
+        (
+            p.minors,
+            None
+            if p.ring_bus_bandwidth is None
+            else partitions.parse_quantity(p.ring_bus_bandwidth),
+        )
+        for size in sorted(table)
+        for p in table[size]
+    ]
+    return left_after(found)
+
+
+def test_dgx1_scores_derived_from_what_is_left() -> None:
+    table = partition_table(load(DGX1), None)
+    left = _left(dict(table))
+    assert left[tuple(range(8))] == (0, -1)
+    for size in (1, 2, 4):
+        assert {left[p.minors] for p in table[size]} == {QUAD_25G}
+    assert {p.allocation_score for size in table for p in table[size]} == {1}
+
+
+def test_hgx_nvswitch_scores_derived_from_what_is_left() -> None:
+    table = partition_table(load(H100), None)
+    left = _left(dict(table))
+    assert left[tuple(range(8))] == (0, -1)
+    for size in (1, 2, 4):
+        assert {left[p.minors] for p in table[size]} == {(4, 450 * 10**9)}
+    assert {p.allocation_score for size in table for p in table[size]} == {1}
+
+
+def without_gpus(snap: Snapshot, gone: set[int]) -> Snapshot:
+    """``snap`` without the GPUs (by index) in ``gone``, and without their pairs."""
+    topology = snap.topology
+    assert topology is not None
+    return replace(
+        snap,
+        gpus=tuple(g for g in snap.gpus if g.index not in gone),
+        topology=replace(
+            topology,
+            gpus=tuple(e for e in topology.gpus if e.index not in gone),
+            pairs=tuple(p for p in topology.pairs if not gone & set(p.gpus)),
+        ),
+    )
+
+
+def test_dgx1_without_a_gpu_scores_the_pairs_that_break_every_quad_lower() -> None:
+    table = partition_table(without_gpus(load(DGX1), {7}), None)
+    left = _left(dict(table))
+    assert [p.minors for p in table[4]] == [(0, 1, 2, 3), (0, 1, 4, 5), (0, 2, 4, 6), (1, 2, 5, 6)]
+    assert {left[p.minors] for p in table[4]} == {(2, 50 * 10**9)}
+    assert {p.allocation_score for p in table[4]} == {1}
+    scores = {p.minors: p.allocation_score for p in table[2]}
+    assert {pair for pair, score in scores.items() if score == 2} == {(0, 1), (0, 2), (1, 2)}
+    for pair, score in scores.items():
+        assert left[pair] == ((2, 50 * 10**9) if score == 2 else QUAD_25G)
+    assert {p.allocation_score for p in table[1]} == {1}
+
+
+def bridged(pairs: list[tuple[int, int]]) -> Snapshot:
+    """The four A100 PCIe cards of A100_PCIE with their NVLink bridges moved: all 12 links
+    of each card in ``pairs`` go to its partner; the other cards have none."""
+    snap = load(A100_PCIE)
+    topology = snap.topology
+    assert topology is not None
+    bus = {g.index: g.pci_bus_id for g in snap.gpus}
+    partner = {a: b for pair in pairs for a, b in (pair, pair[::-1])}
+    gpus = []
+    for entry in topology.gpus:
+        links: tuple[NvLink, ...] = ()
+        if entry.index in partner:
+            links = tuple(
+                NvLink(link=k, version=3, remote="gpu", remote_pci_bus_id=bus[partner[entry.index]])
+                for k in range(12)
+            )
+        gpus.append(replace(entry, nvlinks=links))
+    joined = {tuple(sorted(p)) for p in pairs}
+    return replace(
+        snap,
+        topology=replace(
+            topology,
+            gpus=tuple(gpus),
+            pairs=tuple(replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs),
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("pairs", "expected"),
+    [
+        # aligned bridges: as the example node
+        ([(0, 1), (2, 3)], EXPECTED_TABLES[A100_PCIE]),
+        # bridges joining 1-2 and 0-3: unaligned, still two 300G partitions
+        (
+            [(1, 2), (0, 3)],
+            {
+                "1": singletons({m: 1 for m in range(4)}),
+                "2": [group([0, 3], "300G", 1), group([1, 2], "300G", 1)],
+            },
+        ),
+        # one bridge, 1-2: giving 1 or 2 away breaks the only pair (score 2); 0 and 3 on
+        # their own break nothing (score 1)
+        (
+            [(1, 2)],
+            {
+                "1": singletons({0: 1, 1: 2, 2: 2, 3: 1}),
+                "2": [group([1, 2], "300G", 1)],
+            },
+        ),
+        ([], {}),  # no bridge: PCIe only, the empty table
+    ],
+    ids=["0-1+2-3", "1-2+0-3", "1-2", "none"],
+)
+def test_bridged_pcie_cards_aligned_or_not(
+    pairs: list[tuple[int, int]], expected: dict[str, Any]
+) -> None:
+    snap = bridged(pairs)
+    table = partition_table(snap, None)
+    assert partitions.to_json_document(table) == expected
+    labels = build(snap, "none", Config(), None, topology_labels=True).labels
+    assert labels["nvidia.com/gpu.nvlink.largest-group"] == ("2" if pairs else "1")
+    assert labels.get("nvidia.com/gpu.partition-sizes") == ("1-2" if pairs else None)
+
+
+def agreement_cases() -> list[tuple[str, Snapshot]]:
+    cases = [(p.stem, load(p)) for p in sorted(EXAMPLES.glob("*.yaml"))]
+    cases += [("dgx1-without-gpu-7", without_gpus(load(DGX1), {7}))]
+    cases += [(f"bridged-{pairs}", bridged(pairs)) for pairs in ([(1, 2)], [(1, 2), (0, 3)])]
+    return cases
+
+
+@pytest.mark.parametrize(("name", "snap"), agreement_cases(), ids=lambda v: str(v)[:40])
+def test_table_labels_and_annotation_agree(name: str, snap: Snapshot) -> None:
+    """On every topology: the partition-sizes label lists the table's sizes, the Node
+    annotation is the table, no partition is larger than the largest NVLink group, and
+    a node whose GPUs NVLink joins at all has a table (and one whose GPUs it does not, none)."""
+    table = partition_table(snap, None)
+    labels = build(snap, "none", Config(), None, topology_labels=True).labels
+    sizes = "-".join(str(size) for size in sorted(table))
+    assert labels.get("nvidia.com/gpu.partition-sizes") == (sizes or None)
+    annotation = partitions.dumps(table) if table else None  # PartitionsAnnotation.publish
+    assert (json.loads(annotation) if annotation else {}) == partitions.to_json_document(table)
+    if snap.topology is None:
+        assert table == {}
+        return
+    largest = int(labels["nvidia.com/gpu.nvlink.largest-group"])
+    assert max(table, default=1) <= largest
+    assert bool(table) == (largest >= 2)
+
+
 def test_p2p_not_ok_removes_the_pair() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     pairs = tuple(
-        records.replace(p, nvlink_p2p=False) if p.gpus == (0, 1) else p for p in snap.topology.pairs
+        replace(p, nvlink_p2p=False) if p.gpus == (0, 1) else p for p in snap.topology.pairs
     )
-    snap = records.replace(snap, topology=records.replace(snap.topology, pairs=pairs))
+    snap = replace(snap, topology=replace(snap.topology, pairs=pairs))
     table = partitions.to_json_document(partition_table(snap, None))
     assert table == {
         "1": singletons({0: 1, 1: 1, 2: 2, 3: 2}),
@@ -187,28 +408,28 @@ def test_nvswitch_is_recognised_by_the_remote_type_not_the_pci_id() -> None:
     other = snap.gpus[1].pci_bus_id
     gpus = []
     for entry in snap.topology.gpus:
-        links = tuple(records.replace(n, remote_pci_bus_id=other) for n in entry.nvlinks)
-        gpus.append(records.replace(entry, nvlinks=links))
-    moved = records.replace(snap.topology, gpus=tuple(gpus))
-    table = partition_table(records.replace(snap, topology=moved), None)
+        links = tuple(replace(n, remote_pci_bus_id=other) for n in entry.nvlinks)
+        gpus.append(replace(entry, nvlinks=links))
+    moved = replace(snap.topology, gpus=tuple(gpus))
+    table = partition_table(replace(snap, topology=moved), None)
     assert partitions.to_json_document(table) == EXPECTED_TABLES[H100]
     as_gpu = tuple(
-        records.replace(e, nvlinks=tuple(records.replace(n, remote="gpu") for n in e.nvlinks))
+        replace(e, nvlinks=tuple(replace(n, remote="gpu") for n in e.nvlinks))
         for e in snap.topology.gpus
     )
-    lost = records.replace(snap.topology, gpus=as_gpu)
+    lost = replace(snap.topology, gpus=as_gpu)
     for entry in as_gpu:
         assert entry.nvlinks[0].remote_pci_bus_id == "0000:05:00.0"  # a switch, not a GPU
-    assert partition_table(records.replace(snap, topology=lost), None) == {}
+    assert partition_table(replace(snap, topology=lost), None) == {}
 
 
 def test_a_gpu_on_no_pair_is_the_best_single() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     entries = list(snap.topology.gpus)
-    entries[2] = records.replace(entries[2], nvlinks=())
-    entries[3] = records.replace(entries[3], nvlinks=())
-    snap = records.replace(snap, topology=records.replace(snap.topology, gpus=tuple(entries)))
+    entries[2] = replace(entries[2], nvlinks=())
+    entries[3] = replace(entries[3], nvlinks=())
+    snap = replace(snap, topology=replace(snap.topology, gpus=tuple(entries)))
     table = partitions.to_json_document(partition_table(snap, None))
     assert table["1"] == singletons({0: 2, 1: 2, 2: 1, 3: 1})
     labels = build(snap, "none", Config(), None, topology_labels=True).labels
@@ -219,9 +440,9 @@ def test_minors_name_the_gpus_when_known() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     renamed = tuple(
-        records.replace(e, minor=m) for e, m in zip(snap.topology.gpus, (2, 3, 0, 1), strict=True)
+        replace(e, minor=m) for e, m in zip(snap.topology.gpus, (2, 3, 0, 1), strict=True)
     )
-    snap = records.replace(snap, topology=records.replace(snap.topology, gpus=renamed))
+    snap = replace(snap, topology=replace(snap.topology, gpus=renamed))
     graph = link_graph(snap)
     assert graph is not None and set(graph.hops) == {(0, 1), (2, 3)}
 
@@ -339,6 +560,9 @@ topology:
         ),
         ("  gpus: [{index: 0, cpu_affinity: '0-3;8'}]", "topology.gpus[0].cpu_affinity"),
         ("  gpus: [{index: 0, numa_node: -1}]", "topology.gpus[0].numa_node"),
+        ("  gpus: [{index: 0, pcie_root: 0000:3a}]", "topology.gpus[0].pcie_root: expected"),
+        ("  gpus: [{index: 0, pcie_root: pci000a:3a}]", "topology.gpus[0].pcie_root: expected"),
+        ("  gpus: [{index: 0, pcie_root: 'pci0000:3a/x'}]", "topology.gpus[0].pcie_root"),
         ("  pairs: [{gpus: [1, 0]}]", "topology.pairs[0].gpus: expected two GPU indices"),
         ("  pairs: [{gpus: [0, 3]}]", "topology.pairs[0].gpus: no GPU has index 3"),
         ("  pairs: [{gpus: [0, 1]}, {gpus: [0, 1]}]", "topology.pairs[1].gpus: duplicate pair"),
@@ -363,7 +587,7 @@ def test_minimal_topology_loads_and_round_trips() -> None:
 
 def discover_node(snap: Snapshot, root: Path, **options: Any) -> Snapshot:
     overrides = build_from_snapshot(root, snap)
-    settings = records.replace(Settings(), **overrides)
+    settings = replace(Settings(), **overrides)
     fake = FakeNvml.from_snapshot(snap, **options)
     found = discover(settings, nvml=fake.module)
     assert fake.init_depth == 0
@@ -383,9 +607,51 @@ def test_topology_is_read_only_when_wanted(tmp_path: Path) -> None:
     overrides = build_from_snapshot(tmp_path, snap)
     overrides.pop("topology_labels")
     fake = FakeNvml.from_snapshot(snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
-    assert found == records.replace(snap, topology=None)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
+    assert found == replace(snap, topology=None)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 0
+
+
+def test_pcie_root_is_the_root_complex_the_sysfs_link_resolves_under(tmp_path: Path) -> None:
+    """koordlet's form (helper/topology.go parsePCIEID): the first pci<dddd>:<xx> of the
+    resolved path -- the root complex, not a PCIe switch below it; the sysfs mount point's
+    own name does not count; a missing or looping link gives None."""
+    root = tmp_path / "pci0000:99-mount"  # a mount point that looks like a root
+    devices = root / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True)
+    below = root / "devices" / "pci0000:3a" / "0000:3a:00.0" / "0000:3b:00.0" / "0000:3c:08.0"
+    (below / "0000:3d:00.0").mkdir(parents=True)
+    (devices / "0000:3d:00.0").symlink_to(
+        "../../../" + str(below.relative_to(root)) + "/0000:3d:00.0"
+    )
+    assert read_pcie_root(str(root), "0000:3d:00.0") == "pci0000:3a"
+    (devices / "0000:01:00.0").mkdir()  # a plain directory: no root in its path
+    assert read_pcie_root(str(root), "0000:01:00.0") is None
+    (devices / "0000:02:00.0").symlink_to("0000:02:00.0")  # a loop
+    assert read_pcie_root(str(root), "0000:02:00.0") is None
+    assert read_pcie_root(str(root), "0000:04:00.0") is None  # not there
+    assert read_pcie_root(str(root), "../../../etc") is None
+    assert read_pcie_root(str(root), "") is None
+
+
+def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
+    snap = load(H100)
+    assert snap.topology is not None
+    roots = [e.pcie_root for e in snap.topology.gpus]
+    assert all(roots) and len(set(roots)) == 8
+    found = discover_node(snap, tmp_path)
+    assert found.topology is not None
+    assert [e.pcie_root for e in found.topology.gpus] == roots
+    bare = replace(
+        snap,
+        topology=replace(
+            snap.topology,
+            gpus=tuple(replace(e, pcie_root=None) for e in snap.topology.gpus),
+        ),
+    )
+    found = discover_node(bare, tmp_path / "bare")  # GPUs not below a root in sysfs
+    assert found.topology is not None
+    assert {e.pcie_root for e in found.topology.gpus} == {None}
 
 
 TOPOLOGY_CALLS = [
@@ -401,7 +667,7 @@ def test_no_topology_call_can_fail_the_pass(how: str, tmp_path: Path) -> None:
     snap = load(DGX1)
     overrides = build_from_snapshot(tmp_path, snap)
     fake = FakeNvml.from_snapshot(snap, **{how: TOPOLOGY_CALLS})
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.gpus == snap.gpus
     assert found.topology is not None
     assert [e.nvlinks for e in found.topology.gpus] == [()] * 8
@@ -423,7 +689,7 @@ def test_each_link_field_is_optional(tmp_path: Path) -> None:
                 link.remote_bus_id = None
     fake.common_ancestor.clear()
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     links = found.topology.gpus[0].nvlinks
     assert len(links) == 18
@@ -438,7 +704,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
     fake = FakeNvml.from_snapshot(snap)
     fake.gpus[0].nvlinks[5].active = False
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     assert [n.link for n in found.topology.gpus[0].nvlinks] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
     # 12 links answered, the 13th said INVALID_ARGUMENT: no walk to NVML_NVLINK_MAX_LINKS
@@ -448,7 +714,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
 def test_pcie_only_gpu_costs_one_state_call(tmp_path: Path) -> None:
     snap = load(L40S)
     fake = FakeNvml.from_snapshot(snap)
-    discover(records.replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
+    discover(replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 4
 
 
@@ -456,13 +722,16 @@ def test_pcie_only_gpu_costs_one_state_call(tmp_path: Path) -> None:
     ("raw", "major", "generation"),
     [
         (5, 8, 3),  # A100 on a real driver
-        (7, 9, 4),  # H100 on a real driver
+        (7, 9, 4),  # H100 on a driver said to report 7: never newer than Hopper's NVLink 4
         (2, 7, 2),  # V100
-        (8, 10, 5),  # Blackwell
+        (8, 10, 5),  # Blackwell reporting 8: never newer than its own NVLink 5
         (1, 6, 1),  # P100
         (3, 8, 3),  # A100 on NVIDIA's mock: the generation itself
         (4, 9, 4),  # H100 on the mock
         (5, 10, 5),  # B200 on the mock
+        (6, 9, 4),  # H100 as nvml.h declares it: NVML_NVLINK_VERSION_4_0 = 6
+        (7, 10, 5),  # Blackwell as nvml.h declares it: NVML_NVLINK_VERSION_5_0 = 7
+        (8, 11, 6),  # NVML_NVLINK_VERSION_6_0 = 8 on an architecture gfd does not know
         (0, 9, None),
         (42, 9, None),
     ],
@@ -550,7 +819,7 @@ def test_any_link_text_round_trips(
 ) -> None:
     snap = _two_gpus_without_links()
     link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
-    snap = records.replace(
+    snap = replace(
         snap,
         topology=Topology(
             gpus=(GpuTopology(index=0, nvlinks=(link,)),),

@@ -1,27 +1,27 @@
 """The partition table beside the labels: koordlet device-info files and the Node annotation.
 
-koordlet's side is modelled by :func:`koordlet_partition_table`, a line-by-line Python
-reading of koordinator's ``getPartitionTableFromXPUDevices`` and ``buildXPUDeviceLabels``
-(``pkg/koordlet/statesinformer/impl/states_device_linux.go``): the test asserts koordlet
-would derive exactly our buddy groups from the files gfd writes.
+koordlet's side is :mod:`tests.koordlet_model` (a reading of koordinator's
+``getPartitionTableFromXPUDevices`` and ``buildXPUDeviceLabels`` at the commit it names);
+tests/test_koordlet_contract.py checks the file against it on every example node.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
 from gfd.labels.partitions import partition_table
-from gfd.outputs.koordlet import FILE_NAME, KoordletDeviceInfos, device_infos
+from gfd.outputs.koordlet import DEFAULT_DIR, FILE_NAME, KoordletDeviceInfos, device_infos
 from gfd.outputs.topology import PARTITIONS_ANNOTATION
 from gfd.settings import Settings
+from tests import koordlet_model as koordlet
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import run_gfd_here
 from tests.test_manifests import (  # the manifest helpers and their fixture
@@ -51,22 +51,10 @@ TOPOLOGY_EXAMPLES = [
 def koordlet_partition_table(
     devices: list[dict[str, Any]],
 ) -> tuple[dict[int, list[list[int]]] | None, str | None]:
-    """(koordlet's partition table or None, its gpu-partition-policy label or None)."""
-    policy = None
-    first = devices[0].get("topology") or {}
-    if devices and first.get("p2pLinks") is not None:
-        policy = "Honor" if first.get("mustHonorPartition") else "Prefer"
-    table: dict[int, list[list[int]]] = {}
-    for device in devices:
-        topology = device.get("topology")
-        if topology is None or topology.get("p2pLinks") is None:
-            return None, policy
-        for link in topology["p2pLinks"]:
-            if not link.get("peerMinor") or not link.get("type"):
-                continue  # "has invalid p2p link"
-            minors = sorted(int(m) for m in [*link["peerMinor"].split(","), device["minor"]])
-            table.setdefault(len(minors), []).append(minors)
-    return table, policy
+    """(koordlet's partition table -- None when it writes none --, its policy label)."""
+    table = koordlet.partition_table(devices)
+    groups = {size: [p["minors"] for p in items] for size, items in table.items()}
+    return groups or None, koordlet.policy_label(devices)
 
 
 def load(path: Path) -> snapshot_io.Snapshot:
@@ -96,7 +84,12 @@ def test_device_infos_describe_each_gpu() -> None:
         "uuid": snap.gpus[3].uuid,
         "minor": "3",
         "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "81559Mi"},
-        "topology": {"p2pLinks": [], "nodeID": "0", "busID": "0000:61:00.0"},
+        "topology": {
+            "p2pLinks": [],
+            "nodeID": "0",
+            "pcieID": "pci0000:5b",
+            "busID": "0000:61:00.0",
+        },
         "status": {"healthy": True},
     }
     assert infos[0]["topology"]["p2pLinks"] == [
@@ -115,7 +108,7 @@ def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -
     written = json.loads(path.read_text())
     assert [d["minor"] for d in written] == ["0", "1", "2", "3"]
     assert oct(path.stat().st_mode & 0o777) == "0o644"
-    # koordlet reads every regular file: only ours is there (the temp dir is a directory)
+    # koordlet reads every entry but directories: only ours is one (the temp dir is a directory)
     assert [p.name for p in tmp_path.iterdir() if p.is_file()] == [FILE_NAME]
     assert output.publish(snap, table) is False
     path.unlink()
@@ -189,18 +182,16 @@ def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: 
     pcie = tmp_path / "pcie.yaml"
     snap = load(dgx1)
     assert snap.topology is not None
-    bare = records.replace(
-        snap.topology, gpus=tuple(records.replace(e, nvlinks=()) for e in snap.topology.gpus)
-    )
-    pcie.write_text(snapshot_io.dumps(records.replace(snap, topology=bare)))
-    agent.settings = records.replace(settings, snapshot_file=str(pcie))
+    bare = replace(snap.topology, gpus=tuple(replace(e, nvlinks=()) for e in snap.topology.gpus))
+    pcie.write_text(snapshot_io.dumps(replace(snap, topology=bare)))
+    agent.settings = replace(settings, snapshot_file=str(pcie))
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert api.node_annotations("n1")["someone/else"] == "x"
 
 
 def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_path: Path) -> None:
-    """Issue 16: a start on a node that already carries the right labels (and, here, the
+    """A start on a node that already carries the right labels (and, here, the
     right partition annotation) sends no write at all."""
     settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
     assert Agent(settings, reload_settings=lambda: settings).run_pass()
@@ -228,14 +219,15 @@ def test_reload_without_topology_labels_removes_the_annotation(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
     settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
-    plain = records.replace(settings, topology_labels=False)
+    plain = replace(settings, topology_labels=False)
     agent = Agent(settings, reload_settings=lambda: plain)
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
     agent._signals.reload = True
     agent._reload()
-    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    # retired once the reloaded settings have published (README "Switching output by reload")
     assert agent.run_pass()
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert "nvidia.com/gpu.interconnect" not in api.node_labels("n1")
 
 
@@ -246,11 +238,12 @@ def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> Non
         snapshot_file=str(EXAMPLES / "a100-pcie-nvlink-bridges.yaml"),
         koordlet_device_infos_dir=str(tmp_path),
     )
-    plain = records.replace(settings, koordlet_device_infos_dir="")
+    plain = replace(settings, koordlet_device_infos_dir="")
     agent = Agent(settings, reload_settings=lambda: plain)
     assert agent.run_pass()
     assert (tmp_path / FILE_NAME).exists()
     agent._reload()
+    assert agent.run_pass()  # retired once the reloaded settings have published
     assert not (tmp_path / FILE_NAME).exists()
 
 
@@ -268,7 +261,7 @@ def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Pat
 # ----------------------------------------------------------------------------- manifests
 
 
-KOORDLET_DIR = "/etc/kubernetes/koordlet/device-infos"
+KOORDLET_DIR = DEFAULT_DIR  # koordlet's --xpu-device-infos-dir default
 
 
 @pytest.mark.parametrize("overlay", DAEMONSETS)
@@ -285,8 +278,18 @@ def test_koordlet_component_mounts_koordlets_directory(
         "path": KOORDLET_DIR,
         "type": "DirectoryOrCreate",
     }
+    # gfd stays uid 65532: a one-off init container without any capability gives the
+    # root-owned directory to gfd's group (README, "Deploy")
     security = effective_security(obj, container)
-    assert security["runAsUser"] == 0 and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["runAsUser"] == 65532 and security["capabilities"] == {"drop": ["ALL"]}
     assert security["allowPrivilegeEscalation"] is False
+    inits = {c["name"]: c for c in obj["spec"]["template"]["spec"]["initContainers"]}
+    opener = inits["koordlet-dir-group"]
+    assert opener["args"][-1] == KOORDLET_DIR
+    assert opener["securityContext"]["runAsUser"] == 0
+    assert opener["securityContext"]["runAsGroup"] == 65532
+    assert opener["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert opener["securityContext"]["allowPrivilegeEscalation"] is False
+    assert mounts(opener)[KOORDLET_DIR]["name"] == mount["name"]
     plain = gfd_container(workload(overlay, rendered(overlay)))
     assert KOORDLET_DIR not in mounts(plain)

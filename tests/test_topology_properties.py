@@ -2,8 +2,10 @@
 
 Generated nodes: 1-8 GPUs, random direct NVLinks (0-3 per pair, some pairs P2P-disabled),
 random NVSwitch links, one NVLink generation per GPU.  The model enumerates every cycle
-through a group's members; the table must list exactly the buddy-aligned groups that have
-one, with the best cycle's bottleneck as bandwidth.
+through a group's members; the table must list exactly the candidate groups that have one
+(on a node with NVSwitch links the index-aligned blocks, elsewhere every set of 2, 4, 8
+GPUs NVLink joins), with the best cycle's bottleneck as bandwidth, and score each by what
+it leaves (seed 003: the largest disjoint partition, then its best bandwidth).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Node:
     links: dict[tuple[int, int], int]  # the model's hop links, (low, high) -> count
     generation: dict[int, int]
     total_links: dict[int, int]
+    switched: bool  # a GPU has a link to an NVSwitch
 
 
 #: the tables each per-GPU or per-pair decision picks from (a repeat is more likely)
@@ -102,7 +105,7 @@ def nodes(draw: st.DrawFn) -> Node:
             pairs=tuple(GpuPair(gpus=pair, nvlink_p2p=p2p[pair]) for pair in direct),
         ),
     )
-    return Node(snapshot, model, generation, total_links)
+    return Node(snapshot, model, generation, total_links, any(switch.values()))
 
 
 def hop_bandwidth(node: Node, a: int, b: int) -> int:
@@ -128,20 +131,37 @@ def best_ring(node: Node, members: tuple[int, ...]) -> int | None:
     return best
 
 
-@settings(max_examples=60, deadline=None)
-@given(nodes())
-def test_table_is_exactly_the_ring_connected_buddy_groups(node: Node) -> None:
-    table = partition_table(node.snapshot, None)
+def candidates(node: Node, size: int) -> list[tuple[int, ...]]:
+    n = len(node.snapshot.gpus)
+    if node.switched:
+        return [tuple(range(k, k + size)) for k in range(0, n - size + 1, size)]
+    reach = {i: {i} for i in range(n)}  # the NVLink-connected group of each GPU
+    for _ in range(n):
+        for a, b in node.links:
+            reach[a] |= reach[b]
+            reach[b] = reach[a]
+    return [c for c in itertools.combinations(range(n), size) if set(c) <= reach[c[0]]]
+
+
+def expected_table(node: Node) -> dict[int, dict[tuple[int, ...], int]]:
     n = len(node.snapshot.gpus)
     expected: dict[int, dict[tuple[int, ...], int]] = {}
     size = 2
     while size <= n:
-        for start in range(0, n - size + 1, size):
-            members = tuple(range(start, start + size))
+        for members in candidates(node, size):
             bandwidth = best_ring(node, members)
             if bandwidth is not None:
                 expected.setdefault(size, {})[members] = bandwidth
         size *= 2
+    return expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes())
+def test_table_is_exactly_the_ring_connected_candidates(node: Node) -> None:
+    table = partition_table(node.snapshot, None)
+    n = len(node.snapshot.gpus)
+    expected = expected_table(node)
     got = {
         size: {p.minors: partitions.parse_quantity(p.ring_bus_bandwidth or "0") for p in items}
         for size, items in table.items()
@@ -189,14 +209,22 @@ def test_table_does_not_depend_on_gpu_order(node: Node, rng: random.Random) -> N
 
 @settings(max_examples=60, deadline=None)
 @given(nodes())
-def test_scores_rank_bandwidth_and_the_table_reads_back_as_an_override(node: Node) -> None:
+def test_scores_rank_what_is_left_and_the_table_reads_back_as_an_override(node: Node) -> None:
     table = partition_table(node.snapshot, None)
-    for size, items in table.items():
-        scores = [p.allocation_score for p in items]
-        assert all(isinstance(s, int) and s >= 1 for s in scores) and min(scores) == 1
-        if size > 1:
-            by_score = sorted(items, key=lambda p: p.allocation_score)
-            widths = [partitions.parse_quantity(p.ring_bus_bandwidth or "0") for p in by_score]
-            assert widths == sorted(widths, reverse=True)
+    every = [
+        (set(p.minors), len(p.minors), partitions.parse_quantity(p.ring_bus_bandwidth or "0"))
+        for items in table.values()
+        for p in items
+    ]
+    for items in table.values():
+        left = {}
+        for p in items:
+            rest = [(k, bw) for members, k, bw in every if not members & set(p.minors)]
+            largest = max((k for k, _ in rest), default=0)
+            best = max((bw for k, bw in rest if k == largest), default=0)
+            left[p.minors] = (largest, best)
+        ranked = sorted(set(left.values()), reverse=True)
+        for p in items:
+            assert p.allocation_score == 1 + ranked.index(left[p.minors])
     document = json.loads(partitions.dumps(table))
     assert partitions.parse_table(document, "partitions") == table

@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from gfd import __version__
-from tests import diskcache
 
 pytestmark = pytest.mark.timeout(300)  # builds a wheel; may fetch build tools once
 
@@ -105,11 +104,16 @@ def test_dockerfile_builds_from_the_wheel_in_stages_on_a_slim_python() -> None:
     runs = " ".join(i.arguments for i in instructions if i.keyword == "RUN")
     assert "pip wheel" in runs and "--no-deps" in runs
     assert "--without-pip" in runs and ".whl" in runs
-    # Nothing in the runtime stage but the installed virtualenv.
+    # Nothing in the runtime stage but the installed virtualenv, and the one step that takes
+    # the base image's own pip out (the image carries no installer); that step only removes.
     final = final_stage()
     copies = [i.arguments for i in final if i.keyword == "COPY"]
     assert copies == ["--from=install /opt/gfd /opt/gfd"]
-    assert not [i for i in final if i.keyword == "RUN"]
+    final_runs = [i.arguments.split() for i in final if i.keyword == "RUN"]
+    assert len(final_runs) == 1, final_runs
+    command, *paths = final_runs[0]
+    assert command == "rm" and paths[0] == "-rf", final_runs
+    assert paths[1:] and all("pip" in path for path in paths[1:]), paths
 
 
 def test_dockerfile_runtime_settings() -> None:
@@ -182,28 +186,6 @@ def _build_wheel(context: Path, dist: Path) -> Path:
     return wheel
 
 
-def _built_wheel(context: Path, dist: Path) -> Path:
-    """The wheel of ``context`` in ``dist``: built, or copied from the disk cache
-    (tests/diskcache.py) where the same context was built before with the same Python,
-    pip, setuptools and wheel."""
-    if not diskcache.enabled():
-        return _build_wheel(context, dist)
-    tools = [sys.version]
-    for name in ("pip", "setuptools", "wheel"):
-        try:
-            tools.append(f"{name} {importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            tools.append(f"{name} -")
-    entry = diskcache.CACHE / "wheel" / diskcache.key(diskcache.tree_digest(context), *tools)
-    found = sorted(entry.glob("gfd-*.whl"))
-    if len(found) == 1:
-        dist.mkdir(parents=True, exist_ok=True)
-        return Path(shutil.copy2(found[0], dist / found[0].name))
-    wheel = _build_wheel(context, dist)
-    diskcache.store(entry / wheel.name, wheel.read_bytes())
-    return wheel
-
-
 @dataclass(frozen=True)
 class Installed:
     venv: Path
@@ -232,7 +214,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     # 2. pip wheel --no-deps, as the wheel stage does -- or the wheel an earlier run built
     #    from a build context with the same bytes, with the same build tools.
     dist = work / "dist"
-    wheel = _built_wheel(context, dist)
+    wheel = _build_wheel(context, dist)
 
     # 3. A fresh virtualenv without pip; the wheel installed into it from outside.
     venv = work / "venv"

@@ -23,23 +23,35 @@ The only code in gfd that imports ``pynvml`` or reads ``/sys``.  Two entry point
     ``--fail-on-init-error`` (the agent exits 1), a DiscoveryError on later ones, and
     otherwise gives the host-only snapshot (NVML is tried again next pass).
 
-``--device-discovery-strategy``: ``nvml`` and ``auto`` both read NVML (``auto`` means NVML
-when ``libnvidia-ml.so.1`` loads, and NVML is the only backend gfd has).
+``--device-discovery-strategy`` (upstream internal/resource/factory.go): ``nvml`` reads
+NVML; ``vfio`` reads PCI sysfs for GPUs bound to vfio-pci (gfd.discovery.vfio); ``tegra``
+asks the CUDA driver library (gfd.discovery.cuda); ``auto`` resolves as upstream's
+resolveMode over go-nvlib's ResolvePlatform (pkg/nvlib/info/resolver.go): tegra when the
+Tegra files are there and NVML's library is not, or when NVML lists an integrated GPU
+(a name holding ``(nvgpu)`` or ``NVIDIA Thor``); NVML otherwise (a WSL host is NVML too).
+``auto`` never picks vfio.  With neither NVML nor Tegra files upstream finds no platform;
+here that is NVML being unavailable, with the same consequences (exit 1 under
+``--fail-on-init-error``, else the minimal label set).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
-from gfd import records
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
 from gfd.echo import describe
-from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
+from gfd.errors import (
+    DiscoveryError,
+    NvmlLibraryMissingError,
+    NvmlUnavailableError,
+    UsageError,
+)
 from gfd.observability import Metrics, get_logger
 from gfd.settings import DISCOVERY_STRATEGIES, Settings
-from gfd.snapshot import Gpu, LostGpu, Snapshot, Topology
+from gfd.snapshot import Driver, Gpu, LostGpu, Snapshot, Topology
 
 __all__ = ["discover", "discover_host_only", "read_snapshot"]
 
@@ -65,24 +77,58 @@ def read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> 
     return found
 
 
-def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
+#: go-nvlib's Tegra markers (pkg/nvlib/info/property-extractor.go, HasTegraFiles): the
+#: release file, or a SoC family that starts with "tegra"
+TEGRA_RELEASE_FILE = "/etc/nv_tegra_release"
+TEGRA_FAMILY_FILE = os.path.join("devices", "soc0", "family")  # under the sysfs root
+
+
+def has_tegra_files(sysfs_root: str) -> bool:
+    if os.path.isfile(TEGRA_RELEASE_FILE):
+        return True
+    family = sysfs.read_attribute(os.path.join(sysfs_root, TEGRA_FAMILY_FILE))
+    return family is not None and family.lower().startswith("tegra")
+
+
+def is_integrated_gpu_name(name: str) -> bool:
+    """go-nvlib's IsIntegratedGPUName: Orin reports ``Orin (nvgpu)``, Thor ``NVIDIA Thor``."""
+    return "(nvgpu)" in name or "NVIDIA Thor" in name
+
+
+def discover(settings: Settings, *, nvml: Any = None, cuda: Any = None) -> Snapshot:
     """Full discovery of this node.
 
     ``nvml`` is the NVML bindings module to use (tests pass a fake); by default ``pynvml``.
+    ``cuda`` is the CUDA driver library for the tegra strategy (tests pass a fake); by
+    default ``libcuda.so.1`` through ctypes.
     """
-    if settings.device_discovery_strategy not in DISCOVERY_STRATEGIES:
+    strategy = settings.device_discovery_strategy
+    if strategy not in DISCOVERY_STRATEGIES:
         raise UsageError(
-            f"--device-discovery-strategy {describe(settings.device_discovery_strategy)}: "
+            f"--device-discovery-strategy {describe(strategy)}: "
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
         )
-    module = nvml_source.load_module() if nvml is None else nvml
-    topology = None
-    if settings.wants_topology:
-        reading, topology = nvml_source.read_with_topology(module)
-    else:
-        reading = nvml_source.read(module)
+    if strategy == "vfio":
+        from gfd.discovery import vfio
+
+        return _host_snapshot(settings, *vfio.read(settings.sysfs_root), "vfio")
+    if strategy == "tegra":
+        return _discover_tegra(settings, cuda)
+    try:
+        module = nvml_source.load_module(settings.driver_root_ctr_path) if nvml is None else nvml
+        topology = None
+        if settings.wants_topology:
+            reading, topology = nvml_source.read_with_topology(module)
+        else:
+            reading = nvml_source.read(module)
+    except NvmlLibraryMissingError:
+        if strategy == "auto" and has_tegra_files(settings.sysfs_root):
+            return _discover_tegra(settings, cuda)
+        raise
+    if strategy == "auto" and any(is_integrated_gpu_name(gpu.name) for gpu in reading.gpus):
+        return _discover_tegra(settings, cuda)
     gpus = tuple(
-        records.replace(gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id))
+        replace(gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id))
         for gpu in reading.gpus
     )
     return Snapshot(
@@ -92,6 +138,27 @@ def discover(settings: Settings, *, nvml: Any = None) -> Snapshot:
         gpus=gpus,
         topology=None if topology is None else _with_numa_nodes(topology, gpus, settings),
         lost=reading.lost + missing_from_nvml(settings.sysfs_root, reading, gpus),
+    )
+
+
+def _discover_tegra(settings: Settings, cuda: Any) -> Snapshot:
+    from gfd.discovery import cuda as cuda_source
+
+    library = cuda_source.load_library(settings.driver_root_ctr_path) if cuda is None else cuda
+    return _host_snapshot(settings, *cuda_source.read(library), "tegra")
+
+
+def _host_snapshot(
+    settings: Settings, driver: Driver, gpus: tuple[Gpu, ...], discovery: str
+) -> Snapshot:
+    """A vfio or tegra node: the backend's GPUs plus the machine type and the vGPU scan,
+    which upstream labels whatever the backend (internal/lm/labeler.go, nvml.go)."""
+    return Snapshot(
+        driver=driver,
+        machine=sysfs.read_machine_type(settings.machine_type_file),
+        vgpu=sysfs.scan_vgpu(settings.sysfs_root),
+        gpus=gpus,
+        discovery=discovery,
     )
 
 

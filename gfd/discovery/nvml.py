@@ -16,16 +16,18 @@ fabric info NOT_SUPPORTED (not attached), memory info failing (memory unknown).
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.discovery import mig_profile
-from gfd.errors import DiscoveryError, NvmlUnavailableError
+from gfd.discovery.driver_root import resolve_library
+from gfd.errors import DiscoveryError, NvmlLibraryMissingError, NvmlUnavailableError
 from gfd.labels.devices import is_skipped_device
 from gfd.observability import get_logger
-from gfd.records import record
 from gfd.snapshot import (
     ComputeCapability,
     Driver,
@@ -71,8 +73,12 @@ def _log() -> Any:
     return get_logger(component="discovery")
 
 
-def load_module() -> Any:
-    """The NVML bindings: ``import pynvml`` (a module already in ``sys.modules`` wins)."""
+LIBRARY = "libnvidia-ml.so.1"
+
+
+def load_module(driver_root: str = "/") -> Any:
+    """The NVML bindings: ``import pynvml`` (a module already in ``sys.modules`` wins), with
+    ``libnvidia-ml.so.1`` taken from ``driver_root`` when it is there (see use_library)."""
     try:
         import pynvml
     except ImportError as exc:
@@ -80,7 +86,32 @@ def load_module() -> Any:
             f"NVML is unavailable: the Python NVML bindings (package nvidia-ml-py, module "
             f"pynvml) cannot be imported: {exc}"
         ) from None
+    use_library(pynvml, resolve_library(driver_root, LIBRARY))
     return pynvml
+
+
+def use_library(module: Any, path: str) -> None:
+    """Make the bindings use the NVML library at ``path``.
+
+    pynvml loads ``libnvidia-ml.so.1`` by name in ``nvmlInit`` unless its module global
+    ``nvmlLib`` already holds a library (``_LoadNvmlLibrary``); that global is the one
+    place to hand it another.  A bare name, a library already loaded, or bindings without
+    that global (a stand-in module) are left alone."""
+    if os.sep not in path or getattr(module, "nvmlLib", "absent") is not None:
+        return
+    try:
+        library = ctypes.CDLL(path)
+    except OSError as exc:
+        raise NvmlLibraryMissingError(
+            f"NVML is unavailable: {path} (from --driver-root-ctr-path) could not be loaded: {exc}"
+        ) from None
+    lock = getattr(module, "libLoadLock", None)
+    if lock is None:
+        module.nvmlLib = library
+        return
+    with lock:
+        if module.nvmlLib is None:
+            module.nvmlLib = library
 
 
 def error_code(err: BaseException) -> int | None:
@@ -126,6 +157,8 @@ def session(nvml: Any) -> Iterator[None]:
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as err:
+        if error_code(err) == ERROR_LIBRARY_NOT_FOUND:
+            raise NvmlLibraryMissingError(unavailable_message(err)) from None
         raise NvmlUnavailableError(unavailable_message(err)) from None
     try:
         yield
@@ -137,7 +170,7 @@ def session(nvml: Any) -> Iterator[None]:
             _log().warning("nvml shutdown failed", error=str(err))
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvmlReading:
     """One pass over NVML: the driver, every GPU that answered (``pci_class`` is left for
     sysfs), the GPUs NVML reports lost (GPU_IS_LOST, RESET_REQUIRED), and how many
@@ -203,7 +236,7 @@ class _NvmlReader:
                     gpus.append(gpu)
             except self._error_type as err:
                 if error_code(err) in _LOST_CODES:
-                    # one GPU off the bus must not blind gfd to the others (issue 16)
+                    # one GPU off the bus must not blind gfd to the others
                     reason = f"NVML error on GPU {index} in {self._current}: {err}"
                     _log().warning("gpu lost", index=index, error=reason)
                     lost.append(LostGpu(index=index, pci_bus_id=self._bus_id, reason=reason))

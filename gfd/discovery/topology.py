@@ -11,10 +11,12 @@ Facts relied on (README "GPU topology"):
   INVALID_ARGUMENT past the GPU's last link (GB200 has 18 of the 36 ``NVML_NVLINK_MAX_LINKS``),
   so the walk stops at either.
 - ``nvmlDeviceGetNvLinkVersion`` returns the ``nvmlNvlinkVersion_t`` enum on real drivers
-  (A100 reports 5, H100 7: open-mpi/hwloc#658, TensorRT-LLM ``cluster_info.py``), while
-  NVIDIA's mock NVML returns the generation itself; :func:`nvlink_generation` maps both.
+  (A100 reports 5, ``NVML_NVLINK_VERSION_3_1``: open-mpi/hwloc#658), while NVIDIA's mock
+  NVML returns the generation itself; :func:`nvlink_generation` maps both.
 - On NVSwitch boards a link's remote PCI id is the switch's, never the peer GPU's, so an
   NVSwitch is recognised from ``nvmlDeviceGetNvLinkRemoteDeviceType`` only.
+- The PCIe root complex is the ``pci<domain>:<bus>`` element of the path the kernel's
+  ``/sys/bus/pci/devices/<bus id>`` link resolves to (:func:`read_pcie_root`).
 - The NUMA node is the kernel's ``/sys/bus/pci/devices/<bus id>/numa_node`` (what
   ``nvidia-smi topo -m`` shows as NUMA affinity); ``nvmlDeviceGetNumaNodeId`` answers only on
   platforms where GPU memory is itself a NUMA node (Grace Hopper), so it is not used.
@@ -25,15 +27,16 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from gfd import records
 from gfd.discovery.sysfs import read_attribute
 from gfd.observability import get_logger
 from gfd.snapshot import (
     MAX_NVLINKS,
     MAX_TOPOLOGY_GPUS,
     MAX_TOPOLOGY_NUMBER,
+    PCIE_ROOT,
     Gpu,
     GpuPair,
     GpuTopology,
@@ -55,10 +58,12 @@ BUS_ID = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 #: 64-bit words asked of nvmlDeviceGetCpuAffinity: room for 2048 CPUs
 CPU_SET_WORDS = 32
 
-#: nvmlNvlinkVersion_t as real drivers return it -> NVLink generation.  The enum's names
-#: (2_2, 3_1, ...) do not follow the marketing generations: A100 (NVLink 3) reports 5 and
-#: H100 (NVLink 4) reports 7; 8 is taken to be Blackwell's NVLink 5.
-ENUM_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 4, 8: 5}
+#: nvmlNvlinkVersion_t as real drivers return it -> NVLink generation (the major number of
+#: the enum's name), as the NVML header declares it: NVIDIA/go-nvml ``pkg/nvml/nvml.h``
+#: lines 9418-9429 at commit 2f9e261fe40a7a1c54783d66805e8920564763b4 --
+#: ``NVML_NVLINK_VERSION_1_0 = 1``, ``2_0 = 2``, ``2_2 = 3``, ``3_0 = 4``, ``3_1 = 5``,
+#: ``4_0 = 6``, ``5_0 = 7``, ``6_0 = 8`` (the same values as pynvml's constants).
+ENUM_GENERATION = {1: 1, 2: 2, 3: 2, 4: 3, 5: 3, 6: 4, 7: 5, 8: 6}
 #: the NVLink generation of each architecture (compute capability major)
 ARCH_GENERATION = {6: 1, 7: 2, 8: 3, 9: 4, 10: 5}
 
@@ -80,12 +85,16 @@ def nvlink_generation(raw: int, compute_major: int) -> int | None:
 
     A real driver's enum is mapped through :data:`ENUM_GENERATION`; a value that is
     exactly the generation of the GPU's architecture while the enum would say otherwise is
-    a mock's generation and is taken as it is.  None when the value means nothing known.
+    a mock's generation and is taken as it is.  A link is never newer than its GPU: an
+    enum past the architecture's generation (a driver that numbers differently from the
+    header) counts as the architecture's.  None when the value means nothing known.
     """
     expected = ARCH_GENERATION.get(compute_major)
     from_enum = ENUM_GENERATION.get(raw)
     if expected is not None and raw == expected and from_enum != expected:
         return raw
+    if expected is not None and from_enum is not None and from_enum > expected:
+        return expected
     return from_enum
 
 
@@ -122,13 +131,39 @@ def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
     return node if 0 <= node <= MAX_TOPOLOGY_NUMBER else None
 
 
+def read_pcie_root(sysfs_root: str, bus_id: str) -> str | None:
+    """The PCIe root complex above ``bus_id`` as koordlet names it: the first
+    :data:`~gfd.snapshot.PCIE_ROOT` match (``pci0000:3a``) in the path that
+    ``<root>/bus/pci/devices/<bus id>`` resolves to, e.g.
+    ``/sys/devices/pci0000:3a/0000:3a:02.0/0000:3b:00.0``.  koordlet's GPU and RDMA
+    collectors both name it so (koordinator ``pkg/koordlet/metricsadvisor/devices/helper/
+    topology.go``, ``getPCIERootComplexID`` and ``parsePCIEID``, commit a7a1b76b), and the
+    scheduler places a GPU and an RDMA NIC under one root by comparing these strings.
+    None when the link does not resolve or names no root."""
+    if not bus_id or "/" in bus_id or bus_id in (".", ".."):
+        return None
+    path = os.path.join(sysfs_root, "bus", "pci", "devices", bus_id)
+    try:
+        resolved = os.path.realpath(path, strict=True)
+        root = os.path.realpath(sysfs_root)
+    except (OSError, ValueError):
+        return None
+    if resolved.startswith(root + os.sep):  # a root in the mount point's own name is not it
+        resolved = resolved[len(root) :]
+    match = PCIE_ROOT.search(resolved)
+    return None if match is None else match.group(0)
+
+
 def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
+    """``topology`` with each GPU's NUMA node and PCIe root read from sysfs."""
     bus_ids = {gpu.index: gpu.pci_bus_id for gpu in gpus}
-    return records.replace(
+    return replace(
         topology,
         gpus=tuple(
-            records.replace(
-                entry, numa_node=read_numa_node(sysfs_root, bus_ids.get(entry.index, ""))
+            replace(
+                entry,
+                numa_node=read_numa_node(sysfs_root, bus_ids.get(entry.index, "")),
+                pcie_root=read_pcie_root(sysfs_root, bus_ids.get(entry.index, "")),
             )
             for entry in topology.gpus
         ),

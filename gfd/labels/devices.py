@@ -95,6 +95,11 @@ def configured_replicas(resource: str, sharing: Sharing) -> int:
 def architecture_labels(cc: ComputeCapability) -> dict[str, str]:
     if cc.major == 0:
         return {}
+    if cc.major < 0:
+        # unknown (a vfio GPU): upstream labels family "undefined" and compute.major/minor
+        # "-1" (internal/lm/resource.go, newArchitectureLabels), which is no valid label
+        # value: NFD drops those two before they reach the node, so they are left out here
+        return {keys.FAMILY: family(cc)}
     return {
         keys.FAMILY: family(cc),
         keys.COMPUTE_MAJOR: str(cc.major),

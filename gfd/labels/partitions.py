@@ -1,6 +1,10 @@
 """The GPU partition table computed from the snapshot's topology (pure).
 
-The rules (README "GPU topology"), in one place:
+It follows Koordinator's proposal "GPU Partitioning APIs" (docs/proposals, 2024-10-08):
+a partition is a set of GPUs a job may be given, ``ringBusBandwidth`` "the bottleneck
+bandwidth between GPUs in the Ring algorithm", ``allocationScore`` "the overall
+allocation quality for the node after the partition has been assigned away".  The rules
+(README "GPU topology and partitions"), in one place:
 
 - A GPU is named by its minor number (``/dev/nvidia<minor>``, what Koordinator calls a
   minor); when any GPU's minor is unknown, every GPU is named by its NVML index instead.
@@ -10,26 +14,45 @@ The rules (README "GPU topology"), in one place:
   says "not OK" has no hop, whatever the links say.
 - A hop's bandwidth is its links times the per-link, per-direction bandwidth of the older
   of the two GPUs' NVLink generations (:data:`NVLINK_LINK_BANDWIDTH`); unknown when a
-  generation is.
-- For each size 2, 4, 8, ... up to the GPU count, the candidate groups are buddy-aligned:
-  minors ``[k*size, (k+1)*size)``.  A candidate is a partition when its GPUs can form an
-  NVLink ring: a cycle through every member in which every hop has at least one link.
-  Its ``ringBusBandwidth`` is the best such ring's bottleneck hop (the ring whose slowest
-  hop is fastest).
-- ``allocationScore`` (1 is best; Koordinator takes the lowest first): within one size, 1 +
-  the number of distinct bandwidths above the partition's own (unknown counts as lowest).
+  generation is.  It is what the two GPUs can send each other over every NVLink path they
+  have, on every board alike: all 18 switch links of an H100, the one or two direct links
+  of a DGX-1 pair.
+- The candidates, for each size 2, 4, 8, ... up to the GPU count:
+
+  - on an NVSwitch board (a GPU has a link to an NVSwitch), the fabric manager's fixed,
+    index-aligned blocks: minors ``[k*size, (k+1)*size)`` (as koordinator's built-in
+    Hopper table, ``GPUPartitionIndexOfNVIDIAHopper`` in
+    ``pkg/scheduler/plugins/deviceshare/allocator_gpu_helper.go``);
+  - elsewhere, the GPU sets NVLink actually joins: every set of that size inside one
+    NVLink-connected group of GPUs (aligned or not: the DGX-1's doubled pair 0-3, the
+    bridge of a PCIe board that joins GPUs 1 and 2).  A group of more than
+    :data:`EXACT_MEMBERS` GPUs, or a node of more than :data:`JOINED_GPUS` (no such board
+    is built), falls back to the aligned blocks, which keeps the table small.
+
+  A candidate is a partition when its GPUs can form an NVLink ring: a cycle through every
+  member in which every hop has at least one link (two GPUs: the hop itself).
+- ``ringBusBandwidth`` is the best such ring's bottleneck hop (the ring whose slowest hop
+  is fastest) -- one measure for every board.
 - Size 1 is listed only when the node has at least one partition of size 2 or more: every
-  GPU, without ``ringBusBandwidth`` (there is no ring); a GPU that belongs to no 2-GPU
-  partition scores 1 (giving it away breaks no pair) and the others 2 — or 1 when every GPU
-  is in a pair (the same rank rule as above: the best present is 1).
+  GPU, without ``ringBusBandwidth`` (there is no ring).
+- ``allocationScore`` (an int, 1 the best; koordinator's ``allocateByPartition`` in
+  ``pkg/scheduler/plugins/deviceshare/allocator_gpu.go`` tries the lowest score first):
+  what the node still offers once the partition is given away -- the largest partition
+  that shares no GPU with it, then the best bandwidth among those of that size
+  (:func:`left_after`).  Within one size, the partitions that leave the most score 1, the
+  next 2, and so on; equal leftovers score equal (koordinator then bin-packs among them).
 - No NVLink partition at all (PCIe-only nodes, or no topology in the snapshot): the table
-  is empty — Koordinator's only link type is NVLink.
+  is empty ``{}`` -- Koordinator's only link type is NVLink.
+
+koordinator commit cited throughout: a7a1b76bbf81abd26f9c377de1f31a60dd965f6e.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gfd.errors import ConfigError
 from gfd.partitions import (
@@ -39,7 +62,6 @@ from gfd.partitions import (
     check_against_minors,
     format_quantity,
 )
-from gfd.records import record
 from gfd.snapshot import MAX_TOPOLOGY_GPUS, GpuTopology, Snapshot
 
 GB = 10**9
@@ -49,22 +71,24 @@ GB = 10**9
 #: 3: A100, 12 links = 600 GB/s both ways (A100 datasheet) -> 25 GB/s.
 #: 4: H100 SXM, 18 links = 900 GB/s both ways (H100 datasheet, HGX H100) -> 25 GB/s.
 #: 5: B200, 18 links = 1.8 TB/s both ways (Blackwell datasheet, HGX B200) -> 50 GB/s.
+#: 6 (NVML_NVLINK_VERSION_6_0) has no figure here yet: its hops have unknown bandwidth.
 NVLINK_LINK_BANDWIDTH = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 50 * GB}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Hop:
     links: int
     bandwidth: int | None  # bytes/s; None when a generation is unknown
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkGraph:
     """The NVLink hops between the node's GPUs, by minor."""
 
     minors: tuple[int, ...]
     hops: dict[tuple[int, int], Hop]  # (low minor, high minor) -> hop; absent: no NVLink
     link_bandwidth: dict[int, int]  # minor -> all its active links x per-link bandwidth
+    switched: bool = False  # a GPU has a link to an NVSwitch: the fabric manager's board
 
     def hop(self, a: int, b: int) -> Hop | None:
         return self.hops.get((a, b) if a < b else (b, a))
@@ -141,7 +165,12 @@ def _link_graph(snapshot: Snapshot) -> LinkGraph | None:
                 bandwidth = None if hop_link is None else links * hop_link
             low, high = sorted((name[a.index], name[b.index]))
             hops[(low, high)] = Hop(links=links, bandwidth=bandwidth)
-    return LinkGraph(minors=tuple(sorted(name.values())), hops=hops, link_bandwidth=link_bandwidth)
+    return LinkGraph(
+        minors=tuple(sorted(name.values())),
+        hops=hops,
+        link_bandwidth=link_bandwidth,
+        switched=bool(to_switch),
+    )
 
 
 # ----------------------------------------------------------------------------- rings
@@ -319,6 +348,11 @@ def ring(
 
 # ----------------------------------------------------------------------------- table
 
+#: a node without NVSwitch of at most this many GPUs lists every joined set (module
+#: docstring); a larger one (no such board exists) only the aligned blocks, so that the
+#: table stays small enough for a node annotation
+JOINED_GPUS = 16
+
 
 def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     """The partition table the topology allows (module docstring for the rules)."""
@@ -330,55 +364,122 @@ def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     return dict(table)
 
 
+def _components(graph: LinkGraph) -> list[tuple[int, ...]]:
+    """The groups of GPUs NVLink connects (directly or through NVSwitches), each sorted."""
+    parent = {m: m for m in graph.minors}
+
+    def root(m: int) -> int:
+        while parent[m] != m:
+            parent[m] = parent[parent[m]]
+            m = parent[m]
+        return m
+
+    for a, b in graph.hops:
+        parent[root(a)] = root(b)
+    groups: dict[int, list[int]] = {}
+    for m in graph.minors:
+        groups.setdefault(root(m), []).append(m)
+    return sorted(tuple(g) for g in groups.values())
+
+
+def _aligned(present: set[int], size: int) -> list[tuple[int, ...]]:
+    """The index-aligned blocks of ``size`` whose minors are all present (minors may be
+    sparse and large: only the blocks that hold a GPU are looked at)."""
+    blocks = []
+    for start in sorted({minor - minor % size for minor in present}):
+        members = tuple(range(start, start + size))
+        if present.issuperset(members):
+            blocks.append(members)
+    return blocks
+
+
+def _candidates(graph: LinkGraph, size: int) -> list[tuple[int, ...]]:
+    """The GPU sets of ``size`` that may be partitions, before the ring check."""
+    present = set(graph.minors)
+    if graph.switched or len(present) > JOINED_GPUS:
+        return _aligned(present, size)
+    found: list[tuple[int, ...]] = []
+    for component in _components(graph):
+        if len(component) < size:
+            continue
+        if len(component) <= EXACT_MEMBERS:
+            found.extend(itertools.combinations(component, size))
+        else:
+            found.extend(_aligned(set(component), size))
+    return sorted(found)
+
+
 def _computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     if graph is None or not graph.minors:
         return {}
     present = set(graph.minors)
-    table: dict[int, tuple[Partition, ...]] = {}
+    rings: dict[int, list[tuple[tuple[int, ...], int | None]]] = {}
     budget = _Budget(SEARCH_STEPS)
     size = 2
     while size <= len(present):
-        found: list[tuple[tuple[int, ...], int | None]] = []
-        # only the buddy groups that hold a GPU (minors may be sparse and large)
-        for start in sorted({minor - minor % size for minor in present}):
-            members = tuple(range(start, start + size))
-            if not present.issuperset(members):
-                continue
+        for members in _candidates(graph, size):
             ok, bandwidth = ring(graph, members, budget)
             if ok:
-                found.append((members, bandwidth))
-        if found:
-            table[size] = _scored(found)
+                rings.setdefault(size, []).append((members, bandwidth))
         size *= 2
-    if not table:
+    if not rings:
         return {}
-    paired = {m for p in table.get(2, ()) for m in p.minors}
-    some_unpaired = bool(present - paired)
-    table[1] = tuple(
-        Partition(
-            minors=(m,),
-            allocation_score=2 if m in paired and some_unpaired else 1,
-            gpu_link_type=NVLINK,
-        )
-        for m in sorted(present)
-    )
-    return dict(sorted(table.items()))
-
-
-def _scored(found: list[tuple[tuple[int, ...], int | None]]) -> tuple[Partition, ...]:
-    distinct = sorted({bw for _, bw in found if bw is not None}, reverse=True)
-    partitions = []
-    for members, bandwidth in found:
-        rank = len(distinct) if bandwidth is None else distinct.index(bandwidth)
-        partitions.append(
+    rings[1] = [((m,), None) for m in sorted(present)]
+    scores = _scores([found for size in sorted(rings) for found in rings[size]])
+    return {
+        size: tuple(
             Partition(
                 minors=members,
-                allocation_score=1 + rank,
+                allocation_score=scores[members],
                 gpu_link_type=NVLINK,
                 ring_bus_bandwidth=None if bandwidth is None else format_quantity(bandwidth),
             )
+            for members, bandwidth in rings[size]
         )
-    return tuple(partitions)
+        for size in sorted(rings)
+    }
+
+
+#: what is left when nothing is: no GPU, no bandwidth
+_NOTHING = (0, -1)
+
+
+def left_after(
+    partitions: Sequence[tuple[tuple[int, ...], int | None]],
+) -> dict[tuple[int, ...], tuple[int, int]]:
+    """For each partition, the quality of what the node still offers once it is given
+    away: the size of the largest partition that shares no GPU with it, and the best
+    ``ringBusBandwidth`` among those of that size (-1: unknown or none, a singleton has
+    no ring); ``(0, -1)`` when nothing is left."""
+    ranked = sorted(
+        (
+            (sum(1 << m for m in members), len(members), -1 if bw is None else bw)
+            for members, bw in partitions
+        ),
+        key=lambda item: (item[1], item[2]),
+        reverse=True,
+    )
+    left: dict[tuple[int, ...], tuple[int, int]] = {}
+    for members, _ in partitions:
+        mask = sum(1 << m for m in members)
+        # the first disjoint one in (size, bandwidth) order is the best left
+        left[members] = next(
+            ((size, bw) for other, size, bw in ranked if not other & mask), _NOTHING
+        )
+    return left
+
+
+def _scores(
+    partitions: Sequence[tuple[tuple[int, ...], int | None]],
+) -> dict[tuple[int, ...], int]:
+    """``allocationScore`` per partition: within one size, 1 for the partitions that leave
+    the best (:func:`left_after`), 2 for the next best, and so on (equal: equal score)."""
+    left = left_after(partitions)
+    by_size: dict[int, set[tuple[int, int]]] = {}
+    for members, _ in partitions:
+        by_size.setdefault(len(members), set()).add(left[members])
+    order = {size: sorted(found, reverse=True) for size, found in by_size.items()}
+    return {members: 1 + order[len(members)].index(left[members]) for members, _ in partitions}
 
 
 def partition_table(snapshot: Snapshot, override: PartitionTable | None) -> PartitionTable:

@@ -1,29 +1,60 @@
 """koordlet device-info files: the GPUs and the partition table, for Koordinator.
 
-Koordinator's scheduler reads the partition table only from the annotation
-``scheduling.koordinator.sh/gpu-partitions`` on the node's ``Device`` object, and koordlet
-owns that object (it rewrites its labels and annotations on every report).  The way in is
-koordlet's XPU path (koordinator ``pkg/koordlet/metricsadvisor/devices/xpu``, feature gate
-``Accelerators``): it reads every regular file of ``/etc/kubernetes/koordlet/device-infos/``
-as a JSON list of ``XPUDeviceInfo`` (``pkg/koordlet/util/device.go``) and, in
-``statesinformer/impl/states_device_linux.go`` (``getPartitionTableFromXPUDevices``), turns
-each ``topology.p2pLinks[]`` entry of a device into one partition: the link's
-``peerMinor`` list plus the device's own minor, ``allocationScore`` 1.  So:
+Every claim below is about koordinator-sh/koordinator at commit
+a7a1b76bbf81abd26f9c377de1f31a60dd965f6e (README "GPU topology and partitions").
 
-- each partition of size >= 2 is written once, on its lowest-minor GPU, as one p2pLink whose
-  ``peerMinor`` is the other members (``"1,2,3"``); every other GPU gets ``"p2pLinks": []``
-  (a GPU without the field makes koordlet drop the whole table);
-- what koordlet cannot carry is lost: ``ringBusBandwidth``, our ``allocationScore`` (all
-  become 1) and size-1 entries (an empty ``peerMinor`` is rejected);
-- with no NVLink partition the ``p2pLinks`` field is left out on every GPU, so koordlet
-  publishes no table and no ``gpu-partition-policy`` label.
+The scheduler's deviceshare plugin takes the partition table from the annotation
+``scheduling.koordinator.sh/gpu-partitions`` on the node's ``Device`` object
+(``apis/extension/device_share.go``, ``GetGPUPartitionTable``), or, when there is none, from
+its built-in table for nodes labelled H100, H800 or H20 (``GetDesignatedGPUPartitionIndexer``
+in ``pkg/scheduler/plugins/deviceshare/allocator_gpu_helper.go``).  koordlet owns the
+Device object and rewrites its labels and annotations on every report, so the way in is
+koordlet's XPU path (feature gate ``Accelerators``):
 
-Once koordlet finds device infos it stops reporting GPUs from NVML itself (and with them the
-``node.koordinator.sh/gpu-driver-version`` label and its XID health checks): the files carry
-each GPU's UUID, minor, model, memory, NUMA node and bus id instead (README).
+- ``pkg/koordlet/metricsadvisor/devices/xpu/collector_xpu.go`` (``GetXPUDevice``) reads
+  every entry of the directory ``--xpu-device-infos-dir`` but directories (default
+  ``/var/run/koordlet/xpu-device-infos/``, ``pkg/koordlet/util/system/config.go``) as a
+  JSON list of ``XPUDeviceInfo`` (``pkg/koordlet/util/device.go``); one entry that is not
+  such a list fails the whole read;
+- ``pkg/koordlet/statesinformer/impl/states_device_linux.go``:
+  ``getPartitionTableFromXPUDevices`` skips a device without ``topology.p2pLinks``, turns
+  each p2pLink (``peerMinor`` a comma-separated list, ``type`` the link type; an empty
+  one is refused) into one partition -- the peers plus the device's own minor, sorted,
+  each set once -- with ``allocationScore`` 1 and no ``ringBusBandwidth``;
+  ``buildXPUDeviceLabels`` labels the Device ``node.koordinator.sh/gpu-partition-policy``
+  from the *first* device alone: ``Prefer`` when its ``p2pLinks`` is present (an empty
+  list counts), ``Honor`` when it also says ``mustHonorPartition``;
+  ``getXPUDeviceTopology`` publishes ``nodeID`` (absent: -1), ``pcieID`` and ``busID``.
+
+So gfd writes:
+
+- each partition of size >= 2 once, on its lowest-minor GPU, as one p2pLink whose
+  ``peerMinor`` is the other members (``"1,2,3"``), and ``"p2pLinks": []`` on every other
+  GPU (the first GPU then always carries the field: the label says ``Prefer``); with no
+  partition the field is left out everywhere, and koordlet publishes no table and no label;
+- never ``mustHonorPartition``: koordlet cannot carry size-1 partitions or a bandwidth,
+  and under ``Honor`` every pod on the node goes through ``allocateByPartition``
+  (``pkg/scheduler/plugins/deviceshare/allocator_gpu.go``), which refuses 1-GPU pods
+  ("Unsupported number of GPU requests");
+- ``pcieID`` as koordlet's own GPU and RDMA collectors write it (``pci0000:3a``,
+  ``pkg/koordlet/metricsadvisor/devices/helper/topology.go``, ``ParsePCIInfo``): the
+  scheduler puts a GPU and an RDMA NIC under one PCIe root by comparing these strings;
+  left out when unknown;
+- ``nodeID`` always: the GPU's NUMA node, or ``0`` when the kernel gives none (-1) or gfd
+  could not read it -- what koordlet's own collectors publish for -1 (``getNUMANodeID``).
+  A -1 would take the GPU out of the scheduler's NUMA topology (``newNUMATopology`` in
+  ``numa_topology.go`` skips it), so a pod with a designated allocation on a node with NUMA
+  alignment would be refused (``generateDesignatedHints``, ``topology_hint.go``), and the
+  GPU would no longer share a (NUMA node, PCIe root) with koordlet's RDMA NICs.
+
+What the table loses on this path (``ringBusBandwidth``, gfd's scores, size 1) stays in
+gfd's own Node annotation (:mod:`gfd.outputs.topology`).  Once koordlet finds device infos
+it stops reporting GPUs from NVML itself (and with them the
+``node.koordinator.sh/gpu-driver-version`` label and its XID health checks): the files
+carry each GPU's UUID, minor, model, memory, NUMA node, PCIe root and bus id instead.
 
 The file is written atomically: a temporary file in a sub-directory (koordlet skips
-directories, but would read — and fail on — a half-written dot-file), then ``os.replace``;
+directories, but would read -- and fail on -- a half-written file), then ``os.replace``;
 nothing planted inside the directory is followed (:class:`KoordletDeviceInfos`).
 """
 
@@ -50,6 +81,12 @@ TEMP_DIR = ".gfd-tmp"
 VENDOR = "nvidia"
 GPU_CORE = "koordinator.sh/gpu-core"
 GPU_MEMORY = "koordinator.sh/gpu-memory"
+#: the NUMA node written when the kernel gives none or it is unknown: koordlet's own
+#: collectors turn the kernel's -1 into 0 (module docstring)
+UNKNOWN_NUMA_NODE = 0
+#: koordlet's default device-info directory (``XPUDeviceInfosDir``, koordinator
+#: ``pkg/koordlet/util/system/config.go``, since v1.7.0): what the manifests mount
+DEFAULT_DIR = "/var/run/koordlet/xpu-device-infos"
 
 
 def model(name: str) -> str:
@@ -83,9 +120,11 @@ def device_infos(snapshot: Snapshot, table: PartitionTable) -> list[dict[str, An
         if links:
             topology["p2pLinks"] = links.get(minor, [])
         entry = entries.get(gpu.index)
-        if entry is not None and entry.numa_node is not None:
-            topology["nodeID"] = str(entry.numa_node)
-        if gpu.pci_bus_id:  # pcieID (the PCIe switch koordlet's NVML path finds) is unknown
+        numa = entry.numa_node if entry is not None else None
+        topology["nodeID"] = str(UNKNOWN_NUMA_NODE if numa is None else numa)
+        if entry is not None and entry.pcie_root is not None:
+            topology["pcieID"] = entry.pcie_root
+        if gpu.pci_bus_id:
             topology["busID"] = gpu.pci_bus_id
         infos.append(
             {

@@ -84,7 +84,10 @@ class NodeFeatureOutput:
         self.pod_name = settings.pod_name
         self.object_name = NAME_PREFIX + self.node_name
         self._client = client or KubeClient(
-            settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
+            settings.kubeconfig,
+            budget=retry_budget(settings.sleep_interval),
+            qps=settings.kube_api_qps,
+            burst=settings.kube_api_burst,
         )
         self._owner_references: list[JSON] | None = None if settings.pod_name else []
         #: NFD Features for ``spec.features`` (gfd.labels.features), set by the agent

@@ -104,7 +104,10 @@ class NodeLabelsOutput:
         self.node_name = settings.node_name or ""
         self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
         self._client = client or KubeClient(
-            settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
+            settings.kubeconfig,
+            budget=retry_budget(settings.sleep_interval),
+            qps=settings.kube_api_qps,
+            burst=settings.kube_api_burst,
         )
         # the keys we own as last confirmed by the server; None: read the node first
         # (the first publish, and after any write whose outcome is unknown)

@@ -14,21 +14,27 @@ dotted path, so settings can read the table without pulling in any output's depe
 from __future__ import annotations
 
 import importlib
+import os
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import UsageError
-from gfd.records import record
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class OutputKind:
     #: the output's short name, as in logs and metrics ("file", "nodefeature", ...)
     name: str
     #: "module:attribute" of a callable taking the Settings and returning the Output
     factory: str
     #: the Settings attributes this kind's output is built from: when one of them changes on
-    #: reload, a new output is built (the old one's on_exit runs first)
+    #: reload, a new output is built
     identity: tuple[str, ...]
+    #: the Settings attributes that say where this kind publishes (a subset of identity): a
+    #: reload that changes the place retires the old one as --cleanup would
+    place: tuple[str, ...] = ()
+    #: the place is a path: compared once resolved (``./gfd`` and ``$PWD/gfd`` are one file)
+    place_is_path: bool = False
     #: the boolean Settings attribute (the option of that name) that selects this kind;
     #: None: chosen by the features-file setting when no flag selects another kind
     selected_by: str | None = None
@@ -48,8 +54,18 @@ class OutputKind:
 def _api_kind(name: str, selected_by: str, factory: str) -> OutputKind:
     """An output that publishes to the API server, for one node, with a client whose retries
     are bounded by the interval."""
-    identity = ("node_name", "namespace", "kubeconfig", "sleep_interval")
-    return OutputKind(name, factory, identity, selected_by, needs_node_name=True)
+    identity = (
+        "node_name",
+        "namespace",
+        "kubeconfig",
+        "sleep_interval",
+        "kube_api_qps",
+        "kube_api_burst",
+    )
+    # not the kubeconfig: another file may well name the same cluster, and retiring the
+    # "old" object there would delete what the new output just published
+    place = ("node_name", "namespace") if name == "nodefeature" else ("node_name",)
+    return OutputKind(name, factory, identity, place, selected_by=selected_by, needs_node_name=True)
 
 
 OUTPUT_KINDS: tuple[OutputKind, ...] = (
@@ -59,6 +75,8 @@ OUTPUT_KINDS: tuple[OutputKind, ...] = (
         "file",
         "gfd.outputs.file:file_output",
         ("effective_output_file", "sleep_interval", "effective_expiry_horizon"),
+        ("effective_output_file",),
+        place_is_path=True,
     ),
     OutputKind("stdout", "gfd.outputs.file:stdout_output", ()),
 )
@@ -80,7 +98,14 @@ def output_kind_of(settings: Any) -> OutputKind:
     else:
         kind = OUTPUT_KINDS_BY_NAME["stdout" if settings.effective_output_file is None else "file"]
     if kind.needs_node_name and not settings.node_name:
-        raise UsageError(f"--node-name (or NODE_NAME) is required with {kind.flag}")
+        hint = ""
+        if kind.name == "nodefeature":
+            # the daemon's default output since upstream v0.20.0: say how to leave it
+            hint = (
+                " (the default output; --use-node-feature-api=false writes the NFD "
+                "features file, --use-node-labels patches the Node)"
+            )
+        raise UsageError(f"--node-name (or NODE_NAME) is required with {kind.flag}{hint}")
     return kind
 
 
@@ -88,3 +113,12 @@ def output_identity(settings: Any) -> tuple[Any, ...]:
     """What identifies the output the settings build: equal identities, same output."""
     kind = output_kind_of(settings)
     return (kind.name, *(getattr(settings, name) for name in kind.identity))
+
+
+def output_place(settings: Any) -> tuple[Any, ...]:
+    """Where the output the settings build publishes: equal places, same destination."""
+    kind = output_kind_of(settings)
+    values = [getattr(settings, name) for name in kind.place]
+    if kind.place_is_path:
+        values = [os.path.realpath(value) for value in values]
+    return (kind.name, *values)

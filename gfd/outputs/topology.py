@@ -37,7 +37,10 @@ class PartitionsAnnotation:
         self.node_name = settings.node_name
         self._path = f"/api/v1/nodes/{settings.node_name}"
         self._client = client or KubeClient(
-            settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
+            settings.kubeconfig,
+            budget=retry_budget(settings.sleep_interval),
+            qps=settings.kube_api_qps,
+            burst=settings.kube_api_burst,
         )
         self._published: str | bool | None = False  # False: nothing written by this process
         self._log = get_logger(output="node-annotation", node=self.node_name)

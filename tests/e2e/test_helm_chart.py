@@ -47,6 +47,7 @@ COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     "vgpu-privileged": {"privileged": True},
     "runtime-class-nvidia": {"runtimeClassName": "nvidia"},
     "koordlet": {"koordlet.enabled": True},
+    "node-config": {"config.name": "gfd-config"},
 }
 # Components that make sense on the cleanup Job too (koordlet: the cleanup removes its file).
 CLEANUP_COMPONENTS = {"runtime-class-nvidia", "koordlet"}
@@ -274,9 +275,12 @@ def test_gfd_runs_as_its_own_user_and_only_the_init_container_as_root(
             assert init["securityContext"]["allowPrivilegeEscalation"] is False
 
 
-def test_config_map_is_mounted_and_named_by_the_config_file_variable(
+def test_config_map_is_mounted_and_its_entry_chosen_by_the_node_label(
     chart: Callable[[dict[str, Any]], list[Obj]],
 ) -> None:
+    """As upstream's chart runs config-manager whenever a ConfigMap is used
+    (deployments/helm/nvidia-device-plugin/templates/daemonset-gfd.yml:60-136 at v0.20.0),
+    gfd gets config-manager's variables and reads its own Node (get, nothing more)."""
     values = MODES[-2]
     objects = chart(values)
     config_map = only(objects, "ConfigMap")
@@ -287,13 +291,39 @@ def test_config_map_is_mounted_and_named_by_the_config_file_variable(
     mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
     volume = next(v for v in pod["spec"]["volumes"] if v["name"] == "config")
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
-    assert gfd_env(objects)["GFD_CONFIG_FILE"] == f"{mount['mountPath']}/config.yaml"
+    env = gfd_env(objects)
+    assert "GFD_CONFIG_FILE" not in env
+    assert env["CONFIG_FILE_SRCDIR"] == mount["mountPath"]
+    assert env["NODE_LABEL"] == "nvidia.com/device-plugin.config"
+    assert (env["DEFAULT_CONFIG"], env["FALLBACK_STRATEGIES"]) == ("", "named,single")
+    assert pod["spec"]["automountServiceAccountToken"] is True
+    role = next(o for o in objects if o["kind"] == "ClusterRole")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
 
 
-def test_an_external_config_map_needs_the_entry_named(helm_bin: Path) -> None:
+def test_without_the_node_label_one_entry_is_read_by_every_node(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    objects = chart({**MODES[-2], "config.selectByNodeLabel": False})
+    env = gfd_env(objects)
+    assert env["GFD_CONFIG_FILE"] == "/config/config.yaml"
+    assert "CONFIG_FILE_SRCDIR" not in env
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    assert (
+        only(objects, "DaemonSet")["spec"]["template"]["spec"]["automountServiceAccountToken"]
+        is False
+    )
+
+
+def test_an_external_config_map_needs_the_entry_named_without_the_node_label(
+    helm_bin: Path,
+) -> None:
+    objects = template(helm_bin, {"config.name": "mine"})
+    assert gfd_env(objects)["CONFIG_FILE_SRCDIR"] == "/config"
+    fixed = {"config.name": "mine", "config.selectByNodeLabel": False}
     with pytest.raises(AssertionError, match=re.escape("config.default")):
-        template(helm_bin, {"config.name": "mine"})
-    objects = template(helm_bin, {"config.name": "mine", "config.default": "a.yaml"})
+        template(helm_bin, fixed)
+    objects = template(helm_bin, {**fixed, "config.default": "a.yaml"})
     assert not [o for o in objects if o["kind"] == "ConfigMap"]
     assert gfd_env(objects)["GFD_CONFIG_FILE"] == "/config/a.yaml"
 
@@ -359,3 +389,31 @@ def test_fields_of_newer_releases_are_left_out_for_older_ones(helm_bin: Path) ->
     assert "recursiveReadOnly" not in host_sys("v1.20.2")
     assert "recursiveReadOnly" not in host_sys("v1.29.9")
     assert host_sys("v1.30.0")["recursiveReadOnly"] == "IfPossible"
+
+
+def test_per_node_configs_that_may_enable_mig_get_the_mig_monitor(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    """As upstream's allPossibleMigStrategiesAreNone (templates/_helpers.tpl:140-159 at
+    v0.20.0): an entry with migStrategy single/mixed, or an external ConfigMap, may turn MIG
+    on, and NVML then needs the MIG monitor device; no MIG_STRATEGY variable overrides the
+    entries."""
+
+    def mig_ready(values: dict[str, Any]) -> bool:
+        objects = chart(values)
+        container = only(objects, "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+        assert "MIG_STRATEGY" not in gfd_env(objects)
+        monitor = gfd_env(objects).get("NVIDIA_MIG_MONITOR_DEVICES") == "all"
+        assert monitor == (
+            "SYS_ADMIN" in container["securityContext"]["capabilities"].get("add", [])
+        )
+        return monitor
+
+    plain = {"default": "version: v1\n", "other": "version: v1\nflags: {migStrategy: none}\n"}
+    assert not mig_ready({"config.map": plain})
+    assert mig_ready(
+        {"config.map": {**plain, "mig": "version: v1\nflags:\n  migStrategy: mixed\n"}}
+    )
+    assert mig_ready({"config.name": "mine"})
+    fixed = {"config.selectByNodeLabel": False, "config.default": "default"}
+    assert not mig_ready({"config.map": {**plain, "mig": "flags: {migStrategy: mixed}"}, **fixed})

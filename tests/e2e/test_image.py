@@ -116,6 +116,13 @@ def test_gfds_virtualenv_carries_no_installer(ctr: str) -> None:
     assert not [name for name in done.stdout.split() if name.startswith("pip")]
 
 
+def test_the_image_carries_no_installer_at_all(ctr: str) -> None:
+    # the base image's own pip is removed too: nothing in the image can install a package
+    for command in (["pip", "--version"], ["pip3", "--version"], ["python3", "-m", "pip"]):
+        done = image.run(ctr, command)
+        assert done.returncode != 0, (command, done.stdout)
+
+
 def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_path: Path) -> None:
     from tests.e2e.current import pod_token, started
     from tests.test_manifests import tool
@@ -129,7 +136,7 @@ def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_p
         kube.mkdir(mode=0o755)
         # the server's CA beside the kubeconfig, at its path in the container (as a pod's
         # mounted service-account CA is): the host's path may be one the container shadows
-        # (its own /dev/shm, where the suite keeps temporary files)
+        # (its own /tmp or /dev/shm, where temporary files may be)
         config_path = plane.kubeconfig(kube / "kubeconfig", token, "gpu-feature-discovery")
         shutil.copyfile(plane.ca_file, kube / "ca.crt")
         (kube / "ca.crt").chmod(0o644)

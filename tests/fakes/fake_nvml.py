@@ -153,9 +153,16 @@ class FakeNvLink:
     remote_bus_id: str | None = None  # NVML form
 
 
-# NVLink generation -> what a real driver's nvmlDeviceGetNvLinkVersion returns (the
-# nvmlNvlinkVersion_t enum: A100 reports 5, H100 7); NVIDIA's mock returns the generation.
-DRIVER_NVLINK_VERSION = {1: 1, 2: 2, 3: 5, 4: 7, 5: 8}
+# NVLink generation -> what a real driver's nvmlDeviceGetNvLinkVersion returns: the
+# nvmlNvlinkVersion_t enum as pynvml's constants (and nvml.h) declare it (A100 reports
+# NVML_NVLINK_VERSION_3_1); NVIDIA's mock returns the generation itself.
+DRIVER_NVLINK_VERSION = {
+    1: real.NVML_NVLINK_VERSION_1_0,
+    2: real.NVML_NVLINK_VERSION_2_0,
+    3: real.NVML_NVLINK_VERSION_3_1,
+    4: real.NVML_NVLINK_VERSION_4_0,
+    5: real.NVML_NVLINK_VERSION_5_0,
+}
 REMOTE_TYPE = {
     "gpu": real.NVML_NVLINK_DEVICE_TYPE_GPU,
     "nvswitch": real.NVML_NVLINK_DEVICE_TYPE_SWITCH,

@@ -8,6 +8,7 @@ vendor capability with its records — so the parser can be fed good and broken 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,11 @@ CAPABILITY_LIST_BIT = 0x10
 CAPABILITY_POINTER = 0x34
 VENDOR_SPECIFIC = 0x09
 
+MIB = 2**20
+GIB = 2**30
+#: ``resource`` flags of a 32-bit and a 64-bit prefetchable memory BAR (IORESOURCE_*)
+MEM32 = 0x40200
+MEM64 = 0x14220C
 _SYSFS_BUS_ID = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 
@@ -104,6 +110,49 @@ class FakeSysfs:
         (directory / "config").write_bytes(plain_config() if config is None else config)
         return directory
 
+    def add_passthrough_gpu(
+        self,
+        address: str,
+        *,
+        device_id: int = 0x20B0,
+        pci_class: int = 0x030200,
+        driver: str | None = "vfio-pci",
+        bars: Sequence[tuple[int, int]] = ((16 * MIB, MEM32), (64 * GIB, MEM64), (32 * MIB, MEM64)),
+        virtual_function_of: str | None = None,
+    ) -> Path:
+        """An NVIDIA GPU as go-nvlib's nvpci reads it for the vfio strategy: ``device``,
+        the ``driver`` link (None: unbound), the ``resource`` table (one line per region:
+        start, end, flags; ``bars`` gives each BAR's size and flags, laid out from a base
+        address) and, for an SR-IOV virtual function, the ``physfn`` link."""
+        directory = self.add_device(address, pci_class=pci_class)
+        (directory / "device").write_text(f"0x{device_id:04x}\n")
+        if driver is not None:
+            target = self.root / "bus" / "pci" / "drivers" / driver
+            target.mkdir(parents=True, exist_ok=True)
+            (directory / "driver").symlink_to(target)
+        lines = []
+        start = 0x38000000000
+        for size, flags in bars:
+            end = start + size - 1 if size else start
+            lines.append(f"0x{start:016x} 0x{end:016x} 0x{flags:016x}")
+            start += max(size, 1 << 20)
+        lines += ["0x0000000000000000 0x0000000000000000 0x0000000000000000"] * (13 - len(lines))
+        (directory / "resource").write_text("\n".join(lines) + "\n")
+        if virtual_function_of is not None:
+            (directory / "physfn").symlink_to(self.devices / virtual_function_of)
+        return directory
+
+    def under_root(self, address: str, root: str) -> None:
+        """Move the function below its PCIe root complex, as the kernel lays it out:
+        ``devices/<root>/<address>``, with ``bus/pci/devices/<address>`` a link to it."""
+        link = self.devices / address
+        if link.is_symlink():
+            return
+        target = self.root / "devices" / root / address
+        target.parent.mkdir(parents=True, exist_ok=True)
+        link.rename(target)
+        link.symlink_to(os.path.relpath(target, link.parent))
+
 
 def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, Any]:
     """The sysfs tree and machine-type file of ``snapshot``; returns Settings overrides.
@@ -159,6 +208,10 @@ def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, Any]:
         settings["topology_labels"] = True
         bus_ids = {gpu.index: gpu.pci_bus_id for gpu in snapshot.gpus}
         for entry in snapshot.topology.gpus:
+            if entry.pcie_root is not None:
+                if not bus_ids.get(entry.index):
+                    raise UnrealizableSnapshot(f"GPU {entry.index}: a PCIe root without a bus id")
+                sysfs.under_root(bus_ids[entry.index], entry.pcie_root)
             if entry.numa_node is not None:
                 if not bus_ids.get(entry.index):
                     raise UnrealizableSnapshot(f"GPU {entry.index}: a NUMA node without a bus id")

@@ -16,15 +16,36 @@
 {{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/* The namespace of every namespaced object (upstream's namespaceOverride). */}}
+{{- define "gfd.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride -}}
+{{- end -}}
+
 {{- define "gfd.serviceAccountName" -}}
 {{- default (include "gfd.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
 
-{{/* Selector labels: what the kustomize overlays use, plus the release. */}}
+{{/* Selector labels: what the kustomize overlays use, plus the release; or, as upstream's
+selectorLabelsOverride, exactly those given. */}}
 {{- define "gfd.selectorLabels" -}}
+{{- if .Values.selectorLabelsOverride -}}
+{{ toYaml .Values.selectorLabelsOverride }}
+{{- else -}}
+{{ include "gfd.defaultSelectorLabels" . }}
+{{- end -}}
+{{- end -}}
+
+{{- define "gfd.defaultSelectorLabels" -}}
 app.kubernetes.io/name: {{ include "gfd.name" . }}
 app.kubernetes.io/part-of: nvidia-gpu
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The pods' labels: the selector labels, and the default ones besides an override. */}}
+{{- define "gfd.podLabels" -}}
+{{- $labels := include "gfd.defaultSelectorLabels" . | fromYaml -}}
+{{- with .Values.selectorLabelsOverride }}{{ $labels = merge (deepCopy .) $labels }}{{ end -}}
+{{ toYaml $labels }}
 {{- end -}}
 
 {{- define "gfd.labels" -}}
@@ -47,7 +68,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- end -}}
 
-{{/* The entry of that ConfigMap gfd reads. */}}
+{{/* "true" when the node label chooses the entry (upstream's config-manager, built in). */}}
+{{- define "gfd.nodeConfig" -}}
+{{- if and (include "gfd.configMapName" .) .Values.config.selectByNodeLabel }}true{{ end -}}
+{{- end -}}
+
+{{/* The entry of that ConfigMap gfd reads when no node label chooses it. */}}
 {{- define "gfd.configEntry" -}}
 {{- if .Values.config.default -}}
 {{- .Values.config.default -}}
@@ -60,7 +86,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Does the pod need its API token? */}}
 {{- define "gfd.usesApi" -}}
-{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") }}true{{ end -}}
+{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") (include "gfd.nodeConfig" .) }}true{{ end -}}
 {{- end -}}
 
 {{- define "gfd.featuresDir" -}}
@@ -91,8 +117,19 @@ Arguments: dict "root" $ "job" ("" | "oneshot" | "cleanup") "node" NODE
 {{- $featuresFile := eq $v.output "features-file" -}}
 {{- $configMap := include "gfd.configMapName" $root -}}
 {{- $mig := or (eq (toString $v.migStrategy) "single") (eq (toString $v.migStrategy) "mixed") -}}
+{{- /* Per-node configs may turn MIG on (upstream's allPossibleMigStrategiesAreNone): an
+external ConfigMap may, an entry of config.map does when its flags say so. */ -}}
+{{- if and (not $v.migStrategy) (include "gfd.nodeConfig" $root) -}}
+{{- if $v.config.name }}{{ $mig = true }}{{ end -}}
+{{- range $entry := $v.config.map -}}
+{{- $flags := dig "flags" dict (fromYaml (toString $entry)) -}}
+{{- if has (toString (dig "migStrategy" "" $flags)) (list "single" "mixed") }}{{ $mig = true }}{{ end -}}
+{{- end -}}
+{{- end -}}
 {{- $metrics := and (not $job) (gt (int $v.metricsPort) 0) -}}
 {{- $koordlet := $v.koordlet.enabled -}}
+{{- $privileged := or (eq (toString $v.privileged) "true") (eq (toString (dig "privileged" false (default dict $v.gfd.securityContext))) "true") -}}
+{{- $nodeConfig := include "gfd.nodeConfig" $root -}}
 {{- if $job }}
 nodeName: {{ .node }}
 restartPolicy: Never
@@ -110,12 +147,13 @@ runtimeClassName: {{ . }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- if $v.gfd.enableHostNetwork }}
+hostNetwork: true
+dnsPolicy: ClusterFirstWithHostNet
+{{- end }}
+{{- $podSecurity := dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532 "seccompProfile" (dict "type" "RuntimeDefault") }}
 securityContext:
-  runAsNonRoot: true
-  runAsUser: 65532
-  runAsGroup: 65532
-  seccompProfile:
-    type: RuntimeDefault
+  {{- mergeOverwrite $podSecurity (deepCopy $v.podSecurityContext) | toYaml | nindent 2 }}
 {{- with $v.nodeSelector }}
 nodeSelector:
   {{- toYaml . | nindent 2 }}
@@ -131,6 +169,40 @@ affinity:
 tolerations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- if or $featuresFile (and $koordlet (not $privileged)) }}
+initContainers:
+{{- end }}
+{{- if and $koordlet (not $privileged) }}
+# koordlet's device-info directory (root's, 0755): as features.d below, group 65532 gets
+# write, so gfd writes its file there as uid 65532. Any host account in group 65532 may then write
+# device infos that koordlet reports.
+  - name: koordlet-dir-group
+    image: {{ include "gfd.image" $root }}
+    imagePullPolicy: {{ $v.image.pullPolicy }}
+    command: ["python3", "-c"]
+    args:
+      - {{ include "gfd.featuresDirGroupScript" $root | quote }}
+      - {{ $v.koordlet.deviceInfosDir }}
+    securityContext:
+      runAsNonRoot: false
+      runAsUser: 0
+      runAsGroup: 65532
+      allowPrivilegeEscalation: false
+      readOnlyRootFilesystem: true
+      capabilities:
+        drop: ["ALL"]
+      seccompProfile:
+        type: RuntimeDefault
+    resources:
+      requests:
+        cpu: 10m
+        memory: 32Mi
+      limits:
+        memory: 64Mi
+    volumeMounts:
+      - name: koordlet-device-infos
+        mountPath: {{ $v.koordlet.deviceInfosDir }}
+{{- end }}
 {{- if $featuresFile }}
 # features.d on the host belongs to root (0755), and nfd-worker reads it as it is. Rather
 # than running the long-lived gfd as root, a one-off init container (uid 0, but with no
@@ -138,7 +210,6 @@ tolerations:
 # its group to one it belongs to (65532) and add group write (0755 -> 0775). Nothing else on
 # the host is touched, and gfd itself then runs as 65532. Note: any host account in group
 # 65532 may then write features.d too.
-initContainers:
   - name: features-d-group
     image: {{ include "gfd.image" $root }}
     imagePullPolicy: {{ $v.image.pullPolicy }}
@@ -212,13 +283,15 @@ containers:
       - name: GFD_LOG_FORMAT
         value: {{ . | quote }}
       {{- end }}
-      {{- if kindIs "bool" $v.gfd.noTimestamp }}
+      {{- $noTimestamp := ternary $v.noTimestamp $v.gfd.noTimestamp (kindIs "invalid" $v.gfd.noTimestamp) }}
+      {{- if kindIs "bool" $noTimestamp }}
       - name: GFD_NO_TIMESTAMP
-        value: {{ $v.gfd.noTimestamp | quote }}
+        value: {{ $noTimestamp | quote }}
       {{- end }}
-      {{- if not (kindIs "invalid" $v.gfd.sleepInterval) }}
+      {{- $sleepInterval := ternary $v.sleepInterval $v.gfd.sleepInterval (kindIs "invalid" $v.gfd.sleepInterval) }}
+      {{- if not (kindIs "invalid" $sleepInterval) }}
       - name: GFD_SLEEP_INTERVAL
-        value: {{ $v.gfd.sleepInterval | toString | quote }}
+        value: {{ $sleepInterval | toString | quote }}
       {{- end }}
       {{- if not (kindIs "invalid" $v.gfd.expiryHorizon) }}
       - name: GFD_EXPIRY_HORIZON
@@ -232,7 +305,17 @@ containers:
       - name: GFD_KOORDLET_DEVICE_INFOS_DIR
         value: {{ $v.koordlet.deviceInfosDir | quote }}
       {{- end }}
-      {{- if $configMap }}
+      {{- if $nodeConfig }}
+      # The node label chooses the entry of /config (upstream's config-manager variables).
+      - name: CONFIG_FILE_SRCDIR
+        value: /config
+      - name: NODE_LABEL
+        value: nvidia.com/device-plugin.config
+      - name: DEFAULT_CONFIG
+        value: {{ $v.config.default | quote }}
+      - name: FALLBACK_STRATEGIES
+        value: {{ join "," $v.config.fallbackStrategies | quote }}
+      {{- else if $configMap }}
       - name: GFD_CONFIG_FILE
         value: {{ printf "/config/%s" (include "gfd.configEntry" $root) | quote }}
       {{- end }}
@@ -289,30 +372,19 @@ containers:
     resources:
       {{- toYaml . | nindent 6 }}
     {{- end }}
+    {{- /* vGPU detection: all of the PCI config space needs CAP_SYS_ADMIN; privileged is
+    root with every capability (the API server refuses privileged together with
+    allowPrivilegeEscalation: false). gfd.securityContext is merged over the result. */}}
+    {{- $capabilities := dict "drop" (list "ALL") }}
+    {{- if $mig }}{{ $_ := set $capabilities "add" (list "SYS_ADMIN") }}{{ end }}
+    {{- $security := dict "allowPrivilegeEscalation" $privileged "readOnlyRootFilesystem" true "capabilities" $capabilities "runAsNonRoot" (not $privileged) }}
+    {{- if $privileged }}
+    {{- $_ := set $security "privileged" true }}
+    {{- $_ := set $security "runAsUser" 0 }}
+    {{- $_ := set $security "runAsGroup" 0 }}
+    {{- end }}
     securityContext:
-      {{- if $v.privileged }}
-      # vGPU detection: all of the PCI config space needs CAP_SYS_ADMIN. The API server
-      # refuses privileged together with allowPrivilegeEscalation: false.
-      privileged: true
-      allowPrivilegeEscalation: true
-      {{- else }}
-      allowPrivilegeEscalation: false
-      {{- end }}
-      {{- if or $v.privileged $koordlet }}
-      # privileged: root with every capability; koordlet: root (no capability) to write the
-      # root-owned device-info directory on the host.
-      runAsNonRoot: false
-      runAsUser: 0
-      runAsGroup: 0
-      {{- else }}
-      runAsNonRoot: true
-      {{- end }}
-      readOnlyRootFilesystem: true
-      capabilities:
-        drop: ["ALL"]
-        {{- if $mig }}
-        add: ["SYS_ADMIN"]
-        {{- end }}
+      {{- mergeOverwrite $security (omit (deepCopy (default dict $v.gfd.securityContext)) "privileged") | toYaml | nindent 6 }}
     volumeMounts:
       # PCI devices (vGPU detection, PCI class) and the machine-type file, from the host.
       - name: host-sys

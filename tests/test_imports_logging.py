@@ -1,0 +1,72 @@
+"""What logging a line costs a oneshot in imports.
+
+A oneshot that logs (here: one warning, the machine-type file is missing) on the default JSON
+format must import nothing beyond what the same run imports when it logs nothing, except the
+JSON encoder and the clock: no structlog (it pulls in asyncio, logging and its development
+renderer), no asyncio, no logging module.  The console renderer is structlog's, so a run
+that asks for it does load structlog.dev (the recorder sees what a mode does import).
+
+Runs are real processes, recorded as tests/test_imports.py records them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from gfd import snapshot as snapshot_io
+
+from .fakes.fake_sysfs import build_from_snapshot
+from .test_imports import DGX, loaded, record_imports
+
+#: what a JSON log line may add to a run that logs nothing: the encoder and the clock
+ALLOWED_FOR_A_LOG_LINE = {"json", "_json", "datetime", "_datetime"}
+#: never imported by a line on the JSON format
+NOT_FOR_A_JSON_LINE = ["structlog", "asyncio", "logging", "traceback"]
+
+
+def nvml_oneshot(tmp_path: Path, *extra: str, machine_type_file: str | None = None) -> Any:
+    """A oneshot on the NVML path (the fake NVML, a fake sysfs), its imports recorded."""
+    tmp_path.mkdir(exist_ok=True)
+    node = snapshot_io.load(DGX)
+    as_json = tmp_path / "node.json"
+    as_json.write_text(snapshot_io.dumps_json(node))
+    overrides = build_from_snapshot(tmp_path / "node", node)
+    return record_imports(
+        tmp_path,
+        "--oneshot",
+        "--no-timestamp",
+        "--machine-type-file",
+        machine_type_file or overrides["machine_type_file"],
+        *extra,
+        env={
+            "RECORD_FAKE_NVML_SNAPSHOT": str(as_json),
+            "GFD_SYSFS_ROOT": overrides["sysfs_root"],
+        },
+    )
+
+
+def test_a_json_log_line_imports_only_the_encoder_and_the_clock(tmp_path: Path) -> None:
+    quiet = nvml_oneshot(tmp_path / "quiet")
+    warned = nvml_oneshot(tmp_path / "warned", machine_type_file=str(tmp_path / "missing"))
+    assert quiet["stderr"] == ""
+    (line,) = warned["stderr"].splitlines()
+    record = json.loads(line)
+    assert (record["event"], record["level"]) == ("machine type unknown", "warning")
+    assert list(record)[-3:] == ["event", "level", "timestamp"]  # structlog's order
+    assert "nvidia.com/gpu.machine=unknown\n" in warned["stdout"]
+
+    added = {m.split(".")[0] for m in set(warned["modules"]) - set(quiet["modules"])}
+    assert added <= ALLOWED_FOR_A_LOG_LINE
+    assert loaded(warned, NOT_FOR_A_JSON_LINE) == []
+
+
+def test_the_console_format_is_structlogs_and_loads_it(tmp_path: Path) -> None:
+    """The other side: the recorder sees structlog.dev where the console renderer is used."""
+    warned = nvml_oneshot(
+        tmp_path, "--log-format", "console", machine_type_file=str(tmp_path / "missing")
+    )
+    assert "machine type unknown" in warned["stderr"]
+    assert not warned["stderr"].startswith("{")
+    assert loaded(warned, ["structlog.dev"]) == ["structlog.dev"]

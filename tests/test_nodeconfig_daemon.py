@@ -1,0 +1,170 @@
+"""Per-node configuration in a real ``gfd`` process against the fake API server: relabel
+the Node, and the labels follow; a label naming nothing usable changes nothing.
+
+Progress is followed through the node's labels and the daemon's log, never wall-clock time
+(the waits are guards against a hung test)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gfd.nodeconfig import DEFAULT_NODE_LABEL
+from tests.fakes.fake_apiserver import FakeApiServer
+from tests.process import ROOT, Daemon, run_gfd
+from tests.test_nodeconfig import MIXED, SINGLE, config_dir
+
+MIG_NODE = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100-mig-mixed.yaml")
+STRATEGY = "nvidia.com/mig.strategy"
+API_NODE_N1 = {"labels": {DEFAULT_NODE_LABEL: "mig-mixed", "kubernetes.io/hostname": "n1"}}
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def daemon(api: FakeApiServer, kubeconfig: str, tmp_path: Path) -> Iterator[Daemon]:
+    root = config_dir(tmp_path, {"mig-mixed": MIXED, "mig-single": SINGLE, "default": SINGLE})
+    running = Daemon(
+        "--use-node-labels",
+        "--snapshot-file",
+        MIG_NODE,
+        "--sleep-interval",
+        "0.3s",
+        "--no-timestamp",
+        env={
+            "NODE_NAME": "n1",
+            "KUBECONFIG": kubeconfig,
+            # upstream's config-manager variables (daemonset-gfd.yml:113-122 at v0.20.0)
+            "NODE_LABEL": DEFAULT_NODE_LABEL,
+            "CONFIG_FILE_SRCDIR": str(root),
+            "DEFAULT_CONFIG": "",
+            "FALLBACK_STRATEGIES": "named,single",
+            # what upstream's gfd container is given: ignored, with a warning
+            "CONFIG_FILE": "/config/config.yaml",
+        },
+        metrics=True,
+    )
+    yield running
+    running.kill()
+
+
+def relabel(api: FakeApiServer, value: str | None) -> None:
+    def change(node: dict[str, Any]) -> None:
+        labels = node["metadata"]["labels"]
+        if value is None:
+            labels.pop(DEFAULT_NODE_LABEL, None)
+        else:
+            labels[DEFAULT_NODE_LABEL] = value
+
+    api.edit("Node", "n1", "", change)
+
+
+def test_relabelling_the_node_switches_its_config_and_labels(
+    api: FakeApiServer, daemon: Daemon
+) -> None:
+    first = daemon.wait_for("node config chosen")[0]
+    assert first["entry"] == "mig-mixed"
+    assert first["reason"] == f"node label {DEFAULT_NODE_LABEL}=mig-mixed"
+    daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "mixed", "mixed labels")
+    assert "CONFIG_FILE: ignored" in daemon.log()
+
+    relabel(api, "mig-single")
+    switched = daemon.wait_for("node config chosen")[0]
+    assert (switched["entry"], switched["previous"]) == ("mig-single", "mig-mixed")
+    daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "single", "single labels")
+    assert "nvidia.com/mig-1g.5gb.count" not in api.node_labels("n1")
+
+    relabel(api, None)  # no label: fallback named -> the entry "default"
+    fallback = daemon.wait_for("node config chosen")[0]
+    assert fallback["entry"] == "default"
+    assert "fallback named" in fallback["reason"]
+    # the label gfd does not own is never touched by its patches
+    assert DEFAULT_NODE_LABEL not in api.node_labels("n1")
+    assert daemon.stop() == 0
+
+
+@pytest.mark.parametrize(
+    "value", ["no-such-entry", "../../etc/passwd", "y" * 1_000_000], ids=["missing", "path", "huge"]
+)
+def test_a_label_naming_nothing_usable_keeps_the_config_and_labels(
+    api: FakeApiServer, daemon: Daemon, value: str
+) -> None:
+    """A hostile server (or a label a real one would refuse) selects nothing: the config and
+    the labels in force stay, with one error line however many passes see it."""
+    daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "mixed", "mixed labels")
+    before = api.node_labels("n1")
+    relabel(api, value)
+    error = daemon.wait_for("node config not applied; the config in force stays")[0]
+    assert error["config"] == "mig-mixed"
+    assert len(error["error"]) < 1000
+    passes = daemon.passes()
+    daemon.wait_until(lambda: daemon.passes() >= passes + 3, "three more passes")
+    assert api.node_labels("n1") == {**before, DEFAULT_NODE_LABEL: value}
+    assert daemon.log().count("node config not applied") == 1
+    relabel(api, "mig-single")
+    daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "single", "single labels")
+    assert daemon.stop() == 0
+
+
+def start_env(kubeconfig: str, root: Path) -> dict[str, str]:
+    return {
+        "NODE_NAME": "n1",
+        "KUBECONFIG": kubeconfig,
+        "CONFIG_FILE_SRCDIR": str(root),
+        "FALLBACK_STRATEGIES": "named",
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("no-such-entry", "no such config entry"),
+        ("../../etc/passwd", "not a label value"),
+        ("z" * 100_000, "not a label value"),
+    ],
+)
+def test_at_start_a_label_naming_nothing_usable_is_exit_2_with_one_line(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path, value: str, message: str
+) -> None:
+    """As a bad config file at start (SPEC §7): nothing published, one line, status 2
+    (upstream's config-manager init container fails the pod the same way)."""
+    root = config_dir(tmp_path, {"default": MIXED})
+    relabel(api, value)
+    done = run_gfd(
+        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE,
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert message in line and DEFAULT_NODE_LABEL in line
+    assert len(line) < 1000
+    assert api.count("PATCH") == 0
+
+
+def test_at_start_an_unreachable_api_server_is_exit_1(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
+    root = config_dir(tmp_path, {"default": MIXED})
+    api.go_down()
+    done = run_gfd(
+        "--oneshot", "--snapshot-file", MIG_NODE, "--sleep-interval", "1s",
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "cannot choose the node's config" in done.stderr
+
+
+def test_oneshot_reads_the_entry_the_label_names(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
+    root = config_dir(tmp_path, {"default": SINGLE, "mig-mixed": MIXED})
+    done = run_gfd(
+        "--oneshot", "--snapshot-file", MIG_NODE, "--output-file", "-",
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{STRATEGY}=mixed" in done.stdout.splitlines()
+    assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/n1")]
