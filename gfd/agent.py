@@ -33,7 +33,7 @@ from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
 from gfd.outputs.registry import output_identity, output_place
 from gfd.outputs.topology import make_topology_outputs
-from gfd.settings import Settings
+from gfd.settings import Settings, capped_warnings
 from gfd.snapshot import Snapshot
 
 EXIT_OK = 0
@@ -194,7 +194,7 @@ class Agent:
                 None if self.settings.no_timestamp else self.timestamp,
                 topology_labels=self.settings.topology_labels,
             )
-            for warning in result.warnings:
+            for warning in capped_warnings(result.warnings):
                 self.log.warning("label warning", detail=warning)
             for note in result.notes:
                 self.log.debug("label note", detail=note)

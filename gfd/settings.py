@@ -836,6 +836,19 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
         raise ConfigError(str(exc)) from None
 
 
+#: the most warnings one load reports one by one: a config of 100,000 unknown keys is one
+#: mistake, not 100,000 log lines at every start and every reload
+MAX_WARNINGS = 20
+
+
+def capped_warnings(warnings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The first :data:`MAX_WARNINGS` warnings, then one line counting the rest."""
+    if len(warnings) <= MAX_WARNINGS:
+        return tuple(warnings)
+    rest = len(warnings) - MAX_WARNINGS
+    return (*warnings[:MAX_WARNINGS], f"... and {rest} more warnings like these")
+
+
 def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
     warnings: list[str] = []
     version = document.get("version")
@@ -1100,7 +1113,7 @@ def resolve(
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
         config_choice=config_choice,
-        warnings=tuple(warnings),
+        warnings=capped_warnings(warnings),
     )
     _validate(settings)
     _check_files(settings, origins)

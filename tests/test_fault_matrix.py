@@ -365,6 +365,26 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
                 assert_refused(Result(result.returncode, result.stdout, result.stderr))
 
 
+@pytest.mark.parametrize(
+    "where",
+    ["top level", "flags.gfd"],
+)
+def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir: Path) -> None:
+    """A config of 100,000 unknown keys is one mistake: at most a screenful of warnings
+    (the first ones, then a count of the rest), not 100,000 log lines at every start and
+    every reload."""
+    keys = "".join(f"k{i}: 1\n" for i in range(100_000))
+    if where == "flags.gfd":
+        keys = "flags:\n  gfd:\n" + "".join(f"    k{i}: 1\n" for i in range(100_000))
+    path = short_dir / "cfg.yaml"
+    path.write_text("version: v1\n" + keys)
+    result = run_gfd_here("--oneshot", "--snapshot-file", DGX, "--config-file", str(path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert 1 <= len(lines) <= 25, len(lines)
+    assert "99980 more" in lines[-1], lines[-1]
+
+
 @pytest.mark.parametrize("document", documents_for("slow"))
 def test_slow(document: Document, short_dir: Path) -> None:
     """A document fed slowly through a FIFO is not a regular file: refused at once, the
