@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import http.server
 import os
 import resource
 import shutil
@@ -520,6 +521,68 @@ API_FAULTS: dict[str, Callable[[], Fault]] = {
     "wrong-type": lambda: Fault(status=200, body=b'{"metadata": [1, 2]}', count=None),
     "closed": lambda: Fault(drop=True, count=None),
 }
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every request with an empty object and remembers its headers."""
+
+    seen: list[dict[str, str]]
+
+    def do_GET(self) -> None:
+        self.seen.append(dict(self.headers))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_PATCH = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_never_followed_with_the_credential(status: int, short_dir: Path) -> None:
+    """An API server (or whoever answers in its place) that redirects elsewhere: the
+    request fails with one line; the token is never sent to the other address."""
+    seen: list[dict[str, str]] = []
+    elsewhere = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("Elsewhere", (_Recorder,), {"seen": seen})
+    )
+    target = f"http://127.0.0.1:{elsewhere.server_port}"
+
+    class Redirect(_Recorder):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Location", target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_PATCH = do_GET
+
+    redirecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    servers = [elsewhere, redirecting]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (short_dir / "kube.cfg").write_text(
+            _kubeconfig_text()
+            .replace("http://127.0.0.1:9", f"http://127.0.0.1:{redirecting.server_port}")
+            .replace("user: {}", "user: {token: secret-token-value}")
+        )
+        result = run_start(
+            "--oneshot", "--use-node-labels", "--node-name", "n1", "--snapshot-file", DGX,
+            "--kubeconfig", str(short_dir / "kube.cfg"),
+        )  # fmt: skip
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and str(status) in lines[0], result.stderr
+    assert "secret-token-value" not in result.stderr
+    assert seen == []  # nothing, and no credential, went to the other address
 
 
 # =============================================================== runtime channels of a daemon
