@@ -23,7 +23,6 @@ from gfd.documents import (
     parse_yaml,
     read_text,
 )
-from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
 from gfd.errors import ConfigError, UsageError
 from gfd.grammar import (
     LONGEST_RESOURCE_SUFFIX,
@@ -32,12 +31,15 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
-from gfd.nodeconfig import DEFAULT_NODE_LABEL, ConfigChoice, check_label_key, parse_fallbacks
 from gfd.outputs.registry import output_kind_of
 from gfd.records import field, record
 
 if TYPE_CHECKING:
+    from gfd.nodeconfig import ConfigChoice
     from gfd.partitions import PartitionTable
+
+# gfd.durations and gfd.nodeconfig are imported where a value is parsed or checked: a run
+# that gives no duration and no config directory (every plain oneshot) never loads them.
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 #: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
@@ -52,6 +54,8 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio")
 #: upstream's default for --driver-root-ctr-path (api/config/v1/consts.go)
 DEFAULT_DRIVER_ROOT = "/driver-root"
+#: the node label whose value picks the entry of --config-file-srcdir (gfd.nodeconfig)
+DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
 #: the Kubernetes client's rate limit: upstream's defaults (internal/flags/kubeclient.go)
 DEFAULT_KUBE_API_QPS = 5.0
 DEFAULT_KUBE_API_BURST = 10
@@ -112,6 +116,8 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 def _parse_interval(value: Any) -> float | None:
+    from gfd.durations import MAX_SECONDS, check_seconds, parse_duration
+
     if isinstance(value, bool):
         raise ValueError("expected a duration")
     if isinstance(value, int):
@@ -132,6 +138,8 @@ def _parse_horizon(value: Any) -> float:
 
 
 def _parse_label_key(value: Any) -> str:
+    from gfd.nodeconfig import check_label_key
+
     text = _parse_str(value).strip()
     problem = check_label_key(text)
     if problem:
@@ -140,6 +148,8 @@ def _parse_label_key(value: Any) -> str:
 
 
 def _parse_fallbacks(value: Any) -> tuple[str, ...]:
+    from gfd.nodeconfig import parse_fallbacks
+
     if isinstance(value, (list, tuple)):
         return parse_fallbacks([_parse_str(item) for item in value])
     return parse_fallbacks(_parse_str(value))
@@ -948,6 +958,7 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
+        from gfd.durations import format_duration
 
         return format_duration(self.sleep_interval)
 
@@ -1147,16 +1158,18 @@ def _special_file_kind(path: str) -> str | None:
     return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
-def _validate(settings: Settings) -> None:
-    output_kind_of(settings)  # one output selected, with what it needs
-    horizon = settings.expiry_horizon
-    if horizon is not None and horizon < MIN_EXPIRY_HORIZON:
+def _check_horizon(horizon: float, settings: Settings) -> None:
+    """An explicit ``--expiry-horizon``: long enough for NFD to read the file before it
+    lapses, and for a running gfd to renew it."""
+    from gfd.durations import format_duration
+
+    if horizon < MIN_EXPIRY_HORIZON:
         raise UsageError(
             f"--expiry-horizon {format_duration(horizon)}: must be at least "
             f"{format_duration(MIN_EXPIRY_HORIZON)} (a shorter expiry lapses before NFD reads "
             "the features file)"
         )
-    if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+    if not math.isinf(horizon) and not settings.oneshot:
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(
@@ -1169,6 +1182,12 @@ def _validate(settings: Settings) -> None:
                 f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
                 "running gfd renews the features file before it expires"
             )
+
+
+def _validate(settings: Settings) -> None:
+    output_kind_of(settings)  # one output selected, with what it needs
+    if settings.expiry_horizon is not None:
+        _check_horizon(settings.expiry_horizon, settings)
     if settings.config_file_srcdir and not settings.node_name and not settings.dump_snapshot:
         raise UsageError(
             "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "
