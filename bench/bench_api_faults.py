@@ -1,4 +1,4 @@
-"""How fast gfd gets out of a misbehaving API server's way (issues 10 and 19).
+"""How fast gfd gets out of a misbehaving API server's way.
 
 Run from the repository root:  ``.venv/bin/python bench/bench_api_faults.py``
 

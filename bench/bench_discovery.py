@@ -15,12 +15,12 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gfd import records  # noqa: E402
 from gfd.discovery import discover  # noqa: E402
 from gfd.settings import Settings  # noqa: E402
 from tests.fakes.fake_nvml import dgx_a100_mig_node  # noqa: E402
@@ -39,9 +39,7 @@ def main() -> None:
             sysfs.add_device(f"0000:{0x07 + 8 * index:02x}:00.0")
         machine = Path(directory) / "product_name"
         machine.write_text("DGXA100 920-23687-2530-000\n")
-        settings = records.replace(
-            Settings(), sysfs_root=str(sysfs.root), machine_type_file=str(machine)
-        )
+        settings = replace(Settings(), sysfs_root=str(sysfs.root), machine_type_file=str(machine))
 
         snapshot = discover(settings, nvml=fake.module)  # warm-up, and a sanity check
         devices = sum(len(g.mig.devices) for g in snapshot.gpus if g.mig)

@@ -5,7 +5,7 @@ under the mixed strategy with the seed's renaming config (examples/configs/renam
 Prints the median time of one pass and the time per device (GPUs + MIG devices): a flat
 per-device figure means the pass grows linearly with the node.
 
-Target (issue 2): one pass for 8 GPUs <= 2 ms; growth linear in the number of devices.
+Target: one pass for 8 GPUs <= 2 ms; growth linear in the number of devices.
 
     .venv/bin/python bench/bench_labels.py [--runs N]
 """
@@ -16,11 +16,11 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.records import replace
 from gfd.settings import Config, load_config_file
 from gfd.snapshot import Gpu, Snapshot, load
 

@@ -1,4 +1,4 @@
-"""Worst cases of the partition table (issue 17 probe): the label pass with
+"""Worst cases of the partition table: the label pass with
 ``--topology-labels`` on the largest hostile topologies the snapshot reader accepts
 (256 GPUs, links numbered 0-63), and on a random search over link graphs.
 
@@ -16,12 +16,12 @@ import argparse
 import random
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gfd import records  # noqa: E402
 from gfd.labels import build  # noqa: E402
 from gfd.settings import Config  # noqa: E402
 from gfd.snapshot import MAX_TOPOLOGY_GPUS, Snapshot  # noqa: E402
@@ -29,7 +29,7 @@ from tests.test_probe_topology import band, node, unbalanced_bipartite  # noqa: 
 
 
 def seconds(snapshot: Snapshot) -> float:
-    fresh = records.replace(snapshot)  # as each pass discovers a new one
+    fresh = replace(snapshot)  # as each pass discovers a new one
     start = time.perf_counter()
     build(fresh, "none", Config(), None, topology_labels=True)
     return time.perf_counter() - start

@@ -2,10 +2,10 @@
 
 Hostile patterns of the shape ``*a*a*...*a*b`` (N stars) against names of ``a``s that
 never match (no ``b``): a backtracking regular expression takes time that grows like
-len(name)**N here (issue 10: over 20 minutes for 13 stars and 90 characters); the
+len(name)**N here (over 20 minutes for 13 stars and 90 characters); the
 matcher must stay linear.  Also a realistic pattern against a real GPU name.
 
-Target (issue 10): <= 1 ms for a 96-character name and a 20-star pattern.
+Target: <= 1 ms for a 96-character name and a 20-star pattern.
 
     .venv/bin/python bench/bench_patterns.py [--runs N]
 """

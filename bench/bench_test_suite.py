@@ -4,9 +4,8 @@ Run from the repository root:  ``.venv/bin/python bench/bench_test_suite.py [-n 
 (default: the whole suite but tests/e2e, 3 runs).
 
 Each run is one serial pytest (no xdist).  Around every test (setup, call and teardown) a
-small plugin reads the CPU time of the test process and of its ended children, plus what the
-daemons forked by tests/zygote.py reported (``tests.process.forked_cpu_seconds``: they are
-the zygote's children, not the test's).  CPU is what the suite costs a machine; wall minus
+small plugin reads the CPU time of the test process and of its ended children (every gfd
+the tests start is one of those).  CPU is what the suite costs a machine; wall minus
 CPU is time spent waiting (timeouts, stalled servers, daemon passes).  ``make test`` takes
 roughly max(CPU / cores, (CPU + wait) / workers).  The medians of the runs are printed per
 file, the slowest first.  The figures move with the machine's load: compare two trees in
@@ -39,9 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def _cpu_seconds() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     ended = resource.getrusage(resource.RUSAGE_CHILDREN)
-    process = sys.modules.get("tests.process")
-    forked = float(getattr(process, "forked_cpu_seconds", 0.0)) if process else 0.0
-    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime + forked
+    return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
 
 
 class Measure:
@@ -104,7 +101,6 @@ def main() -> None:
     cpu_total = statistics.median(sum(c for c, _ in run.values()) for run in runs)
     wall_total = statistics.median(sum(w for _, w in run.values()) for run in runs)
     print(f"{'total (median of runs)':48} {cpu_total:7.2f} {wall_total:7.2f}")
-    print("(not counted: tests/zygote.py's own start, ~0.5 CPU-s per test process using it)")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@
 - One label pass (``build`` with ``topology_labels=True`` + ``format_labels``) for each
   node, and ``--dump-partitions``' table alone.
 
-Target (issue 17): a label pass with topology for 8 GPUs <= 2 ms.
+Target: a label pass with topology for 8 GPUs <= 2 ms.
 
     .venv/bin/python bench/bench_topology.py [--runs N]
 """
@@ -20,12 +20,12 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gfd import records  # noqa: E402
 from gfd.discovery import discover  # noqa: E402
 from gfd.labels import build  # noqa: E402
 from gfd.labels.partitions import partition_table  # noqa: E402
@@ -58,7 +58,7 @@ def median_ms(action: Callable[[], object], runs: int) -> float:
 def discovery(snapshot: Snapshot, root: Path, topology: bool, runs: int) -> tuple[int, float]:
     overrides = build_from_snapshot(root, snapshot)
     overrides["topology_labels"] = topology
-    settings = records.replace(Settings(), **overrides)
+    settings = replace(Settings(), **overrides)
     fake = FakeNvml.from_snapshot(snapshot)
     discover(settings, nvml=fake.module)
     calls = fake.total_calls
@@ -78,19 +78,15 @@ def main() -> int:
         for number, name in enumerate(NODES):
             snap = load(str(EXAMPLES / name))
             plain_calls, plain_ms = discovery(
-                records.replace(snap, topology=None), Path(tmp, f"p{number}"), False, args.runs
+                replace(snap, topology=None), Path(tmp, f"p{number}"), False, args.runs
             )
             calls, topo_ms = discovery(snap, Path(tmp, f"t{number}"), True, args.runs)
             # a fresh snapshot object each run, as each pass discovers one: the graph and
             # table are remembered for the snapshot of the pass only
-            table_ms = median_ms(
-                lambda s=snap: partition_table(records.replace(s), None), args.runs
-            )
+            table_ms = median_ms(lambda s=snap: partition_table(replace(s), None), args.runs)
             pass_ms = median_ms(
                 lambda s=snap: format_labels(
-                    build(
-                        records.replace(s), "none", Config(), 1700000000, topology_labels=True
-                    ).labels
+                    build(replace(s), "none", Config(), 1700000000, topology_labels=True).labels
                 ),
                 args.runs,
             )

@@ -8,7 +8,7 @@ command's own long options (every oneshot and every daemon start) is read by
 ``_parse_plain``, which gives the callback exactly what click would give it (a test checks
 the two against each other); help, version, short options, shell completion and every
 error go to click, so their output is click's.  Importing and building click was about a
-sixth of a oneshot's start-up (issue 11).
+sixth of a oneshot's start-up.
 """
 
 from __future__ import annotations
@@ -222,6 +222,9 @@ class _QuietFlush:
 def _fail(message: str, status: int) -> int:
     import click
 
+    redaction = sys.modules.get("gfd.redaction")
+    if redaction is not None:  # else no credential was ever read: nothing to take out
+        message = redaction.redact(message)
     click.echo(f"{PROG}: error: {message}", err=True)
     return status
 

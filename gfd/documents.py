@@ -6,7 +6,8 @@ The documents come from operators and from other machines, so reading them is bo
 
 - only a regular file is read (a FIFO or ``/dev/zero`` is refused without blocking), and at
   most :data:`MAX_DOCUMENT_BYTES` of it;
-- YAML is built from libyaml's event stream by an iterative builder, not PyYAML's
+- YAML is parsed by PyYAML's C loader (libyaml; PyYAML's own parser where PyYAML was built
+  without it), and its events are built into data by an iterative builder, not PyYAML's
   recursive composer: nesting deeper than :data:`MAX_NESTING` is refused as soon as it is
   seen (the C composer overflows the C stack on ``[[[[…`` 100,000 deep), aliases are
   counted at their expanded size (a "billion laughs" document stops at
@@ -15,10 +16,6 @@ The documents come from operators and from other machines, so reading them is bo
   sees it (Python refuses more than 4,300 digits with a ValueError);
 - every value quoted in a message is clipped to about 100 characters (:func:`describe`,
   :func:`clip`), so a megabyte-long value never becomes a megabyte-long line.
-
-Plain YAML -- what snapshots and config files are made of -- is read by
-:mod:`gfd.yamlfast` without importing PyYAML; that reader gives up on anything else (and
-on anything these rules refuse), so PyYAML's path above decides every error.
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ from typing import Any
 from gfd.errors import UsageError
 
 # json and yaml are imported by the first document that needs them: a run that reads no
-# document (discovery through NVML, no config file) never pays for PyYAML (~20 ms), and
-# neither does one whose documents are plain YAML (gfd.yamlfast reads those).
+# document (discovery through NVML, no config file) never pays for PyYAML.
 
 #: the largest config file or snapshot read (a DGX snapshot is ~10 KB; 10,000 GPUs ~2.4 MB)
 MAX_DOCUMENT_BYTES = 4 * 1024 * 1024
@@ -180,13 +176,6 @@ def parse_yaml(text: str, source: str, error: type[UsageError]) -> Any:
                 return _parse_json(text)
             except json.JSONDecodeError:
                 pass  # flow-style YAML, or broken: the YAML parser says which
-        from gfd import yamlfast
-
-        # the plain YAML documents are made of, without importing PyYAML (~20 ms);
-        # anything else, and every error, is PyYAML's below
-        document = yamlfast.read(text, MAX_NESTING, MAX_NODES, MAX_NUMBER_CHARS)
-        if document is not yamlfast.GIVE_UP:
-            return document
         import yaml
 
         try:
@@ -443,6 +432,7 @@ class _YamlBuilder:
 
 
 def _build_yaml(text: str) -> Any:
+    """YAML text into plain data, within the limits of the module docstring."""
     return _YamlBuilder().build(text)
 
 

@@ -94,6 +94,23 @@ def interruptible() -> Iterator[None]:
             _state.depth -= 1
 
 
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Work inside :func:`interruptible` that a stop must not cut in the middle (starting a
+    child process: cut inside ``Popen``, its pid would be lost with the child still
+    running).  A stop requested meanwhile is only recorded; the next :func:`check` or
+    :func:`interruptible` raises it."""
+    main = threading.current_thread() is threading.main_thread()
+    saved = _state.depth
+    if main:
+        _state.depth = 0  # the handler records the stop instead of raising it
+    try:
+        yield
+    finally:
+        if main:
+            _state.depth = saved
+
+
 def reset() -> None:
     """Forget a stop request (tests; a process stops once)."""
     _state.stop = False

@@ -25,11 +25,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gfd.documents import clip
 from gfd.errors import ConfigError
-from gfd.records import record
 
 if TYPE_CHECKING:
     from gfd.outputs.kube import KubeClient
@@ -51,7 +51,7 @@ class NodeConfigError(ConfigError):
     """No entry of the config directory can be chosen for this node."""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ConfigChoice:
     """The entry chosen for this node (None: the ``empty`` fallback, no config file) and
     why, in words for the log."""

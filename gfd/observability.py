@@ -120,6 +120,18 @@ def _captured_by_structlog(level: str, record: dict[str, Any]) -> bool:
     return True
 
 
+def _redacted(value: Any, redact: Any) -> Any:
+    """``value`` without any credential the process holds (gfd.redaction), in whichever
+    field -- an error, a quoted answer, a traceback -- it came."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list | tuple):
+        return [_redacted(item, redact) for item in value]
+    if isinstance(value, dict):
+        return {key: _redacted(item, redact) for key, item in value.items()}
+    return value
+
+
 class Logger:
     """Context bound to log records; a record is built only when it passes the level filter."""
 
@@ -143,6 +155,9 @@ class Logger:
             text = _exception_text(exc_info)
             if text is not None:
                 record["exception"] = text
+        redaction = sys.modules.get("gfd.redaction")
+        if redaction is not None:  # else no credential was ever read: nothing to take out
+            record = _redacted(record, redaction.redact)
         _write(_renderer()(record))
 
     def debug(self, event: str, **fields: Any) -> None:

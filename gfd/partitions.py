@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
-
-from gfd.records import record
 
 NVLINK = "NVLink"
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Partition:
     minors: tuple[int, ...]
     allocation_score: int = 1

@@ -13,6 +13,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gfd.documents import (
@@ -32,7 +33,6 @@ from gfd.grammar import (
     wildcard_match,
 )
 from gfd.outputs.registry import output_kind_of
-from gfd.records import field, record
 
 if TYPE_CHECKING:
     from gfd.nodeconfig import ConfigChoice
@@ -208,7 +208,7 @@ def _parse_address(value: Any) -> str:
     return text
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Option:
     """One row of the SPEC §4 table."""
 
@@ -535,7 +535,7 @@ _IGNORED_TOP_KEYS = {"imex"}
 # ----------------------------------------------------------------- config file model
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ResourcePattern:
     """``resources.gpus[]`` / ``resources.mig[]``: the first matching pattern names the resource."""
 
@@ -554,14 +554,14 @@ def wildcard_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ReplicatedResource:
     name: str  # full name, e.g. "nvidia.com/gpu"
     replicas: int
     renamed: bool
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Sharing:
     strategy: str = "none"  # "none", "time-slicing" or "mps"
     resources: tuple[ReplicatedResource, ...] = ()
@@ -574,7 +574,7 @@ class Sharing:
         return None
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Config:
     gpu_patterns: tuple[ResourcePattern, ...] = ()
     mig_patterns: tuple[ResourcePattern, ...] = ()
@@ -582,7 +582,7 @@ class Config:
     partitions: PartitionTable | None = None  # `partitions:`: replaces the computed table
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LoadedConfig:
     config: Config
     flags: Mapping[str, Any]  # option name -> typed value, from the `flags` section
@@ -880,7 +880,7 @@ def load_config_file(path: str) -> LoadedConfig:
 _DEFAULTS: dict[str, Any] = {option.name: option.default for option in OPTIONS}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Settings:
     mig_strategy: str = _DEFAULTS["mig_strategy"]
     fail_on_init_error: bool = _DEFAULTS["fail_on_init_error"]

@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from gfd.documents import as_list, clip, describe, parse_yaml, read_text
 from gfd.errors import SnapshotError
-from gfd.records import field, record
 
 if TYPE_CHECKING:
     import yaml
@@ -40,7 +40,7 @@ _PCI_CLASS_MAX = 0xFFFFFF
 _CUDA_MAX = 2**31 - 1
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class ComputeCapability:
     """``-1.-1`` is upstream's "unknown" (a GPU bound to vfio-pci, no driver to ask)."""
 
@@ -52,13 +52,13 @@ class ComputeCapability:
 DISCOVERY_KINDS = ("nvml", "vfio", "tegra")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MigSlices:
     gi: int
     ci: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MigEngines:
     copy: int = 0
     decoder: int = 0
@@ -67,7 +67,7 @@ class MigEngines:
     ofa: int = 0
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class MigDevice:
     profile: str
     memory_mib: int
@@ -76,7 +76,7 @@ class MigDevice:
     engines: MigEngines = field(default_factory=MigEngines)
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Mig:
     """MIG state of a MIG-capable GPU (a GPU that is not MIG-capable has ``mig=None``)."""
 
@@ -84,13 +84,13 @@ class Mig:
     devices: tuple[MigDevice, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Fabric:
     cluster_uuid: str
     clique_id: int
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
     uuid: str
@@ -111,18 +111,18 @@ class Gpu:
         return self.mig is not None and self.mig.enabled
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class VgpuDevice:
     host_driver_version: str
     host_driver_branch: str
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Vgpu:
     devices: tuple[VgpuDevice, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Driver:
     version: str
     cuda: int
@@ -139,7 +139,7 @@ MAX_NVLINKS = 64
 MAX_TOPOLOGY_NUMBER = 2**31 - 1  # minors, NUMA nodes
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvLink:
     """One active NVLink of a GPU; a field NVML did not answer is None."""
 
@@ -149,7 +149,7 @@ class NvLink:
     remote_pci_bus_id: str | None = None  # sysfs form; an NVSwitch's own id on NVSwitch boards
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuTopology:
     index: int
     minor: int | None = None  # /dev/nvidia<minor> (nvmlDeviceGetMinorNumber)
@@ -161,20 +161,20 @@ class GpuTopology:
     nvlinks: tuple[NvLink, ...] = ()  # active links only
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuPair:
     gpus: tuple[int, int]  # GPU indices, ascending
     pcie: str | None = None  # nvmlDeviceGetTopologyCommonAncestor, one of PCIE_LEVELS
     nvlink_p2p: bool | None = None  # nvmlDeviceGetP2PStatus(..., NVLINK) == OK
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Topology:
     gpus: tuple[GpuTopology, ...] = ()
     pairs: tuple[GpuPair, ...] = ()
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LostGpu:
     """A GPU that did not answer: NVML said GPU_IS_LOST (or that it needs a reset) for it,
     or the PCI bus shows more NVIDIA display/3D functions than NVML lists.  ``index`` is
@@ -186,7 +186,7 @@ class LostGpu:
     reason: str = ""
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything discovery learned about one node.
 
@@ -710,10 +710,11 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.Node:
 
 @functools.cache
 def _yaml_dumper() -> type[yaml.SafeDumper]:
-    """The dumper with gfd's representers, built on first use: loading never needs it."""
+    """The dumper with gfd's representers, built on first use: loading never needs it.
+    libyaml's emitter where PyYAML was built with it, else PyYAML's own (same output)."""
     import yaml
 
-    class _Dumper(yaml.SafeDumper):
+    class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
         pass
 
     _Dumper.add_representer(_HexInt, _represent_hex)
@@ -851,8 +852,7 @@ def dumps(snapshot: Snapshot) -> str:
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
-        # one line a value (PyYAML folds long scalars at 80 columns): gfd.yamlfast reads a
-        # dumped snapshot without PyYAML unless a value itself holds a line break
+        # one line a value: PyYAML would fold a long string at 80 columns
         width=1 << 30,
     )
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15: the oldest control plane gfd claims, from Debian's own packages, built once.
+# The oldest control plane gfd claims, from Debian's own packages, built once.
 #
 #   etcd            Debian's binary package etcd-server (3.4), /usr/bin/etcd
 #   kube-apiserver  v1.20.2 from Debian's *source* package `kubernetes` (bookworm), built with

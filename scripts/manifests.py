@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import os
 import re
 import shlex
@@ -28,7 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,62 +104,6 @@ def kustomize_command() -> list[str] | None:
     return None
 
 
-#: Renders kept on disk by content, in the tests' disk cache (tests/diskcache.py; gitignored):
-#: a variant that `validate` (make lint) rendered is one the tests need not render again, and
-#: the other way round.  An entry's key is all its render reads -- the kustomize command and
-#: which executable that runs, every file under manifests/, the variant -- so a stale render
-#: is never read.  GFD_TEST_NO_DISK_CACHE=1 (or deleting the directory) renders afresh.
-RENDER_CACHE = ROOT / ".pytest-cache-gfd" / "kustomize"
-
-
-def _render_cache_enabled() -> bool:
-    return os.environ.get("GFD_TEST_NO_DISK_CACHE", "") in ("", "0")
-
-
-def _executable_identity(program: str) -> str:
-    """Which executable ``program`` is: resolved path, size, modification time."""
-    found = shutil.which(program) or program
-    try:
-        real = os.path.realpath(found)
-        stat = os.stat(real)
-    except OSError:
-        return program
-    return f"{real}:{stat.st_size}:{stat.st_mtime_ns}"
-
-
-@functools.cache
-def _inputs_digest(command: tuple[str, ...]) -> str:
-    """A hash of everything but the kustomization itself that a render reads (once per
-    process: nothing here edits manifests/)."""
-    digest = hashlib.sha256(f"{shlex.join(command)}\0{_executable_identity(command[0])}".encode())
-    for path in sorted(MANIFESTS.rglob("*")):
-        if path.is_file():
-            digest.update(b"\0" + str(path.relative_to(MANIFESTS)).encode() + b"\0")
-            digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _cached_render(command: list[str], cache_as: str, render: Callable[[], str]) -> str:
-    if not _render_cache_enabled():
-        return render()
-    key = hashlib.sha256(f"{_inputs_digest(tuple(command))}\0{cache_as}".encode()).hexdigest()
-    path = RENDER_CACHE / f"{key[:32]}.txt"
-    try:
-        return path.read_text()
-    except OSError:
-        pass
-    text = render()
-    try:  # written under a temporary name and renamed: concurrent writers race safely
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    except OSError:
-        pass  # a cache that cannot be written only costs the next render
-    return text
-
-
 def _kustomize(command: list[str], directory: Path) -> str:
     done = subprocess.run([*command, str(directory)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -168,18 +111,16 @@ def _kustomize(command: list[str], directory: Path) -> str:
     return done.stdout
 
 
-def build_directory(directory: Path, cache_as: str | None = None) -> str:
-    """kustomize's output for ``directory``; kept in RENDER_CACHE under ``cache_as`` where
-    given, which must name all the render reads outside manifests/ (the kustomization)."""
+def build_directory(directory: Path) -> str:
+    """kustomize's output for ``directory``."""
     command = kustomize_command()
     if command is None:
         raise RenderError("no kustomize: install kubectl or kustomize, or set $KUSTOMIZE")
-    if cache_as is None:
-        return _kustomize(command, directory)
-    return _cached_render(command, cache_as, lambda: _kustomize(command, directory))
+    return _kustomize(command, directory)
 
 
-def _build(variant: Variant) -> str:
+def build(variant: Variant) -> str:
+    """Rendered YAML of one variant (placeholders not yet substituted)."""
     overlay_dir = OVERLAYS / variant.overlay
     if not variant.components:
         return build_directory(overlay_dir)
@@ -195,15 +136,6 @@ def _build(variant: Variant) -> str:
         }
         (here / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
         return build_directory(here)
-
-
-def build(variant: Variant) -> str:
-    """Rendered YAML of one variant (placeholders not yet substituted); a render kept in
-    RENDER_CACHE is read instead of running kustomize again."""
-    command = kustomize_command()
-    if command is None:
-        raise RenderError("no kustomize: install kubectl or kustomize, or set $KUSTOMIZE")
-    return _cached_render(command, f"variant {variant.name}", lambda: _build(variant))
 
 
 def substitute_placeholders(rendered: str, node: str = SAMPLE_NODE) -> str:

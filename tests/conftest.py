@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,55 +28,6 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gfd"))
-
-
-#: /dev/shm must have this much room to hold the suite's temporary files
-_MEMORY_TEMP_ROOM = 4 << 30
-
-
-def memory_temp_root(mounts_file: str = "/proc/mounts") -> str | None:
-    """``/dev/shm`` where it is a roomy tmpfs that allows executables, else None.
-
-    The suite creates and removes tens of thousands of files (fake sysfs trees, outputs,
-    sockets, a virtualenv).  On a disk mounted with ``discard`` each removal waits on the
-    device (the generated round trip spent half its time there); in memory it does not.
-    A small /dev/shm (a container's 64 MiB) or a ``noexec`` one is not used."""
-    try:
-        with open(mounts_file, encoding="utf-8") as mounts:
-            entries = [line.split() for line in mounts]
-    except OSError:
-        return None
-    for fields in entries:
-        if len(fields) < 4 or fields[1] != "/dev/shm" or fields[2] != "tmpfs":
-            continue
-        if "noexec" in fields[3].split(",") or not os.access("/dev/shm", os.W_OK | os.X_OK):
-            return None
-        room = os.statvfs("/dev/shm")
-        return "/dev/shm" if room.f_bavail * room.f_frsize >= _MEMORY_TEMP_ROOM else None
-    return None
-
-
-#: the root pytest_configure chose (None: TMPDIR or PYTEST_DEBUG_TEMPROOT decides, or no room)
-chosen_temp_root: str | None = None
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Temporary files (tmp_path, tempfile, the processes the tests start) go to memory
-    where :func:`memory_temp_root` finds room, unless TMPDIR or PYTEST_DEBUG_TEMPROOT says
-    where.  Set before any temporary directory is made: pytest's base directory is chosen
-    at first use, and xdist workers inherit the environment (GFD_TESTS_TEMP_ROOT tells them
-    the choice was the controller's) and the controller's base directory."""
-    global chosen_temp_root
-    chosen_temp_root = os.environ.get("GFD_TESTS_TEMP_ROOT") or None
-    if chosen_temp_root is None:
-        if os.environ.get("TMPDIR") or os.environ.get("PYTEST_DEBUG_TEMPROOT"):
-            return
-        chosen_temp_root = memory_temp_root()
-        if chosen_temp_root is None:
-            return
-        os.environ["GFD_TESTS_TEMP_ROOT"] = chosen_temp_root
-    os.environ["TMPDIR"] = chosen_temp_root
-    tempfile.tempdir = chosen_temp_root
 
 
 @pytest.hookimpl(optionalhook=True)  # a plain pytest without xdist runs the suite too

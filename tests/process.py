@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import io
 import json
@@ -125,154 +124,6 @@ def spawn_gfd(
     )
 
 
-# ----------------------------------------------------------------- forked from a warm parent
-
-#: set (to anything) to start every daemon as a fresh interpreter instead
-FRESH_ENV = "GFD_TESTS_FRESH_PROCESSES"
-
-
-class ForkedGfd:
-    """A gfd process forked by the zygote (tests/zygote.py), with what Daemon uses of a
-    Popen: ``pid``, ``stdout``/``stderr`` pipes, ``send_signal``, ``poll``, ``wait``,
-    ``kill``, ``returncode``.  The zygote reaps it and reports its exit status."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.args = args
-        self.pid = 0
-        self.returncode: int | None = None
-        self.stdout: Any = None
-        self.stderr: Any = None
-        self._exited = threading.Event()
-
-    def _exit(self, status: int) -> None:
-        self.returncode = status
-        self._exited.set()
-
-    def poll(self) -> int | None:
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        if not self._exited.wait(timeout):
-            raise subprocess.TimeoutExpired(self.args, timeout or 0)
-        assert self.returncode is not None
-        return self.returncode
-
-    def send_signal(self, signum: int) -> None:
-        if self.returncode is None and self.pid > 0:  # never 0: that is the process group
-            os.kill(self.pid, signum)
-
-    def kill(self) -> None:
-        self.send_signal(signal.SIGKILL)
-
-
-def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
-    """What of an environment a running interpreter can no longer take in."""
-    return {k: v for k, v in env.items() if k.startswith(("PYTHON", "LD_"))}
-
-
-class Zygote:
-    """The client of tests/zygote.py: one per test process, started on first use."""
-
-    def __init__(self) -> None:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.env = clean_env()
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.zygote", str(theirs.fileno())],
-            pass_fds=[theirs.fileno()],
-            env=self.env,
-            cwd=ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-        )
-        theirs.close()
-        self._socket = ours
-        self._lock = threading.Lock()
-        self._next_id = 0
-        self._pending: dict[int, tuple[ForkedGfd, threading.Event]] = {}
-        self._children: dict[int, ForkedGfd] = {}
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def takes(self, env: Mapping[str, str]) -> bool:
-        return _startup_env(env) == _startup_env(self.env) and self.process.poll() is None
-
-    def spawn(self, args: list[str], env: dict[str, str]) -> ForkedGfd:
-        child = ForkedGfd([*GFD, *args])
-        started = threading.Event()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        null = os.open(os.devnull, os.O_RDONLY)
-        with self._lock:
-            self._next_id += 1
-            ident = self._next_id
-            self._pending[ident] = (child, started)
-            request = {"id": ident, "args": args, "env": env, "cwd": ROOT}
-            socket.send_fds(self._socket, [json.dumps(request).encode()], [null, out_w, err_w])
-        for fd in (null, out_w, err_w):
-            os.close(fd)
-        child.stdout = open(out_r)  # noqa: SIM115 -- closed with the process, as Popen's are
-        child.stderr = open(err_r)  # noqa: SIM115
-        if not started.wait(30):
-            raise AssertionError("the zygote (tests/zygote.py) did not fork a gfd process")
-        return child
-
-    def _read(self) -> None:
-        global forked_cpu_seconds
-        while True:
-            try:
-                data = self._socket.recv(1 << 16)
-            except OSError:
-                data = b""
-            if not data:  # the zygote is gone: so is any word of its children
-                with self._lock:
-                    for child in self._children.values():
-                        child._exit(-signal.SIGKILL)
-                    for child, started in self._pending.values():
-                        child._exit(-signal.SIGKILL)
-                        started.set()
-                return
-            message = json.loads(data)
-            with self._lock:
-                if "id" in message:
-                    child, started = self._pending.pop(message["id"])
-                    child.pid = message["pid"]
-                    self._children[child.pid] = child
-                    started.set()
-                else:
-                    exited = self._children.pop(message["pid"], None)
-                    forked_cpu_seconds += message["cpu"]
-                    if exited is not None:
-                        exited._exit(message["status"])
-
-    def close(self) -> None:
-        self._socket.close()
-        self.process.kill()
-        self.process.wait()
-
-
-_zygote: Zygote | None = None
-#: CPU seconds used by the forked processes that have ended (not in RUSAGE_CHILDREN: they
-#: are the zygote's children), for measuring the suite
-forked_cpu_seconds = 0.0
-
-
-def fork_gfd(*args: str, env: Mapping[str, str] | None = None) -> Any:
-    """``spawn_gfd``, forked from a warm parent that has already imported what gfd imports
-    (tests/zygote.py): a real process (its own pid, signals, stdio, exit status), without
-    the ~0.1-0.4 CPU-s of imports a fresh interpreter pays.  Falls back to a fresh
-    interpreter where the environment differs in what only start-up reads (PYTHON*, LD_*),
-    or with GFD_TESTS_FRESH_PROCESSES set."""
-    global _zygote
-    full_env = clean_env(env)
-    if os.environ.get(FRESH_ENV):
-        return spawn_gfd(*args, env=env)
-    if _zygote is None or _zygote.process.poll() is not None:
-        _zygote = Zygote()
-        atexit.register(_zygote.close)
-    if not _zygote.takes(full_env):
-        return spawn_gfd(*args, env=env)
-    return _zygote.spawn(list(args), full_env)
-
-
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -291,7 +142,7 @@ class Daemon:
     ) -> None:
         self.port = free_port() if metrics else None
         served = ["--metrics-address", f"127.0.0.1:{self.port}"] if metrics else []
-        self._follow(fork_gfd("--log-format", "json", *args, *served, env=env))
+        self._follow(spawn_gfd("--log-format", "json", *args, *served, env=env))
 
     def _follow(self, process: Any) -> None:
         """Take ``process`` on: its stderr lines read on a thread into ``lines`` and

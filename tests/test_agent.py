@@ -68,7 +68,7 @@ def test_unloadable_reload_keeps_settings(tmp_path: Path) -> None:
 
 def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> None:
     """SPEC §7 keeps the last labels through failed passes; with an expiring features file
-    (issue 16) that means renewing it: only a gfd that is gone lets its labels age out."""
+    that means renewing it: only a gfd that is gone lets its labels age out."""
     snapshot = tmp_path / "node.yaml"
     snapshot.write_text(Path(MIG_NODE).read_text())
     settings = resolve({"snapshot_file": str(snapshot), "output_file": str(tmp_path / "gfd")}, {})

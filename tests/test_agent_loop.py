@@ -234,7 +234,7 @@ def test_daemon_keeps_its_labels_while_a_gpu_is_lost(fake_node: FakeNode, tmp_pa
 
 
 def test_a_loss_seen_twice_labels_the_answering_gpus(fake_node: FakeNode, tmp_path: Path) -> None:
-    """Issue 16: the first pass that finds GPU 1 lost keeps the last labels (SPEC §7); the
+    """The first pass that finds GPU 1 lost keeps the last labels (SPEC §7); the
     second in a row labels the seven GPUs that answer and counts the lost one; when the
     GPU answers again the full labels come back."""
     out = tmp_path / "gfd"

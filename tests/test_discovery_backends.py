@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gfd import discovery as discovery_module
-from gfd import records
 from gfd.discovery import cuda as cuda_source
 from gfd.discovery import discover, read_snapshot, vfio
 from gfd.discovery import nvml as nvml_source
@@ -60,7 +60,7 @@ def pci_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def settings_for(sysfs: FakeSysfs, strategy: str, **changes: Any) -> Settings:
-    return records.replace(
+    return replace(
         Settings(),
         device_discovery_strategy=strategy,
         sysfs_root=str(sysfs.root),
@@ -166,7 +166,7 @@ def test_an_unreadable_resource_table_fails_the_pass(sysfs: FakeSysfs, pci_ids: 
 
 
 def test_no_pci_bus_fails_the_pass(tmp_path: Path) -> None:
-    chosen = records.replace(Settings(), device_discovery_strategy="vfio", sysfs_root=str(tmp_path))
+    chosen = replace(Settings(), device_discovery_strategy="vfio", sysfs_root=str(tmp_path))
     with pytest.raises(DiscoveryError, match="cannot list PCI devices"):
         discover(chosen)
 
@@ -401,9 +401,9 @@ def test_nvml_is_loaded_from_the_driver_root(
     assert pynvml.nvmlLib._name == os.path.realpath(library)
     # not a real NVML: nvmlInit finds no nvmlInit_v2 in it, one clear line
     monkeypatch.setattr(pynvml, "_nvmlGetFunctionPointer_cache", {})
-    chosen = records.replace(Settings(), driver_root_ctr_path=str(tmp_path / "driver-root"))
+    chosen = replace(Settings(), driver_root_ctr_path=str(tmp_path / "driver-root"))
     with pytest.raises(NvmlUnavailableError, match="NVML is unavailable: nvmlInit failed"):
-        discover(records.replace(chosen, machine_type_file=""))
+        discover(replace(chosen, machine_type_file=""))
 
 
 def test_a_driver_root_library_that_does_not_load_is_named(

@@ -6,11 +6,11 @@ device (the agent repeats discovery every pass, on nodes with up to 8 GPUs x 7 M
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
 from gfd.settings import Settings
@@ -31,7 +31,7 @@ PER_GPU_PROFILE_LOOKUP = 1  # GetGpuInstanceProfileInfo: 1g.5gb is the first can
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return records.replace(Settings(), sysfs_root=str(tmp_path), machine_type_file="")
+    return replace(Settings(), sysfs_root=str(tmp_path), machine_type_file="")
 
 
 def bound(gpus: int, slots: int, devices: int, instances: int) -> int:

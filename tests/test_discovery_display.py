@@ -8,11 +8,12 @@ Display")`` (pkg/nvlib/device/api.go) and ``VisitDevices`` skips a device whose
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from gfd import labels, records
+from gfd import labels
 from gfd.discovery import discover
 from gfd.settings import Config, Settings
 from tests.process import run_gfd_here
@@ -24,7 +25,7 @@ A100_80GB_BYTES = 81920 * 2**20
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return records.replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
+    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 def station(display_name: str = "NVIDIA DGX Display") -> FakeNvml:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pynvml
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gfd import records
 from gfd.discovery import discover, mig_profile
 from gfd.settings import Settings
 
@@ -68,7 +69,7 @@ def test_a100_40gb_table_through_discovery() -> None:
         supported_profile_enums=frozenset(e for _n, e, *_ in A100_40GB_TABLE),
     )
     fake = FakeNvml([gpu])
-    settings = records.replace(Settings(), sysfs_root="/nonexistent", machine_type_file="")
+    settings = replace(Settings(), sysfs_root="/nonexistent", machine_type_file="")
     found = discover(settings, nvml=fake.module)
     mig = found.gpus[0].mig
     assert mig is not None and mig.enabled

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import inspect
 import re
 import sys
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pynvml
 import pytest
 
-from gfd import records
 from gfd.discovery import discover, discover_host_only
 from gfd.discovery import nvml as nvml_source
 from gfd.errors import DiscoveryError, NvmlUnavailableError, UsageError
@@ -36,7 +35,7 @@ CLUSTER = uuid.UUID("7b968a6d-c8aa-45e1-9e07-e1e51be99c31")
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return records.replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
+    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 def plain_gpu(**changes: object) -> FakeGpu:
@@ -189,7 +188,7 @@ def test_other_slot_errors_fail_the_pass(settings: Settings) -> None:
 
 
 def test_compute_instances_share_a_gpu_instance(settings: Settings) -> None:
-    half = dataclasses.replace(  # a fake's own dataclass
+    half = replace(  # a fake's own dataclass
         one_g(1, pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE),
         memory_mib=9856,
         gi_slices=2,
@@ -355,7 +354,7 @@ def test_real_bindings_without_a_driver(settings: Settings) -> None:
 
 
 def test_unknown_strategy(settings: Settings) -> None:
-    bad = records.replace(settings, device_discovery_strategy="bogus")
+    bad = replace(settings, device_discovery_strategy="bogus")
     with pytest.raises(UsageError, match="--device-discovery-strategy"):
         discover(bad, nvml=FakeNvml().module)
 
@@ -363,7 +362,7 @@ def test_unknown_strategy(settings: Settings) -> None:
 @pytest.mark.parametrize("strategy", ["auto", "nvml"])
 def test_both_strategies_read_nvml(settings: Settings, strategy: str) -> None:
     fake = FakeNvml([plain_gpu()])
-    chosen = records.replace(settings, device_discovery_strategy=strategy)
+    chosen = replace(settings, device_discovery_strategy=strategy)
     assert len(discover(chosen, nvml=fake.module).gpus) == 1
 
 
@@ -372,7 +371,7 @@ def test_both_strategies_read_nvml(settings: Settings, strategy: str) -> None:
 
 @pytest.mark.parametrize("after_calls", [0, 1, 3, 6, 12, 20])
 def test_gpu_lost_mid_pass(settings: Settings, after_calls: int) -> None:
-    """Issue 16: a GPU lost at any call is recorded as lost; the others are still read
+    """A GPU lost at any call is recorded as lost; the others are still read
     (this test used to expect the whole discovery to fail)."""
     slots = {i: one_g(i + 1) for i in range(7)}
     gpus = [
@@ -445,7 +444,7 @@ def test_host_only(settings: Settings, tmp_path: Path) -> None:
     machine = tmp_path / "product_name"
     machine.write_text("DGXA100 920-23687-2530-000\n")
     FakeSysfs(Path(settings.sysfs_root)).add_device("0000:00:00.0", vendor="0x8086")
-    found = discover_host_only(records.replace(settings, machine_type_file=str(machine)))
+    found = discover_host_only(replace(settings, machine_type_file=str(machine)))
     assert found.driver is None and found.gpus == ()
     assert found.machine == "DGXA100 920-23687-2530-000"
     assert found.vgpu is not None and found.vgpu.devices == ()

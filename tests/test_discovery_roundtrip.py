@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import tempfile
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover, discover_host_only
 from gfd.errors import NvmlUnavailableError
@@ -48,7 +48,9 @@ def discover_through_fakes(snapshot: Snapshot, root: Path, **fake_options: objec
     if snapshot.discovery != "nvml":
         return discover_other_backend(snapshot, root)
     overrides = build_from_snapshot(root, snapshot)
-    chosen = records.replace(Settings(), **overrides)  # type: ignore[arg-type]
+    # the NVML backend named: under "auto" a generated GPU name such as "(nvgpu)" marks an
+    # integrated GPU and sends discovery to the tegra backend, as upstream does
+    chosen = replace(Settings(), **overrides, device_discovery_strategy="nvml")  # type: ignore[arg-type]
     if snapshot.driver is None:
         fake = FakeNvml(library_missing=True)
         with pytest.raises(NvmlUnavailableError):
@@ -106,7 +108,7 @@ def test_snapshot_files_round_trip(path: Path, tmp_path: Path) -> None:
     found = discover_through_fakes(snapshot, tmp_path)
     # a DGX Station's display adapter is listed by NVML but skipped by discovery (go-nvlib)
     gpus = tuple(gpu for gpu in snapshot.gpus if not is_skipped_device(gpu.name))
-    expected = records.replace(snapshot, gpus=gpus)
+    expected = replace(snapshot, gpus=gpus)
     assert snapshot_io.dumps(found) == snapshot_io.dumps(expected)
     assert found == expected
 
@@ -168,7 +170,7 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
     capability = draw(_CAPABILITIES)
     return Gpu(
         index=index,
-        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (issue 19)
+        uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (a repeat is refused)
         name=draw(_TEXT),
         pci_bus_id=bus_id,
         pci_class=None if not bus_id else draw(_PCI_CLASSES),

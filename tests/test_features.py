@@ -1,12 +1,12 @@
-"""Raw GPU features for NodeFeature ``spec.features`` (issue 16): a pure function of the
+"""Raw GPU features for NodeFeature ``spec.features``: a pure function of the
 snapshot, in NFD's Features shape, published and kept current by the NodeFeature output."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
 from gfd.labels.features import node_features
@@ -103,7 +103,7 @@ def test_mig_devices_and_profiles() -> None:
 
 
 def test_unknown_facts_are_left_out_and_an_h100_is_80_gib() -> None:
-    unknown = records.replace(gpu(0, memory=None, pci_class=None), pci_bus_id="")
+    unknown = replace(gpu(0, memory=None, pci_class=None), pci_bus_id="")
     attributes = node_features(node(unknown, gpu(1, H100, memory=81559)))["instances"][
         "nvidia.gpu"
     ]["elements"]
@@ -115,18 +115,18 @@ def test_unknown_facts_are_left_out_and_an_h100_is_80_gib() -> None:
 
 
 def test_no_driver_no_features_and_lost_gpus_are_counted() -> None:
-    assert node_features(records.replace(node(), driver=None)) == {
+    assert node_features(replace(node(), driver=None)) == {
         "flags": {},
         "attributes": {},
         "instances": {},
     }
-    lost = records.replace(node(gpu(0)), lost=(LostGpu(index=1),))
+    lost = replace(node(gpu(0)), lost=(LostGpu(index=1),))
     assert node_features(lost)["attributes"]["nvidia.node"]["elements"]["gpus_lost"] == "1"
 
 
 def test_features_are_deterministic_whatever_the_gpu_order() -> None:
     snap = node(gpu(0), gpu(1, H100, memory=81559), gpu(2, mig=Mig(True)))
-    reordered = records.replace(snap, gpus=tuple(reversed(snap.gpus)))
+    reordered = replace(snap, gpus=tuple(reversed(snap.gpus)))
     assert node_features(snap) == node_features(reordered)
 
 

@@ -57,7 +57,7 @@ def test_verify_restores_an_edited_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("cli", "removed"),
     [
-        # issue 16 (no gap on restart): a daemon's file carries an NFD expiry and is kept
+        # no gap on restart: a daemon's file carries an NFD expiry and is kept
         ({"output_file": "OUT"}, False),
         ({"output_file": "OUT", "expiry_horizon": "never"}, True),
         ({"output_file": "OUT", "oneshot": True}, False),
@@ -84,7 +84,7 @@ def test_cleanup_removes_the_file_and_tolerates_absence(tmp_path: Path) -> None:
     output.cleanup()
 
 
-# ----------------------------------------------------------------- expiry (issue 16)
+# ----------------------------------------------------------------- expiry
 
 
 class Clock:
@@ -183,7 +183,7 @@ def test_a_restarted_daemon_keeps_the_file_it_finds(tmp_path: Path) -> None:
 
 
 def test_two_daemons_without_expiry_never_remove_each_others_file(tmp_path: Path) -> None:
-    """Issue 19: a rolling update overlaps an old and a new daemon on one file."""
+    """A rolling update overlaps an old and a new daemon on one file."""
     path = tmp_path / "gfd"
     labels = {"nvidia.com/a": "1"}
     old = FileOutput(str(path), remove_on_exit=True)

@@ -1,5 +1,5 @@
 """A broken or hostile API server, in-process: the real client and outputs against the fake
-misbehaving at the HTTP level (issues 10 and 19).  Nothing owned is orphaned, nothing foreign
+misbehaving at the HTTP level.  Nothing owned is orphaned, nothing foreign
 is touched, no answer is trusted for more than it is, and no request outlives its deadline.
 Signals and exit statuses are in tests/test_hostile_api_process.py."""
 

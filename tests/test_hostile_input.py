@@ -1,4 +1,4 @@
-"""Hostile input at the command line (issues 10 and 19).
+"""Hostile input at the command line.
 
 Every bad input ends with exit status 2 and one short line on stderr naming the key, with
 at most ~100 characters of the value; nothing reaches stdout; never a traceback, a hang or

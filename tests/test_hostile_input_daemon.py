@@ -1,4 +1,4 @@
-"""Hostile input under a running daemon (issues 10 and 19): real processes, real FIFOs.
+"""Hostile input under a running daemon: real processes, real FIFOs.
 
 A snapshot, config or output path swapped for a FIFO nobody writes, or for ``/dev/zero``,
 while the daemon runs: that pass (or that reload) fails with one log line, the daemon
@@ -118,7 +118,7 @@ def test_longest_valid_interval_waits_without_crashing(tmp_path: Path, daemons: 
     daemon.wait_for("pass finished")
     assert daemon.process.poll() is None
     assert daemon.stop(signal.SIGTERM) == 0
-    # issue 16: the file stays on SIGTERM, with an expiry-time far ahead (4 intervals)
+    # no gap on restart: the file stays on SIGTERM, with an expiry-time far ahead (4 intervals)
     assert out.read_text().startswith("# +expiry-time=")
 
 

@@ -1,4 +1,4 @@
-"""Hostile input, in process (issues 10 and 19): the bounded readers one by one.
+"""Hostile input, in process: the bounded readers one by one.
 
 The process tests (test_hostile_input.py) show the exit status and the one line; these
 pin the pieces: the linear pattern matcher against the regular expression it replaces,
@@ -7,6 +7,7 @@ durations at Go's limit, reading special files without blocking, clipped message
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import stat
@@ -205,6 +206,62 @@ def test_anchors_and_merge_keys_still_work(text: str, expected: object) -> None:
 def test_yaml_documents_outside_the_rules_are_refused(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         documents.parse_yaml(text, "doc", ConfigError)
+
+
+def _outcome(text: str) -> tuple[str, object]:
+    """What ``parse_yaml`` makes of ``text``: the document, or the refusal's message (of a
+    syntax error, where it is: the wording after that is the parser's own)."""
+    try:
+        return ("read", documents.parse_yaml(text, "doc", ConfigError))
+    except ConfigError as exc:
+        return (
+            "refused",
+            str(exc).split(": ", 2)[:2] if "not valid YAML" in str(exc) else str(exc),
+        )
+
+
+def _alias_bomb(levels: int, fan_out: int) -> str:
+    """``fan_out ** levels`` values once every alias is expanded, in a few hundred bytes."""
+    names = [f"l{level}" for level in range(levels + 1)]
+    lines = [f"{names[0]}: &{names[0]} [{', '.join(['x'] * fan_out)}]"]
+    for before, name in itertools.pairwise(names):
+        lines.append(f"{name}: &{name} [{', '.join([f'*{before}'] * fan_out)}]")
+    return "\n".join(lines) + "\n"
+
+
+def _shipped_documents() -> list[Path]:
+    root = Path(__file__).resolve().parent.parent
+    paths = sorted([*root.glob("examples/**/*.yaml"), *root.glob("tests/fixtures/**/*.yaml")])
+    assert len(paths) >= 14
+    return paths
+
+
+WITHOUT_LIBYAML = [
+    *(path.read_text() for path in _shipped_documents()),
+    "base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n",
+    "a: !!python/object/apply:os.system [ls]\n",
+    "a: &a [*a]\n",
+    "a: 1\n---\nb: 2\n",
+    "a:\n  b: 1\n  c: 2\n  b: 3\n",
+    "a: " + "9" * 101 + "\n",
+    "a: b: c\n",
+    "a: " + "[" * 150 + "]" * 150 + "\n",
+    _alias_bomb(3, 10),  # read: 1,000 values
+    _alias_bomb(7, 10),  # refused: ten million
+]
+
+
+@pytest.mark.parametrize("text", WITHOUT_LIBYAML)
+def test_documents_read_the_same_without_libyaml(
+    text: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PyYAML built without libyaml has no CSafeLoader: documents are then read by its own
+    parser, with the same result, and refused by the same rules with the same message."""
+    import yaml
+
+    with_libyaml = _outcome(text)
+    monkeypatch.delattr(yaml, "CSafeLoader", raising=False)
+    assert _outcome(text) == with_libyaml
 
 
 @pytest.mark.parametrize("key", ["machineTypeFile", "snapshotFile", "outputFile"])

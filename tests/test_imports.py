@@ -1,11 +1,13 @@
-"""What a oneshot imports, so that the start-up saving of issue 11 cannot silently come back.
+"""What a oneshot imports, so that a oneshot keeps away from what its mode does not use.
 
 Each run is a real ``gfd`` process; a ``sitecustomize`` on ``PYTHONPATH`` records
 ``sys.modules`` when the interpreter exits (an ``atexit`` hook), so everything imported at
 any point of the run is seen.  The lists name what the mode does not use: the API clients
 and their retry and HTTP stacks, the metrics server, asyncio (structlog pulls it in),
 structlog while nothing is logged, click while the command line is plain, NVML discovery
-on the snapshot path, PyYAML on the NVML path with no document to read.
+on the snapshot path, PyYAML on the NVML path with no document to read.  (The frozen types
+are standard dataclasses and documents are read by PyYAML: those two are imported by
+design, as plain standard parts cost a few milliseconds at most.)
 
 The second half checks the other side of the saving: ``gfd.cli._parse_plain`` (which lets a
 plain command line skip click) gives the command's callback exactly what click gives it.
@@ -83,13 +85,11 @@ NOT_FOR_A_FILE_ONESHOT = [
     "http.server",
     "socketserver",
     "importlib.metadata",
-    "dataclasses",  # gfd.records builds the frozen types without it (and without inspect)
-    "inspect",
     "gfd.metrics",
     "gfd.outputs.kube",
     "gfd.outputs.nodefeature",
     "gfd.outputs.nodelabels",
-    # the interconnect (issue 17) is read and labelled only when asked for
+    # the interconnect (NVLink topology) is read and labelled only when asked for
     "gfd.outputs.koordlet",
     "gfd.partitions",
     "gfd.labels.partitions",
@@ -109,7 +109,6 @@ NOT_FOR_THE_SNAPSHOT_PATH = [
     "uuid",
     "gfd.discovery",
     "json",  # the snapshot is YAML
-    "yaml",  # ... plain YAML, which gfd.yamlfast reads (PyYAML only for the rest)
     "decimal",  # the partition table's quantities (the NVML path's fake loads it itself)
 ]
 
@@ -151,8 +150,8 @@ def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) ->
     assert loaded(recorded, ["tempfile"]) == []  # the atomic write is the file output's
     assert not recorded["yaml_dumper_built"]
     # what it does use is seen (the recorder works)
-    assert loaded(recorded, ["gfd.yamlfast", "gfd.outputs.file", "gfd.labels"]) == [
-        "gfd.yamlfast",
+    assert loaded(recorded, ["yaml", "gfd.outputs.file", "gfd.labels"]) == [
+        "yaml",
         "gfd.outputs.file",
         "gfd.labels",
     ]
@@ -193,13 +192,10 @@ def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML
     # imports gfd.snapshot and the real pynvml, so its imports are counted too.)
-    # The fake itself is made of dataclasses, so those two are the fake's, not gfd's.
-    fakes_own = {"dataclasses", "inspect"}
-    unused = [name for name in NOT_FOR_A_FILE_ONESHOT if name not in fakes_own]
     # nothing is logged and the output has no expiry: no clock to format (json is the
     # fake's: it is built from a JSON snapshot)
     assert recorded["stderr"] == ""
-    assert loaded(recorded, [*unused, "yaml", "datetime"]) == []
+    assert loaded(recorded, [*NOT_FOR_A_FILE_ONESHOT, "yaml", "datetime"]) == []
     assert loaded(recorded, ["gfd.discovery"]) == ["gfd.discovery"]
 
 

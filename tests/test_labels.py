@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gfd.errors import ConfigError, LabelError
@@ -539,7 +541,7 @@ def test_a_name_that_sanitises_to_nothing_gives_an_empty_product() -> None:
     assert labels_of(node(gpu(0, "(((")))[P + "gpu.product"] == ""
 
 
-# ------------------------------------------------------ values that do not fit (issue 16)
+# ------------------------------------------------------ values that do not fit
 
 RTX = "NVIDIA RTX PRO 6000 Blackwell Max-Q Workstation Edition"
 RTX_1G = MigDevice("1g.24gb", 24064, 46, MigSlices(1, 1), MigEngines(1, 1, 1, 1, 0))
@@ -591,7 +593,7 @@ def test_a_product_with_no_room_for_the_model_is_left_out() -> None:
 
 
 def test_a_number_that_does_not_fit_is_left_out_never_cut() -> None:
-    """Issue 19: a 70-digit memory_mib was published cut to 63 digits."""
+    """A 70-digit memory_mib is left out: cut to 63 digits it would be a wrong number."""
     huge = int("9" * 70)
     result = build(node(gpu(0, memory=huge)), "none", Config(), None)
     assert P + "gpu.memory" not in result.labels
@@ -606,12 +608,12 @@ def test_a_driver_version_that_does_not_fit_is_left_out() -> None:
     assert labels[P + "cuda.driver.minor"] == "54"
 
 
-# ----------------------------------------------------------------- lost GPUs (issue 16)
+# ----------------------------------------------------------------- lost GPUs
 
 
 def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
     lost = (LostGpu(index=1, reason="GPU is lost"),)
-    labels = labels_of(Snapshot(**{**vars(node(gpu(0), gpu(2))), "lost": lost}))
+    labels = labels_of(replace(node(gpu(0), gpu(2)), lost=lost))
     assert labels[P + "gpu.lost"] == "1"
     assert labels[P + "gpu.count"] == "2"
     assert P + "gpu.lost" not in labels_of(node(gpu(0), gpu(2)))  # only when non-zero
@@ -619,5 +621,5 @@ def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
 
 def test_every_gpu_lost() -> None:
     lost = tuple(LostGpu(index=i) for i in range(2))
-    labels = labels_of(Snapshot(**{**vars(node()), "lost": lost}))
+    labels = labels_of(replace(node(), lost=lost))
     assert labels == {P + "gpu.lost": "2", P + "vgpu.present": "false"}

@@ -76,12 +76,7 @@ def _require_module(name: str, package: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def rendered() -> Callable[[str], list[dict[str, Any]]]:
-    """Render an overlay (or 'overlay+component'), once per module.
-
-    kustomize's output is kept on disk by the tool (scripts/manifests.py RENDER_CACHE) keyed
-    by the bytes of every file under manifests/, the variant and the kustomize executable,
-    so it runs again only when one of them changes -- and a variant `make lint` rendered is
-    not rendered again here; what the tests check is unchanged: the objects come from
+    """Render an overlay (or 'overlay+component'), once per module: the objects come from
     kustomize's YAML, placeholders substituted and parsed by the same tool functions."""
     if tool.kustomize_command() is None:
         _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
@@ -323,47 +318,9 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
         "        value: {memory: 1Gi}\n"
     )
     (overlay / "kustomization.yaml").write_text(kustomization)
-    # the render is kept on disk like the overlays' (the `rendered` fixture), named by the
-    # kustomization: the base's relative path depends on where tmp_path is, the output not
-    cache_as = "test patch " + kustomization.replace(base, "BASE")
-    objects = tool.load_objects(tool.build_directory(overlay, cache_as=cache_as))
+    objects = tool.load_objects(tool.build_directory(overlay))
     errors = validate_objects(objects, versions)
     assert errors and all("'limit' was unexpected" in e for e in errors), errors
-
-
-def test_a_kept_render_is_keyed_by_everything_it_reads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The tool keeps renders on disk for `make lint` and these tests: a changed file under
-    manifests/, another variant or another kustomize command is another entry, so a stale
-    render is never read."""
-    manifests = tmp_path / "manifests"
-    (manifests / "base").mkdir(parents=True)
-    (manifests / "base" / "daemonset.yaml").write_text("kind: DaemonSet\n")
-    monkeypatch.setattr(tool, "MANIFESTS", manifests)
-    monkeypatch.setattr(tool, "RENDER_CACHE", tmp_path / "cache")
-    monkeypatch.delenv("GFD_TEST_NO_DISK_CACHE", raising=False)
-    renders: list[str] = []
-
-    def render() -> str:
-        renders.append(f"render {len(renders) + 1}")
-        return renders[-1]
-
-    command = ["kustomize", "build"]
-    tool._inputs_digest.cache_clear()  # computed once per process otherwise
-    try:
-        assert tool._cached_render(command, "variant a", render) == "render 1"
-        assert tool._cached_render(command, "variant a", render) == "render 1"  # kept
-        assert tool._cached_render(command, "variant b", render) == "render 2"
-        assert tool._cached_render(["kubectl", "kustomize"], "variant a", render) == "render 3"
-        (manifests / "base" / "daemonset.yaml").write_text("kind: DaemonSet # changed\n")
-        tool._inputs_digest.cache_clear()
-        assert tool._cached_render(command, "variant a", render) == "render 4"
-        assert tool._cached_render(command, "variant a", render) == "render 4"
-        monkeypatch.setenv("GFD_TEST_NO_DISK_CACHE", "1")
-        assert tool._cached_render(command, "variant a", render) == "render 5"
-    finally:
-        tool._inputs_digest.cache_clear()  # the real manifests/ for the tests after this
 
 
 def test_validation_agrees_with_kubernetes_validate_itself(
@@ -600,7 +557,7 @@ OTHER_NODES = {
 def test_every_workload_is_scheduled_on_gpu_nodes_of_a_stock_nfd(
     overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
 ) -> None:
-    """Issue 16: a stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
+    """A stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
     spec = pod_spec(workload(overlay, rendered(overlay)))
     for name, labels in GPU_NODES.items():
         assert node_affinity_selects(spec, labels), name
@@ -1304,7 +1261,7 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
 ) -> None:
     """gfd started with the features-file DaemonSet's environment (paths moved into
     tmp_path, a snapshot instead of NVML) answers its probe paths with 200 once it has
-    published, and keeps its file on SIGTERM with an NFD expiry (issue 16: no gap in a
+    published, and keeps its file on SIGTERM with an NFD expiry (no gap in a
     rolling update; a node whose gfd never returns has its labels age out)."""
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     container = gfd_container(daemonset)

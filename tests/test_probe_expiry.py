@@ -1,4 +1,4 @@
-"""The features file's expiry and keep-on-exit under hostile conditions (issue 16 probe):
+"""The features file's expiry and keep-on-exit under hostile conditions:
 extreme horizons, clocks far off, special files swapped in while a daemon runs."""
 
 from __future__ import annotations

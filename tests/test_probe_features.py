@@ -1,12 +1,12 @@
-"""NodeFeature spec.features at sizes a real API server refuses (issue 16 probe): the
+"""NodeFeature spec.features at sizes a real API server refuses: the
 object stays far below etcd's ~1.5 MiB, the labels are always published."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.labels.features import (
     GPU_FEATURE,
@@ -25,11 +25,10 @@ ETCD_OBJECT_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
 def many_gpus(count: int) -> snapshot_io.Snapshot:
     snap = snapshot_io.load(str(EXAMPLES / "dgx-a100.yaml"))
     first = snap.gpus[0]
-    return records.replace(
+    return replace(
         snap,
         gpus=tuple(
-            records.replace(first, index=i, uuid=f"GPU-{i:05d}", pci_bus_id="")
-            for i in range(count)
+            replace(first, index=i, uuid=f"GPU-{i:05d}", pci_bus_id="") for i in range(count)
         ),
     )
 

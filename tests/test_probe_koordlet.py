@@ -1,4 +1,4 @@
-"""The koordlet device-info directory as a hostile node would leave it (issue 17 probe):
+"""The koordlet device-info directory as a hostile node would leave it:
 nothing planted inside it is followed, written through, renamed over or removed."""
 
 from __future__ import annotations

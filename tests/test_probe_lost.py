@@ -1,4 +1,4 @@
-"""Lost GPUs under hostile input (issue 16 probe): snapshots whose lost entries contradict
+"""Lost GPUs under hostile input: snapshots whose lost entries contradict
 themselves or the GPUs, PCI functions NVML never lists, sysfs entries that are not files."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import json
 import os
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover, sysfs
 from gfd.errors import SnapshotError
@@ -80,7 +80,7 @@ def test_thousands_of_lost_entries_are_served(tmp_path: Path) -> None:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> Settings:
-    return records.replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
+    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 def gpu(index: int) -> FakeGpu:

@@ -1,4 +1,4 @@
-"""Hostile operator partition tables (config ``partitions:``, issue 17 probe): every value
+"""Hostile operator partition tables (config ``partitions:``): every value
 Koordinator could not read, or that would not fit a node annotation, is refused when the
 file is read, with one line naming the key and at most ~100 characters of the value.
 The command line runs in-process (tests/process.py ``run_gfd_here``)."""
@@ -14,7 +14,7 @@ from gfd import partitions
 from tests.process import run_gfd_here
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "examples/snapshots/dgx1-v100-cube-mesh.yaml"
-BIG = "9" * 400  # longer numbers are the document reader's (issue 10)
+BIG = "9" * 400  # longer numbers are refused by the document reader
 
 
 def pairs(count: int, link_type: str = "NVLink") -> str:

@@ -1,4 +1,4 @@
-"""Hostile topologies (issue 17 probe): the ring search and the partition table stay
+"""Hostile topologies: the ring search and the partition table stay
 bounded for every snapshot the reader accepts, a bigger one is refused with one line, and
 NVML topology calls that raise or answer garbage never fail discovery."""
 
@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
 from gfd.errors import SnapshotError
@@ -184,7 +184,7 @@ def test_more_gpus_with_topology_than_the_limit_is_one_line_exit_2(tmp_path: Pat
 
 
 def test_many_gpus_without_topology_still_load(tmp_path: Path) -> None:
-    snap = records.replace(node(MAX_TOPOLOGY_GPUS + 1, []), topology=None)
+    snap = replace(node(MAX_TOPOLOGY_GPUS + 1, []), topology=None)
     assert snapshot_io.loads(snapshot_io.dumps_json(snap)) == snap
 
 
@@ -209,9 +209,7 @@ def test_a_minor_past_the_limit_from_nvml_is_left_out(tmp_path: Path) -> None:
     snap = snapshot_io.load(str(EXAMPLES / "l40s-pcie.yaml"))
     fake = FakeNvml.from_snapshot(snap)
     fake.module.nvmlDeviceGetMinorNumber = lambda handle: 2**31
-    found = discover(
-        records.replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module
-    )
+    found = discover(replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
     assert found.topology is not None
     assert {entry.minor for entry in found.topology.gpus} == {None}
     assert snapshot_io.loads(snapshot_io.dumps(found)) == found
@@ -224,9 +222,9 @@ def test_sparse_large_minors_cost_nothing(tmp_path: Path) -> None:
     assert snap.topology is not None
     far = 2**31 - 2
     entries = list(snap.topology.gpus)
-    entries[2] = records.replace(entries[2], minor=far)
-    entries[3] = records.replace(entries[3], minor=far + 1)
-    snap = records.replace(snap, topology=Topology(gpus=tuple(entries)))
+    entries[2] = replace(entries[2], minor=far)
+    entries[3] = replace(entries[3], minor=far + 1)
+    snap = replace(snap, topology=Topology(gpus=tuple(entries)))
     result = dump_partitions(write(tmp_path, snap))
     assert result.returncode == 0, result.stderr
     table = json.loads(result.stdout)
@@ -287,7 +285,7 @@ def test_topology_calls_that_raise_or_answer_garbage_never_fail_discovery(
     fake = FakeNvml.from_snapshot(snap)
     hostile(fake, TOPOLOGY_CALLS, behaviour)
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.gpus == snap.gpus
     assert found.topology is not None
     for entry in found.topology.gpus:
@@ -307,7 +305,7 @@ def test_garbage_remote_bus_ids_and_affinity_are_left_out(tmp_path: Path) -> Non
     fake.module.nvmlDeviceGetNvLinkRemotePciInfo = lambda *a: Pci()
     fake.module.nvmlDeviceGetCpuAffinity = lambda *a: [1] * 1_000_000
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     assert {e.cpu_affinity for e in found.topology.gpus} == {None}
     assert {link.remote_pci_bus_id for e in found.topology.gpus for link in e.nvlinks} == {None}
@@ -320,7 +318,7 @@ def test_bindings_declaring_a_billion_links_walk_at_most_the_limit(tmp_path: Pat
     states = []
     fake.module.nvmlDeviceGetNvLinkState = lambda handle, link: states.append(link) or 0
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     assert len(states) <= 64 * len(snap.gpus)
 
@@ -336,7 +334,7 @@ def test_more_gpus_than_the_limit_skip_topology_not_the_pass(tmp_path: Path) -> 
         for i in range(MAX_TOPOLOGY_GPUS + 1)
     ]
     fake = FakeNvml(gpus)
-    settings = records.replace(Settings(), topology_labels=True, sysfs_root=str(tmp_path))
+    settings = replace(Settings(), topology_labels=True, sysfs_root=str(tmp_path))
     found = discover(settings, nvml=fake.module)
     assert len(found.gpus) == MAX_TOPOLOGY_GPUS + 1
     assert found.topology is None

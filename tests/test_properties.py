@@ -11,6 +11,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -20,7 +21,6 @@ from gfd import snapshot as snapshot_format
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.records import replace
 from gfd.settings import Config, ReplicatedResource, ResourcePattern, Sharing, parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
@@ -66,7 +66,7 @@ OMITTED = object()
 
 
 def published_value(name: str, value: str) -> str | object | None:
-    """§5.4 with issue 16/19: a value built from a name (``*.product``, ``*.machine``) is
+    """§5.4, never cutting a number: a value built from a name (``*.product``, ``*.machine``) is
     made publishable (:func:`publishable`); any other value (a number, a version...) is
     published as it is when valid and left out (OMITTED) when not — never cut."""
     if name.endswith((".product", ".machine")):
@@ -154,9 +154,10 @@ def replicas_for(resource: str, sharing: Sharing) -> tuple[int, bool]:
 
 
 def product(parts: Sequence[str], shared: bool) -> str | None:
-    """§5.2 with issue 16: each non-empty part sanitised, SHARED appended, joined with '-';
-    past 63 characters only the model (first part) is cut, to what the rest leaves, and
-    trimmed to an alphanumeric end; None (label left out) when nothing of it is left."""
+    """§5.2, qualifiers kept whole: each non-empty part sanitised, SHARED appended, joined
+    with '-'; past 63 characters only the model (first part) is cut, to what the rest
+    leaves, and trimmed to an alphanumeric end; None (label left out) when nothing of it is
+    left."""
     kept = [sanitize(part) for part in parts if part]
     if not kept:
         return ""

@@ -262,7 +262,7 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         assert getattr(settings, option.name) == expected, option.name
 
 
-# ----------------------------------------------------------------- expiry horizon (issue 16)
+# ----------------------------------------------------------------- expiry horizon
 
 
 @pytest.mark.parametrize(

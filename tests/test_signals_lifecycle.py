@@ -30,7 +30,7 @@ from gfd import signals, snapshot
 from gfd.outputs.file import split_features_file
 from gfd.settings import Config
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import GFD, ROOT, Daemon, fork_gfd, spawn_gfd
+from tests.process import GFD, ROOT, Daemon, spawn_gfd
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -80,8 +80,8 @@ STARTING = re.compile(r"^import time:.*\|\s+gfd\.(?!launch\b|signals\b|__main__\
 
 
 class FreshDaemon(Daemon):
-    """A daemon in a fresh interpreter (never forked from the warm zygote: its start-up,
-    imports included, and its shutdown are what these tests signal into), run with
+    """A daemon in a fresh interpreter (its start-up, imports included, and its shutdown
+    are what these tests signal into), run with
     ``-X importtime`` so that the test sees where start-up has got to."""
 
     def __init__(self, command: list[str], *args: str) -> None:
@@ -387,7 +387,8 @@ def plugin(tmp_path: Path) -> Iterator[Plugin]:
 def test_a_signal_while_the_credential_plugin_runs_at_start(
     api: FakeApiServer, start: Callable[..., Daemon], plugin: Plugin, signum: int
 ) -> None:
-    """The client runs the plugin while it loads the kubeconfig, before the first pass."""
+    """The plugin runs for the first request gfd makes, in the first pass (gfd runs it
+    itself, under the request's deadline, not the client while it loads the kubeconfig)."""
     plugin.slow_next_call(2 if signum == signal.SIGHUP else 60)
     daemon = start(
         "--snapshot-file", str(DGX), "--sleep-interval", "0.5s",
@@ -447,7 +448,7 @@ def test_a_signal_during_cleanup(api: FakeApiServer, kubeconfig: str, signum: in
         api.inject(Fault(status=503, retry_after=1, method="GET", count=1))
     else:
         api.inject(Fault(hang=True, method="GET", count=1))
-    process = fork_gfd(
+    process = spawn_gfd(
         "--cleanup", "--use-node-labels", "--use-node-feature-api=false", "--node-name", "n1",
         "--kubeconfig", kubeconfig, "--sleep-interval", "10s",
     )  # fmt: skip

@@ -113,7 +113,7 @@ def test_missing_file_names_the_flag(tmp_path: object) -> None:
         snapshot.load("/nonexistent/snapshot.yaml")
 
 
-# ----------------------------------------------------------------- lost GPUs (issue 16)
+# ----------------------------------------------------------------- lost GPUs
 
 LOST = (
     MINIMAL

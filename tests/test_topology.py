@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd import partitions, records
+from gfd import partitions
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
 from gfd.discovery.topology import cpu_list, nvlink_generation, read_pcie_root
@@ -168,7 +169,7 @@ def test_topology_labels_of_each_example_node(path: Path) -> None:
 def test_topology_labels_are_opt_in(path: Path) -> None:
     snap = load(path)
     default = build(snap, "none", Config(), None).labels
-    assert default == build(records.replace(snap, topology=None), "none", Config(), None).labels
+    assert default == build(replace(snap, topology=None), "none", Config(), None).labels
     assert not set(default) & TOPOLOGY_KEYS
 
 
@@ -270,10 +271,10 @@ def without_gpus(snap: Snapshot, gone: set[int]) -> Snapshot:
     """``snap`` without the GPUs (by index) in ``gone``, and without their pairs."""
     topology = snap.topology
     assert topology is not None
-    return records.replace(
+    return replace(
         snap,
         gpus=tuple(g for g in snap.gpus if g.index not in gone),
-        topology=records.replace(
+        topology=replace(
             topology,
             gpus=tuple(e for e in topology.gpus if e.index not in gone),
             pairs=tuple(p for p in topology.pairs if not gone & set(p.gpus)),
@@ -310,14 +311,14 @@ def bridged(pairs: list[tuple[int, int]]) -> Snapshot:
                 NvLink(link=k, version=3, remote="gpu", remote_pci_bus_id=bus[partner[entry.index]])
                 for k in range(12)
             )
-        gpus.append(records.replace(entry, nvlinks=links))
+        gpus.append(replace(entry, nvlinks=links))
     joined = {tuple(sorted(p)) for p in pairs}
-    return records.replace(
+    return replace(
         snap,
-        topology=records.replace(
+        topology=replace(
             topology,
             gpus=tuple(gpus),
-            pairs=tuple(records.replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs),
+            pairs=tuple(replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs),
         ),
     )
 
@@ -389,9 +390,9 @@ def test_p2p_not_ok_removes_the_pair() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     pairs = tuple(
-        records.replace(p, nvlink_p2p=False) if p.gpus == (0, 1) else p for p in snap.topology.pairs
+        replace(p, nvlink_p2p=False) if p.gpus == (0, 1) else p for p in snap.topology.pairs
     )
-    snap = records.replace(snap, topology=records.replace(snap.topology, pairs=pairs))
+    snap = replace(snap, topology=replace(snap.topology, pairs=pairs))
     table = partitions.to_json_document(partition_table(snap, None))
     assert table == {
         "1": singletons({0: 1, 1: 1, 2: 2, 3: 2}),
@@ -407,28 +408,28 @@ def test_nvswitch_is_recognised_by_the_remote_type_not_the_pci_id() -> None:
     other = snap.gpus[1].pci_bus_id
     gpus = []
     for entry in snap.topology.gpus:
-        links = tuple(records.replace(n, remote_pci_bus_id=other) for n in entry.nvlinks)
-        gpus.append(records.replace(entry, nvlinks=links))
-    moved = records.replace(snap.topology, gpus=tuple(gpus))
-    table = partition_table(records.replace(snap, topology=moved), None)
+        links = tuple(replace(n, remote_pci_bus_id=other) for n in entry.nvlinks)
+        gpus.append(replace(entry, nvlinks=links))
+    moved = replace(snap.topology, gpus=tuple(gpus))
+    table = partition_table(replace(snap, topology=moved), None)
     assert partitions.to_json_document(table) == EXPECTED_TABLES[H100]
     as_gpu = tuple(
-        records.replace(e, nvlinks=tuple(records.replace(n, remote="gpu") for n in e.nvlinks))
+        replace(e, nvlinks=tuple(replace(n, remote="gpu") for n in e.nvlinks))
         for e in snap.topology.gpus
     )
-    lost = records.replace(snap.topology, gpus=as_gpu)
+    lost = replace(snap.topology, gpus=as_gpu)
     for entry in as_gpu:
         assert entry.nvlinks[0].remote_pci_bus_id == "0000:05:00.0"  # a switch, not a GPU
-    assert partition_table(records.replace(snap, topology=lost), None) == {}
+    assert partition_table(replace(snap, topology=lost), None) == {}
 
 
 def test_a_gpu_on_no_pair_is_the_best_single() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     entries = list(snap.topology.gpus)
-    entries[2] = records.replace(entries[2], nvlinks=())
-    entries[3] = records.replace(entries[3], nvlinks=())
-    snap = records.replace(snap, topology=records.replace(snap.topology, gpus=tuple(entries)))
+    entries[2] = replace(entries[2], nvlinks=())
+    entries[3] = replace(entries[3], nvlinks=())
+    snap = replace(snap, topology=replace(snap.topology, gpus=tuple(entries)))
     table = partitions.to_json_document(partition_table(snap, None))
     assert table["1"] == singletons({0: 2, 1: 2, 2: 1, 3: 1})
     labels = build(snap, "none", Config(), None, topology_labels=True).labels
@@ -439,9 +440,9 @@ def test_minors_name_the_gpus_when_known() -> None:
     snap = load(A100_PCIE)
     assert snap.topology is not None
     renamed = tuple(
-        records.replace(e, minor=m) for e, m in zip(snap.topology.gpus, (2, 3, 0, 1), strict=True)
+        replace(e, minor=m) for e, m in zip(snap.topology.gpus, (2, 3, 0, 1), strict=True)
     )
-    snap = records.replace(snap, topology=records.replace(snap.topology, gpus=renamed))
+    snap = replace(snap, topology=replace(snap.topology, gpus=renamed))
     graph = link_graph(snap)
     assert graph is not None and set(graph.hops) == {(0, 1), (2, 3)}
 
@@ -586,7 +587,7 @@ def test_minimal_topology_loads_and_round_trips() -> None:
 
 def discover_node(snap: Snapshot, root: Path, **options: Any) -> Snapshot:
     overrides = build_from_snapshot(root, snap)
-    settings = records.replace(Settings(), **overrides)
+    settings = replace(Settings(), **overrides)
     fake = FakeNvml.from_snapshot(snap, **options)
     found = discover(settings, nvml=fake.module)
     assert fake.init_depth == 0
@@ -606,8 +607,8 @@ def test_topology_is_read_only_when_wanted(tmp_path: Path) -> None:
     overrides = build_from_snapshot(tmp_path, snap)
     overrides.pop("topology_labels")
     fake = FakeNvml.from_snapshot(snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
-    assert found == records.replace(snap, topology=None)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
+    assert found == replace(snap, topology=None)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 0
 
 
@@ -641,11 +642,11 @@ def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
     found = discover_node(snap, tmp_path)
     assert found.topology is not None
     assert [e.pcie_root for e in found.topology.gpus] == roots
-    bare = records.replace(
+    bare = replace(
         snap,
-        topology=records.replace(
+        topology=replace(
             snap.topology,
-            gpus=tuple(records.replace(e, pcie_root=None) for e in snap.topology.gpus),
+            gpus=tuple(replace(e, pcie_root=None) for e in snap.topology.gpus),
         ),
     )
     found = discover_node(bare, tmp_path / "bare")  # GPUs not below a root in sysfs
@@ -666,7 +667,7 @@ def test_no_topology_call_can_fail_the_pass(how: str, tmp_path: Path) -> None:
     snap = load(DGX1)
     overrides = build_from_snapshot(tmp_path, snap)
     fake = FakeNvml.from_snapshot(snap, **{how: TOPOLOGY_CALLS})
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.gpus == snap.gpus
     assert found.topology is not None
     assert [e.nvlinks for e in found.topology.gpus] == [()] * 8
@@ -688,7 +689,7 @@ def test_each_link_field_is_optional(tmp_path: Path) -> None:
                 link.remote_bus_id = None
     fake.common_ancestor.clear()
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     links = found.topology.gpus[0].nvlinks
     assert len(links) == 18
@@ -703,7 +704,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
     fake = FakeNvml.from_snapshot(snap)
     fake.gpus[0].nvlinks[5].active = False
     overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(records.replace(Settings(), **overrides), nvml=fake.module)
+    found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.topology is not None
     assert [n.link for n in found.topology.gpus[0].nvlinks] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
     # 12 links answered, the 13th said INVALID_ARGUMENT: no walk to NVML_NVLINK_MAX_LINKS
@@ -713,7 +714,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
 def test_pcie_only_gpu_costs_one_state_call(tmp_path: Path) -> None:
     snap = load(L40S)
     fake = FakeNvml.from_snapshot(snap)
-    discover(records.replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
+    discover(replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 4
 
 
@@ -818,7 +819,7 @@ def test_any_link_text_round_trips(
 ) -> None:
     snap = _two_gpus_without_links()
     link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
-    snap = records.replace(
+    snap = replace(
         snap,
         topology=Topology(
             gpus=(GpuTopology(index=0, nvlinks=(link,)),),

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from gfd import records
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
 from gfd.labels.partitions import partition_table
@@ -182,18 +182,16 @@ def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: 
     pcie = tmp_path / "pcie.yaml"
     snap = load(dgx1)
     assert snap.topology is not None
-    bare = records.replace(
-        snap.topology, gpus=tuple(records.replace(e, nvlinks=()) for e in snap.topology.gpus)
-    )
-    pcie.write_text(snapshot_io.dumps(records.replace(snap, topology=bare)))
-    agent.settings = records.replace(settings, snapshot_file=str(pcie))
+    bare = replace(snap.topology, gpus=tuple(replace(e, nvlinks=()) for e in snap.topology.gpus))
+    pcie.write_text(snapshot_io.dumps(replace(snap, topology=bare)))
+    agent.settings = replace(settings, snapshot_file=str(pcie))
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert api.node_annotations("n1")["someone/else"] == "x"
 
 
 def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_path: Path) -> None:
-    """Issue 16: a start on a node that already carries the right labels (and, here, the
+    """A start on a node that already carries the right labels (and, here, the
     right partition annotation) sends no write at all."""
     settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
     assert Agent(settings, reload_settings=lambda: settings).run_pass()
@@ -221,7 +219,7 @@ def test_reload_without_topology_labels_removes_the_annotation(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
     settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
-    plain = records.replace(settings, topology_labels=False)
+    plain = replace(settings, topology_labels=False)
     agent = Agent(settings, reload_settings=lambda: plain)
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
@@ -240,7 +238,7 @@ def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> Non
         snapshot_file=str(EXAMPLES / "a100-pcie-nvlink-bridges.yaml"),
         koordlet_device_infos_dir=str(tmp_path),
     )
-    plain = records.replace(settings, koordlet_device_infos_dir="")
+    plain = replace(settings, koordlet_device_infos_dir="")
     agent = Agent(settings, reload_settings=lambda: plain)
     assert agent.run_pass()
     assert (tmp_path / FILE_NAME).exists()

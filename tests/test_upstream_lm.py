@@ -280,7 +280,7 @@ def test_mig_strategy_none_labels(
 # =========================================================================================
 # internal/lm/mig-strategy_test.go, TestMigStrategySingleLabels
 # (NewResourceLabeler, migStrategy single, no sharing); the last four rows are the same
-# INVALID layouts under time-slicing: SPEC §5.2 (single) and the issue ask for an empty
+# INVALID layouts under time-slicing: SPEC §5.2 (single) asks for an empty
 # sharing-strategy whatever the sharing, with product, count, replicas, memory as upstream
 
 A_1G = new_mig_device(1, 2, 100)

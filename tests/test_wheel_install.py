@@ -29,7 +29,6 @@ from pathlib import Path
 import pytest
 
 from gfd import __version__
-from tests import diskcache
 
 pytestmark = pytest.mark.timeout(300)  # builds a wheel; may fetch build tools once
 
@@ -187,28 +186,6 @@ def _build_wheel(context: Path, dist: Path) -> Path:
     return wheel
 
 
-def _built_wheel(context: Path, dist: Path) -> Path:
-    """The wheel of ``context`` in ``dist``: built, or copied from the disk cache
-    (tests/diskcache.py) where the same context was built before with the same Python,
-    pip, setuptools and wheel."""
-    if not diskcache.enabled():
-        return _build_wheel(context, dist)
-    tools = [sys.version]
-    for name in ("pip", "setuptools", "wheel"):
-        try:
-            tools.append(f"{name} {importlib.metadata.version(name)}")
-        except importlib.metadata.PackageNotFoundError:
-            tools.append(f"{name} -")
-    entry = diskcache.CACHE / "wheel" / diskcache.key(diskcache.tree_digest(context), *tools)
-    found = sorted(entry.glob("gfd-*.whl"))
-    if len(found) == 1:
-        dist.mkdir(parents=True, exist_ok=True)
-        return Path(shutil.copy2(found[0], dist / found[0].name))
-    wheel = _build_wheel(context, dist)
-    diskcache.store(entry / wheel.name, wheel.read_bytes())
-    return wheel
-
-
 @dataclass(frozen=True)
 class Installed:
     venv: Path
@@ -237,7 +214,7 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     # 2. pip wheel --no-deps, as the wheel stage does -- or the wheel an earlier run built
     #    from a build context with the same bytes, with the same build tools.
     dist = work / "dist"
-    wheel = _built_wheel(context, dist)
+    wheel = _build_wheel(context, dist)
 
     # 3. A fresh virtualenv without pip; the wheel installed into it from outside.
     venv = work / "venv"

@@ -37,9 +37,9 @@ here that is NVML being unavailable, with the same consequences (exit 1 under
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
-from gfd import records
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
 from gfd.errors import (
@@ -127,7 +127,7 @@ def discover(settings: Settings, *, nvml: Any = None, cuda: Any = None) -> Snaps
     if strategy == "auto" and any(is_integrated_gpu_name(gpu.name) for gpu in reading.gpus):
         return _discover_tegra(settings, cuda)
     gpus = tuple(
-        records.replace(gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id))
+        replace(gpu, pci_class=sysfs.read_pci_class(settings.sysfs_root, gpu.pci_bus_id))
         for gpu in reading.gpus
     )
     return Snapshot(

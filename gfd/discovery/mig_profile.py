@@ -19,8 +19,7 @@ Pure arithmetic: no NVML here.  The enum values are NVML's ``NVML_GPU_INSTANCE_P
 from __future__ import annotations
 
 import math
-
-from gfd.records import record
+from dataclasses import dataclass
 
 GPU_INSTANCE_PROFILE_1_SLICE = 0x0
 GPU_INSTANCE_PROFILE_2_SLICE = 0x1
@@ -46,7 +45,7 @@ _MIB = 1 << 20
 _GIB = 1 << 30
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class GpuInstanceProfile:
     """What a GPU-instance profile enum means for the name: its slices and its suffix."""
 

@@ -20,13 +20,13 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.discovery.driver_root import resolve_library
 from gfd.errors import DiscoveryError, NvmlLibraryMissingError, NvmlUnavailableError
 from gfd.labels.devices import is_skipped_device
 from gfd.observability import get_logger
-from gfd.records import record
 from gfd.snapshot import (
     ComputeCapability,
     Driver,
@@ -169,7 +169,7 @@ def session(nvml: Any) -> Iterator[None]:
             _log().warning("nvml shutdown failed", error=str(err))
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class NvmlReading:
     """One pass over NVML: the driver, every GPU that answered (``pci_class`` is left for
     sysfs), the GPUs NVML reports lost (GPU_IS_LOST, RESET_REQUIRED), and how many
@@ -235,7 +235,7 @@ class _NvmlReader:
                     gpus.append(gpu)
             except self._error_type as err:
                 if error_code(err) in _LOST_CODES:
-                    # one GPU off the bus must not blind gfd to the others (issue 16)
+                    # one GPU off the bus must not blind gfd to the others
                     reason = f"NVML error on GPU {index} in {self._current}: {err}"
                     _log().warning("gpu lost", index=index, error=reason)
                     lost.append(LostGpu(index=index, pci_bus_id=self._bus_id, reason=reason))

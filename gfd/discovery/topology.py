@@ -27,9 +27,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
-from gfd import records
 from gfd.discovery.sysfs import read_attribute
 from gfd.observability import get_logger
 from gfd.snapshot import (
@@ -157,10 +157,10 @@ def read_pcie_root(sysfs_root: str, bus_id: str) -> str | None:
 def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) -> Topology:
     """``topology`` with each GPU's NUMA node and PCIe root read from sysfs."""
     bus_ids = {gpu.index: gpu.pci_bus_id for gpu in gpus}
-    return records.replace(
+    return replace(
         topology,
         gpus=tuple(
-            records.replace(
+            replace(
                 entry,
                 numa_node=read_numa_node(sysfs_root, bus_ids.get(entry.index, "")),
                 pcie_root=read_pcie_root(sysfs_root, bus_ids.get(entry.index, "")),

@@ -7,6 +7,7 @@ key and value it returns is a valid Kubernetes label (SPEC §5.4)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import devices, keys, node
@@ -18,14 +19,13 @@ from gfd.labels.resources import (
     resource_name_for,
 )
 from gfd.labels.sanitize import is_valid_label_name, is_valid_label_value, valid_label_value
-from gfd.records import record
 from gfd.settings import Config
 from gfd.snapshot import Gpu, MigDevice, Snapshot
 
 __all__ = ["LabelSet", "build"]
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LabelSet:
     """Full label keys (``nvidia.com/...``) to values, sorted by key, plus what was odd
     (``warnings``) and what is only worth a debug line (``notes``)."""

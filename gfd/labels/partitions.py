@@ -52,6 +52,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from gfd.errors import ConfigError
 from gfd.partitions import (
@@ -61,7 +62,6 @@ from gfd.partitions import (
     check_against_minors,
     format_quantity,
 )
-from gfd.records import record
 from gfd.snapshot import MAX_TOPOLOGY_GPUS, GpuTopology, Snapshot
 
 GB = 10**9
@@ -75,13 +75,13 @@ GB = 10**9
 NVLINK_LINK_BANDWIDTH = {1: 20 * GB, 2: 25 * GB, 3: 25 * GB, 4: 25 * GB, 5: 50 * GB}
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Hop:
     links: int
     bandwidth: int | None  # bytes/s; None when a generation is unknown
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class LinkGraph:
     """The NVLink hops between the node's GPUs, by minor."""
 

@@ -8,10 +8,10 @@ omitted, never guessed, so the output does not depend on device order."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from gfd.grammar import wildcard_match as wildcard_match  # the config patterns' rule
 from gfd.labels import keys
-from gfd.records import record
 from gfd.settings import ResourcePattern
 
 DEFAULT_GPU_RESOURCE = "gpu"
@@ -46,7 +46,7 @@ def default_mig_resource(profile: str) -> str:
     return "mig-" + profile.replace("+", ".")
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class Contribution:
     """What one device (or a group of identical devices) says about its resource."""
 

@@ -38,9 +38,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from gfd import __version__, interrupt
+from gfd import __version__, interrupt, redaction
+from gfd.documents import _yaml_problem
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
+from gfd.outputs import credentials
 from gfd.outputs.ratelimit import RateLimiter
 from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 
@@ -97,6 +99,7 @@ class KubeError(Exception):
         reason: str = "",
         retry_after: float | None = None,
         server_fault: bool = False,
+        credential: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -104,9 +107,14 @@ class KubeError(Exception):
         self.reason = reason
         self.retry_after = retry_after
         self.server_fault = server_fault
+        self.credential = credential
 
     @property
     def transient(self) -> bool:
+        """Worth another attempt in this operation.  A credential that cannot be had is
+        not: the next pass asks again."""
+        if self.credential:
+            return False
         return self.server_fault or self.status is None or self.status in _TRANSIENT_STATUSES
 
     @property
@@ -159,8 +167,9 @@ def redact_url(url: str) -> str:
 
 
 def _quote(text: str) -> str:
-    """At most ~100 characters of something a server sent, on one line."""
-    flat = " ".join(text.split())
+    """At most ~100 characters of something a server sent, on one line, printable
+    (credentials it echoed are taken out first, so that no part of one survives the cut)."""
+    flat = redaction.one_line(text)
     if len(flat) > MAX_QUOTED_CHARS:
         flat = flat[:MAX_QUOTED_CHARS] + "..."
     return flat
@@ -174,7 +183,7 @@ STATUS_TAIL_CHARS = 160
 
 
 def _quote_status(text: str) -> str:
-    flat = " ".join(text.split())
+    flat = redaction.one_line(text)
     if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
         flat = f"{flat[:STATUS_HEAD_CHARS]} ... {flat[-STATUS_TAIL_CHARS:]}"
     return flat
@@ -197,24 +206,26 @@ class KubeClient:
         burst: int = DEFAULT_KUBE_API_BURST,
     ) -> None:
         import kubernetes.client
-        import kubernetes.config
         import yaml
         from kubernetes.config.config_exception import ConfigException
 
         # the client's functions are untyped; keep mypy --strict honest at this one seam
         client: Any = kubernetes.client
-        config: Any = kubernetes.config
 
+        # the deadline of the request in flight: its reads, and the credential it needs
+        self._request_deadline: float | None = None
         configuration = client.Configuration()
         where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
         try:
-            if kubeconfig:
-                config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-            else:
-                config.load_incluster_config(client_configuration=configuration)
+            # the client's own loaders, with gfd's bounded token files and exec plugins
+            self._credentials = credentials.load(kubeconfig, configuration)
+        except credentials.CredentialError as exc:
+            raise UsageError(f"{where}: {exc}") from None
         except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
             hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
-            detail = _quote(redact_url(str(exc)))  # YAML errors span several lines
+            # a YAML error's own text quotes the offending line, which may hold a token
+            text = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
+            detail = _quote(redact_url(text))
             raise UsageError(
                 f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
             ) from None
@@ -228,10 +239,14 @@ class KubeClient:
             )
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
         configuration.retries = False
+        if self._credentials is not None:
+            self._credentials.install(
+                configuration, lambda: self._request_deadline, self._use_certificate
+            )
+        self._certificate_files = credentials.CertificateFiles()
         self._api: Any = client.ApiClient(configuration)
         self._api.user_agent = f"gfd/{__version__}"
         # every read of the socket honours the request's total deadline
-        self._request_deadline: float | None = None
         _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
         self._budget = budget
         self._request_timeout = request_timeout
@@ -249,11 +264,23 @@ class KubeClient:
     def close(self) -> None:
         self._api.close()
 
+    def _use_certificate(self, cert: str, key: str) -> None:
+        """Authenticate with the client certificate an exec plugin gave: the connections made
+        with the previous one (or none) are closed, as client-go closes them."""
+        from kubernetes.client import rest
+
+        configuration = self._api.configuration
+        configuration.cert_file, configuration.key_file = self._certificate_files.write(cert, key)
+        previous = self._api.rest_client
+        self._api.rest_client = rest.RESTClientObject(configuration)
+        _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
+        previous.pool_manager.clear()
+
     def scrub(self, text: str) -> str:
-        """``text`` without the credentials of the server URL."""
+        """``text`` without the credentials of the server URL, nor any other (gfd.redaction)."""
         for secret in self._secrets:
             text = text.replace(secret, "***")
-        return text
+        return redaction.redact(text)
 
     # ------------------------------------------------------------- one request
 
@@ -294,11 +321,19 @@ class KubeClient:
         try:
             with interrupt.interruptible():
                 return call(timeout)
+        except credentials.CredentialError as exc:
+            raise KubeError(str(exc), credential=True) from None
         except ApiException as exc:
             raise _from_api_exception(exc, self.server) from None
         except (urllib3.exceptions.HTTPError, http.client.HTTPException, OSError) as exc:
             raise KubeError(
                 f"cannot reach the API server at {self.server}: {self.scrub(_short(exc))}"
+            ) from None
+        except ValueError as exc:
+            # http.client refusing a header value quotes the header: the credential
+            raise KubeError(
+                f"cannot send the request: {type(exc).__name__} (details not shown)",
+                credential=True,
             ) from None
         finally:
             self._request_deadline = None
@@ -318,21 +353,24 @@ class KubeClient:
         headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
         if body is not None:
             headers["Content-Type"] = content_type
-        # the client refreshes an expired credential here (a kubeconfig exec plugin runs):
-        # a stop signal must end that wait too
-        with interrupt.interruptible():
+
+        def call(timeout: float) -> JSON:
+            # serialised for each attempt: the credential is asked for here (token files
+            # re-read, exec plugins run) under the attempt's deadline
             serialized = self._api.param_serialize(
                 method=method,
                 resource_path=path,
-                header_params=headers,
+                header_params=dict(headers),
                 body=dict(body) if body is not None else None,
                 auth_settings=["BearerToken"],
             )
-
-        def call(timeout: float) -> JSON:
+            if not serialized[2].get("authorization"):
+                serialized[2].pop("authorization", None)  # a client certificate alone
             wrapped: Any = self._api.call_api(*serialized, _request_timeout=timeout)
             response: Any = wrapped.response  # the urllib3 response, not yet read
             status = int(response.status)
+            if status == 401 and self._credentials is not None:
+                self._credentials.rejected()  # the next attempt reads the credential anew
             if not 200 <= status <= 299:
                 raise _error_from_answer(response, status)
             return _decode_object(_read_capped(response, MAX_ANSWER_BYTES))

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import importlib
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import UsageError
-from gfd.records import record
 
 
-@record
+@dataclass(frozen=True, slots=True)
 class OutputKind:
     #: the output's short name, as in logs and metrics ("file", "nodefeature", ...)
     name: str

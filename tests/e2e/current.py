@@ -1,6 +1,7 @@
-"""What issue 20's tests add to the e2e harness (tests/e2e/controlplane.py): a control plane of
-one given server started for a module of its own, service-account tokens bound to a pod on a
-node, and Nodes with the annotations map a kubelet-registered node has.
+"""What the tests against the newest control plane add to the e2e harness
+(tests/e2e/controlplane.py): a control plane of one given server started for a module of
+its own, service-account tokens bound to a pod on a node, and Nodes with the annotations
+map a kubelet-registered node has.
 
 gfd authenticates with real TokenRequest tokens here, not the harness's static token: the
 server then puts the pod's node into the request's user info, which the node-labels admission

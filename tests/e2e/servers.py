@@ -43,7 +43,7 @@ _K8S = _required("kube-apiserver", "k8s.io/kubernetes")
 _ETCD = _required("etcd", "go.etcd.io/etcd/server/v3")
 
 #: the newest release gfd claims: kube-apiserver of the newest Kubernetes release the Go module
-#: proxy serves, on etcd 3.6 (issue 20; scripts/e2e-tools.sh builds both once)
+#: proxy serves, on etcd 3.6 (scripts/e2e-tools.sh builds both once)
 CURRENT = Server(
     version=_K8S,
     apiserver=CACHE / "bin" / f"kube-apiserver-{_K8S}",

@@ -136,7 +136,7 @@ def test_gfd_from_the_image_labels_a_node_on_the_real_api_server(ctr: str, tmp_p
         kube.mkdir(mode=0o755)
         # the server's CA beside the kubeconfig, at its path in the container (as a pod's
         # mounted service-account CA is): the host's path may be one the container shadows
-        # (its own /dev/shm, where the suite keeps temporary files)
+        # (its own /tmp or /dev/shm, where temporary files may be)
         config_path = plane.kubeconfig(kube / "kubeconfig", token, "gpu-feature-discovery")
         shutil.copyfile(plane.ca_file, kube / "ca.crt")
         (kube / "ca.crt").chmod(0o644)

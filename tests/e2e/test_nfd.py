@@ -3,7 +3,7 @@
 - Features file: gfd writes its file; nfd-worker with only the local source reads it (from the
   fixed features.d, in a private mount namespace) and publishes its NodeFeature; nfd-master
   labels the node. The node's nvidia.com/ labels equal `gfd --oneshot` output, byte for byte.
-- The daemon's lifecycle through NFD (issue 16): labels follow a changed file; a restarted
+- The daemon's lifecycle through NFD: labels follow a changed file; a restarted
   gfd never takes a label off the node (the file, with its `# +expiry-time`, stays while
   it is down); gfd stopped for good and NFD ages the labels out, nfd-master removes them.
 - A label with an empty value: what each server does with it (v1.20 refuses the object).
@@ -141,7 +141,7 @@ def daemon(features: Path, config: Path, *extra: str) -> subprocess.Popen[bytes]
 def test_nfd_follows_the_daemon_keeps_the_labels_over_a_restart_and_expires_them(
     plane: ControlPlane, workdir: Path, tmp_path: Path
 ) -> None:
-    """Issue 16 through the real nfd-worker and nfd-master: the file carries
+    """No gap on restart, through the real nfd-worker and nfd-master: the file carries
     `# +expiry-time`; a stopped gfd leaves it, so a restart never takes a label off the node;
     a gfd gone for good is aged out by NFD itself once the horizon has passed."""
     features = tmp_path / "features.d"

@@ -67,6 +67,7 @@ _BY_KIND = {resource.kind: resource for resource in RESOURCES}
 
 MERGE_PATCH = "application/merge-patch+json"
 _REASONS = {
+    401: "Unauthorized",
     403: "Forbidden",
     404: "NotFound",
     409: "Conflict",
@@ -86,6 +87,8 @@ class Request:
     status: int  # 0: the connection was dropped without a response
     content_type: str | None
     body: Any
+    authorization: str | None = None  # the Authorization header as it arrived
+    client_cn: str | None = None  # over TLS: the common name of the client's certificate
 
 
 @dataclass
@@ -111,6 +114,7 @@ class Fault:
     hang: bool = False  # read the request, then never answer
     huge: int | None = None  # answer 200 with this many bytes
     declare_length: bool = True  # with ``huge``: send Content-Length (else: until close)
+    echo_authorization: bool = False  # with ``status``: the message quotes the credentials
 
     def matches(self, method: str, path: str) -> bool:
         if self.method is not None and self.method != method:
@@ -164,16 +168,37 @@ class _State:
     lock: threading.RLock = field(default_factory=threading.RLock)
     closing: threading.Event = field(default_factory=threading.Event)  # ends hung answers
     huge_bytes_sent: int = 0
+    # the Authorization header values let in (None: any request, with or without one)
+    accepted: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class Tls:
+    """Serve HTTPS with this certificate and key; with ``client_ca``, ask every client for
+    a certificate signed by it (a client without one is answered 401, as the real server
+    does for an anonymous request it does not allow)."""
+
+    cert: str
+    key: str
+    client_ca: str | None = None
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that breaks off (a TLS client speaking to plain HTTP, a dropped request)
+        is no error of the server's: socketserver's traceback on stderr would land in the
+        stderr of a gfd run in this process (tests/process.py run_gfd_here)."""
 
 
 class FakeApiServer:
     """Use as a context manager, or call :meth:`start` and :meth:`stop`."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: Tls | None = None) -> None:
         self._state = _State()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.port = 0
+        self.tls = tls
 
     # ------------------------------------------------------------- lifecycle
 
@@ -185,7 +210,16 @@ class FakeApiServer:
 
         Handler.state = state
         state.closing.clear()
-        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server = _QuietServer(("127.0.0.1", self.port), Handler)
+        if self.tls is not None:
+            import ssl
+
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(self.tls.cert, self.tls.key)
+            if self.tls.client_ca:
+                context.load_verify_locations(self.tls.client_ca)
+                context.verify_mode = ssl.CERT_OPTIONAL
+            server.socket = context.wrap_socket(server.socket, server_side=True)
         server.daemon_threads = True
         self._server = server
         self.port = server.server_address[1]
@@ -240,11 +274,15 @@ class FakeApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
-        """A kubeconfig that points the real client at this server (plain HTTP, a token)."""
-        return write_kubeconfig(path, self.url, namespace)
+    def write_kubeconfig(
+        self, path: Path | str, namespace: str = "default", user: JSON | None = None
+    ) -> Path:
+        """A kubeconfig that points the real client at this server (plain HTTP; a token, or
+        the credentials in ``user``)."""
+        return write_kubeconfig(path, self.url, namespace, user)
 
     # ------------------------------------------------------------- objects
 
@@ -413,6 +451,17 @@ class FakeApiServer:
         with self._state.lock:
             self._state.faults.clear()
 
+    def accept_only(self, *authorizations: str) -> None:
+        """Answer 401 Unauthorized (as the real server does) to a request whose
+        ``Authorization`` header is none of these (e.g. ``"Bearer abc"``), and that has no
+        client certificate named in them as ``"cert:<common name>"``."""
+        with self._state.lock:
+            self._state.accepted = frozenset(authorizations)
+
+    def accept_any(self) -> None:
+        with self._state.lock:
+            self._state.accepted = None
+
 
 def _drop_empty_metadata(obj: JSON) -> None:
     # as the real API server serialises ObjectMeta: empty maps and lists are omitted
@@ -518,6 +567,14 @@ class _Handler(BaseHTTPRequestHandler):
             except ValueError:
                 body = raw.decode("utf-8", "replace")
 
+        with self.state.lock:
+            accepted = self.state.accepted
+        presented = {self.headers.get("Authorization"), f"cert:{self._client_cn()}"}
+        if accepted is not None and not presented & accepted:
+            self._record(method, path, 401, content_type, body)
+            self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
+            return
+
         fault = self._take_fault(method, path)
         if fault is not None and fault.after_apply:
             # the server does the work; then the answer is lost (a proxy's 504, a timeout)
@@ -544,11 +601,10 @@ class _Handler(BaseHTTPRequestHandler):
                 # recorded before answering, so a client that has its answer sees it counted
                 if not fault.after_apply:
                     self._record(method, path, fault.status, content_type, body)
-                self._send(
-                    fault.status,
-                    status_object(fault.status, reason, f"injected fault {fault.status}"),
-                    headers,
-                )
+                message = f"injected fault {fault.status}"
+                if fault.echo_authorization:  # as a careless proxy or a hostile server does
+                    message += f": credentials {self.headers.get('Authorization')!s} refused"
+                self._send(fault.status, status_object(fault.status, reason, message), headers)
                 return
 
         try:
@@ -644,8 +700,20 @@ class _Handler(BaseHTTPRequestHandler):
     def _record(
         self, method: str, path: str, status: int, content_type: str | None, body: Any
     ) -> None:
+        authorization = self.headers.get("Authorization")
+        client_cn = self._client_cn()
         with self.state.lock:
-            self.state.requests.append(Request(method, path, status, content_type, body))
+            self.state.requests.append(
+                Request(method, path, status, content_type, body, authorization, client_cn)
+            )
+
+    def _client_cn(self) -> str | None:
+        peer = getattr(self.connection, "getpeercert", lambda: None)()
+        for field_ in (peer or {}).get("subject", ()):
+            for name, value in field_:
+                if name == "commonName":
+                    return str(value)
+        return None
 
     def _send(self, code: int, body: JSON, headers: Mapping[str, str] | None = None) -> None:
         payload = json.dumps(body).encode("utf-8")
@@ -835,13 +903,16 @@ class _Handler(BaseHTTPRequestHandler):
             super().finish()
 
 
-def write_kubeconfig(path: Path | str, server: str, namespace: str = "default") -> Path:
-    """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token."""
+def write_kubeconfig(
+    path: Path | str, server: str, namespace: str = "default", user: JSON | None = None
+) -> Path:
+    """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token (or
+    ``user``: the ``users[].user`` section, e.g. ``{"tokenFile": ...}`` or ``{"exec": ...}``)."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "fake", "cluster": {"server": server}}],
-        "users": [{"name": "fake", "user": {"token": "fake-token"}}],
+        "users": [{"name": "fake", "user": user if user is not None else {"token": "fake-token"}}],
         "contexts": [
             {
                 "name": "fake",

@@ -1,0 +1,630 @@
+"""Where the API client's credential comes from, for the credential kinds that need more
+than the ``kubernetes`` client's loaders give: a token file that is re-read, and an exec
+credential plugin that is run under bounds.  Both plug into the client through its own
+seam, ``Configuration.refresh_api_key_hook``, which the client calls before every request
+to fill the ``Authorization`` header; everything else (TLS, client certificates, static
+tokens, basic auth) stays the client's.
+
+Token files (a kubeconfig user's ``tokenFile``, and the in-cluster service-account token)
+are read as client-go reads them (transport/token_source.go: ``fileTokenSource.Token``
+trims surrounding whitespace and refuses an empty token; ``NewCachedFileTokenSource``
+keeps a token for a minute and reads the file again 10 s before that; ``cachingTokenSource``
+keeps the last good token when a read fails).  gfd also reads it again after a 401, so a
+rotated token is picked up by the next pass instead of a minute later.
+
+Exec credential plugins (client.authentication.k8s.io v1 and v1beta1) are run as client-go
+runs them (plugin/pkg/client/auth/exec/exec.go: ``refreshCredsLocked``; the credential is
+kept until its ``expirationTimestamp``, or until a 401), with bounds client-go does not set:
+
+- the plugin shares the deadline of the request that needs it (at most the request limit of
+  10 s, less when the operation's budget has less left); past it, it is killed;
+- it runs in its own session, so it and every process it started (in that session) are
+  killed together when it ends, fails or runs out of time: nothing is left behind;
+- at most :data:`MAX_EXEC_OUTPUT_BYTES` of its standard output is read; standard error is
+  drained and only its last :data:`EXEC_STDERR_KEPT_BYTES` kept, of which a short excerpt
+  (credentials redacted) may appear in the one line that says why it failed;
+- its standard output -- the credential -- never appears in any message.
+
+A plugin that fails is a runtime fault: the request that needed it fails (not retried:
+another run within the same pass would fail the same way), and the daemon's next pass runs
+it again.  That includes a plugin binary that is missing: it may be installed or mounted
+after gfd starts.  What is wrong in the kubeconfig itself (no ``command``, an API version
+gfd does not speak, a plugin that needs a terminal) is a usage error at start.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from gfd import interrupt, redaction
+from gfd.documents import clip, read_text
+from gfd.errors import UsageError
+from gfd.observability import get_logger
+
+#: how long a token read from a file is used before the file is read again (client-go:
+#: a minute, re-read 10 s before it runs out)
+TOKEN_FILE_PERIOD_SECONDS = 60.0
+TOKEN_FILE_LEEWAY_SECONDS = 10.0
+#: the largest token file read (a service-account JWT is ~1 KiB)
+MAX_TOKEN_FILE_BYTES = 64 * 1024
+#: the most of an exec plugin's standard output read (an ExecCredential with a client
+#: certificate chain and key is a few KiB)
+MAX_EXEC_OUTPUT_BYTES = 1024 * 1024
+#: how much of the end of an exec plugin's standard error is kept for the excerpt
+EXEC_STDERR_KEPT_BYTES = 4096
+#: the longest excerpt of a plugin's standard error a message quotes
+EXEC_STDERR_EXCERPT_CHARS = 200
+#: the exec credential API versions client-go speaks
+EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
+
+Deadline = Callable[[], "float | None"]
+
+
+class CredentialError(UsageError):
+    """A credential cannot be had.  Its message never contains a credential.
+
+    At start it is a usage error (exit 2); while running, the API client turns it into the
+    failure of one request (gfd.outputs.kube)."""
+
+
+def unsafe_header_value(value: str) -> bool:
+    """True when ``value`` cannot be sent as a header value (a line break or another control
+    character, or a character HTTP/1.1 cannot carry): http.client would refuse it with an
+    error that quotes the whole header, credential included."""
+    return any(
+        (ord(c) < 0x20 and c != "\t") or 0x7F <= ord(c) <= 0x9F or ord(c) > 0xFF for c in value
+    )
+
+
+def set_authorization(configuration: Any, value: str) -> None:
+    """Put ``value`` (a whole ``Authorization`` header value) where the client reads it."""
+    configuration.api_key["BearerToken"] = value
+    configuration.api_key_prefix.pop("BearerToken", None)
+
+
+#: told a client certificate and key (PEM) an exec plugin gave, when they change
+CertificateUser = Callable[[str, str], None]
+
+
+class CredentialSource:
+    """Gives the ``Authorization`` header value for the next request ("" for none)."""
+
+    def authorization(self, deadline: float | None) -> str:
+        raise NotImplementedError
+
+    def rejected(self) -> None:
+        """The server answered 401: what is cached is not used again."""
+
+    def install(
+        self, configuration: Any, deadline: Deadline, use_certificate: CertificateUser
+    ) -> None:
+        """Make the client ask this source before every request (its own hook).
+
+        ``use_certificate`` puts a client certificate in use (exec plugins may give one)."""
+        del use_certificate
+        set_authorization(configuration, "")  # the client asks the hook only for a known key
+
+        def refresh(config: Any) -> None:
+            set_authorization(config, self.authorization(deadline()))
+
+        configuration.refresh_api_key_hook = refresh
+
+
+# ----------------------------------------------------------------- token files
+
+
+class FileToken(CredentialSource):
+    """A bearer token read from ``path`` (trimmed), read again every minute and after a 401.
+
+    ``fallback``: the static token to use while the file cannot be read (client-go uses
+    the kubeconfig's ``token`` that way when a user has both)."""
+
+    def __init__(
+        self,
+        path: str,
+        where: str,
+        *,
+        fallback: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self._where = where
+        if fallback and unsafe_header_value(fallback):
+            raise CredentialError(
+                f"{where}: the token beside it contains a line break or another control "
+                "character (not shown)"
+            )
+        self._fallback = fallback or None
+        self._clock = clock
+        self._token: str | None = None
+        self._expires = 0.0
+        self._log = get_logger()
+
+    def token(self) -> str:
+        now = self._clock()
+        if self._token is not None and now < self._expires - TOKEN_FILE_LEEWAY_SECONDS:
+            return self._token
+        try:
+            token = self._read()
+        except CredentialError as exc:
+            last = self._token or self._fallback
+            if last is None:
+                raise
+            # as client-go: keep using the last good token; the server says whether it is
+            self._log.warning(
+                "cannot read the token file again; using the last token", error=str(exc)
+            )
+            self._token = last  # tried again when this runs out (or after a 401)
+            self._expires = now + TOKEN_FILE_PERIOD_SECONDS
+            return last
+        self._token = token
+        self._expires = now + TOKEN_FILE_PERIOD_SECONDS
+        return token
+
+    def _read(self) -> str:
+        text = read_text(self.path, self._where, CredentialError, MAX_TOKEN_FILE_BYTES)
+        token = text.strip()
+        if not token:
+            raise CredentialError(f"{self._where}: {clip(self.path)!r} holds no token")
+        if unsafe_header_value(token):
+            raise CredentialError(
+                f"{self._where}: the token in {clip(self.path)!r} contains a line break or "
+                "another control character (not shown)"
+            )
+        redaction.remember(f"token file {self.path}", token)
+        return token
+
+    def authorization(self, deadline: float | None) -> str:
+        del deadline  # reading a regular file is bounded by its size
+        return f"Bearer {self.token()}"
+
+    def rejected(self) -> None:
+        self._expires = 0.0
+
+
+# ----------------------------------------------------------------- exec plugins
+
+
+class ExecPlugin(CredentialSource):
+    """A kubeconfig user's ``exec`` credential plugin, run under bounds (module docstring)."""
+
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        where: str,
+        *,
+        cwd: str | None,
+        cluster: Mapping[str, Any] | None,
+    ) -> None:
+        def field(name: str, kind: type, default: Any) -> Any:
+            value = config.get(name, default)
+            if value is None:
+                return default
+            if not isinstance(value, kind):
+                raise CredentialError(f"{where}.{name}: expected {kind.__name__}")
+            return value
+
+        self._where = where
+        command = field("command", str, "")
+        if not command:
+            raise CredentialError(f"{where}.command: required")
+        self.command = command
+        self.api_version = field("apiVersion", str, "")
+        if self.api_version not in EXEC_API_VERSIONS:
+            raise CredentialError(
+                f"{where}.apiVersion: {clip(self.api_version)!r} is not one of "
+                + ", ".join(EXEC_API_VERSIONS)
+            )
+        self.args = [str(arg) for arg in field("args", list, [])]
+        env = {}
+        for index, item in enumerate(field("env", list, [])):
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                raise CredentialError(f"{where}.env[{index}]: expected a name and a value")
+            env[item["name"]] = str(item.get("value") or "")
+        self.env = env
+        mode = field("interactiveMode", str, "IfAvailable")
+        if mode == "Always":
+            # client-go refuses this where standard input is not a terminal; gfd's never is
+            raise CredentialError(
+                f"{where}.interactiveMode: 'Always' needs a terminal, and gfd has none"
+            )
+        if mode not in ("Never", "IfAvailable"):
+            raise CredentialError(f"{where}.interactiveMode: unknown mode {clip(mode)!r}")
+        self.install_hint = field("installHint", str, "")
+        self._cluster = _cluster_info(cluster) if field("provideClusterInfo", bool, False) else None
+        self._cwd = cwd or None
+        self._name = clip(os.path.basename(command) or command, 60)
+        self._value: str | None = None
+        self._expires: float | None = None  # wall-clock seconds; None: until a 401
+        self._certificate: tuple[str, str] | None = None
+        self._use_certificate: CertificateUser | None = None
+
+    def install(
+        self, configuration: Any, deadline: Deadline, use_certificate: CertificateUser
+    ) -> None:
+        self._use_certificate = use_certificate
+        super().install(configuration, deadline, use_certificate)
+
+    def authorization(self, deadline: float | None) -> str:
+        if self._value is None or (self._expires is not None and time.time() >= self._expires):
+            self._value = None
+            value, certificate, self._expires = self._run(deadline)
+            if certificate is not None and certificate != self._certificate:
+                if self._use_certificate is None:
+                    raise CredentialError(f"exec plugin {self._name!r}: no client to give it to")
+                self._use_certificate(*certificate)
+                self._certificate = certificate
+            self._value = value
+        return self._value
+
+    def rejected(self) -> None:
+        self._value = None
+
+    # ------------------------------------------------------------- one run
+
+    def _request(self) -> str:
+        spec: dict[str, Any] = {"interactive": False}
+        if self._cluster is not None:
+            spec["cluster"] = self._cluster
+        request = {"apiVersion": self.api_version, "kind": "ExecCredential", "spec": spec}
+        return json.dumps(request, default=str)  # a YAML date in an extension, say
+
+    def _run(self, deadline: float | None) -> tuple[str, tuple[str, str] | None, float | None]:
+        from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS
+
+        if deadline is None:
+            deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
+        what = f"exec plugin {self._name!r} ({self._where})"
+        env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self._request()}
+        process: subprocess.Popen[bytes] | None = None
+        try:
+            # a stop that comes while the plugin starts waits until its pid is known: raised
+            # in the middle of Popen, it would leave the plugin running, unknown to anyone
+            with interrupt.deferred():
+                process = self._start(env, what)
+            with interrupt.interruptible():
+                stdout, stderr, status = _collect(process, deadline)
+        finally:
+            if process is not None:
+                with interrupt.deferred():  # nor while it is being ended
+                    _end_group(process)
+        if status is None:
+            raise CredentialError(
+                f"{what}: no answer before the request's deadline; it was stopped"
+            )
+        if stdout is None:
+            raise CredentialError(
+                f"{what}: wrote more than {MAX_EXEC_OUTPUT_BYTES} bytes; it was stopped"
+            )
+        if status != 0:
+            ended = f"exit status {status}" if status > 0 else f"signal {-status}"
+            raise CredentialError(f"{what}: failed with {ended}{_excerpt(stderr)}")
+        return self._parse(stdout, what)
+
+    def _start(self, env: Mapping[str, str], what: str) -> subprocess.Popen[bytes]:
+        try:
+            return subprocess.Popen(
+                [self.command, *self.args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=self._cwd,
+                env=env,
+                close_fds=True,
+                start_new_session=True,  # its own session and process group: killed whole
+            )
+        except FileNotFoundError:
+            hint = f" ({clip(' '.join(self.install_hint.split()))})" if self.install_hint else ""
+            raise CredentialError(f"{what}: executable not found{hint}") from None
+        except OSError as exc:
+            raise CredentialError(f"{what}: cannot run it: {exc.strerror or exc}") from None
+        except ValueError:  # a NUL in the command, an argument or the environment
+            raise CredentialError(
+                f"{what}: cannot run it: a NUL character in its command line or environment"
+            ) from None
+
+    def _parse(self, stdout: bytes, what: str) -> tuple[str, tuple[str, str] | None, float | None]:
+        """(the Authorization header value or "", (certificate, key) or None, expiry)."""
+        # nothing of the output is ever quoted: it is the credential
+        try:
+            answer = json.loads(stdout)
+        except (ValueError, RecursionError):
+            raise CredentialError(
+                f"{what}: its output ({len(stdout)} bytes) is not an ExecCredential in JSON"
+            ) from None
+        if not isinstance(answer, dict):
+            raise CredentialError(f"{what}: its output is not a JSON object")
+        if answer.get("kind") != "ExecCredential" or answer.get("apiVersion") != self.api_version:
+            raise CredentialError(
+                f"{what}: its output is not an ExecCredential of {self.api_version}"
+            )
+        status = answer.get("status")
+        if not isinstance(status, dict):
+            raise CredentialError(f"{what}: its output has no status")
+        token = status.get("token") or ""
+        cert, key = status.get("clientCertificateData"), status.get("clientKeyData")
+        if not isinstance(token, str) or not isinstance(cert or "", str):
+            raise CredentialError(f"{what}: its status holds a value that is not a string")
+        if not isinstance(key or "", str):
+            raise CredentialError(f"{what}: its status holds a value that is not a string")
+        redaction.remember(f"exec plugin {self.command}", token, key)
+        if not token and not cert and not key:
+            raise CredentialError(f"{what}: returned neither a token nor a certificate and key")
+        if bool(cert) != bool(key):  # as client-go
+            raise CredentialError(f"{what}: returned a certificate or a key, not both")
+        if unsafe_header_value(token):
+            raise CredentialError(
+                f"{what}: its token contains a line break or another control character"
+            )
+        header = f"Bearer {token}" if token else ""
+        certificate = (cert, key) if cert and key else None
+        return header, certificate, _expiry(status.get("expirationTimestamp"), what)
+
+
+def _cluster_info(cluster: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The ``spec.cluster`` an exec plugin is given with ``provideClusterInfo``."""
+    cluster = cluster or {}
+    info: dict[str, Any] = {}
+    for ours, theirs in (
+        ("server", "server"),
+        ("tls-server-name", "tls-server-name"),
+        ("insecure-skip-tls-verify", "insecure-skip-tls-verify"),
+        ("certificate-authority-data", "certificate-authority-data"),
+        ("proxy-url", "proxy-url"),
+    ):
+        if cluster.get(theirs) is not None:
+            info[ours] = cluster[theirs]
+    for extension in cluster.get("extensions") or []:
+        if (
+            isinstance(extension, dict)
+            and extension.get("name") == "client.authentication.k8s.io/exec"
+        ):
+            info["config"] = extension.get("extension")
+    return info
+
+
+def _expiry(stamp: Any, what: str) -> float | None:
+    if stamp is None:
+        return None
+    from kubernetes.config import dateutil
+
+    parse: Any = dateutil.parse_rfc3339  # untyped
+    try:
+        return float(parse(str(stamp)).timestamp())
+    except (ValueError, TypeError, AttributeError):
+        raise CredentialError(f"{what}: its expirationTimestamp is not an RFC 3339 time") from None
+
+
+def _excerpt(stderr: bytes) -> str:
+    text = redaction.one_line(stderr.decode("utf-8", "replace"))
+    if not text:
+        return ""
+    if len(text) > EXEC_STDERR_EXCERPT_CHARS:
+        text = "..." + text[-EXEC_STDERR_EXCERPT_CHARS:]
+    return f": {text}"
+
+
+def _collect(
+    process: subprocess.Popen[bytes], deadline: float
+) -> tuple[bytes | None, bytes, int | None]:
+    """Read the plugin's output until it exits and its pipes close, or the deadline.
+
+    Returns (stdout or None when over the limit, the end of stderr, exit status or None
+    when the deadline came first; a signal as its negative number).  A plugin that exited
+    while processes it started still hold its pipes open has its group killed, so the pipes
+    close."""
+    assert process.stdout is not None and process.stderr is not None
+    out, err = process.stdout.fileno(), process.stderr.fileno()
+    stdout = bytearray()
+    stderr = bytearray()
+    open_fds = {out, err}
+    exited = False
+    while True:
+        if not exited and _exited(process.pid):
+            exited = True
+            _kill_group(process.pid)  # whatever it left behind: its pipes then close
+        if exited and not open_fds:
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bytes(stdout), bytes(stderr), None
+        # short waits while running: its exit is seen by polling, not by a signal
+        ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.05))
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+            elif fd == out:
+                stdout += chunk
+                if len(stdout) > MAX_EXEC_OUTPUT_BYTES:
+                    return None, bytes(stderr), 0
+            else:
+                stderr += chunk
+                del stderr[:-EXEC_STDERR_KEPT_BYTES]
+    status = process.wait()
+    return bytes(stdout), bytes(stderr), status
+
+
+def _exited(pid: int) -> bool:
+    """Whether the plugin has exited, without reaping it: while it is a zombie its process
+    group id cannot be taken by another process, so killing the group is safe."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _end_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill the plugin's process group (anything still in it) and reap the plugin.
+
+    Once reaped, its pid (and group id) may belong to another process: the group is killed
+    only before that."""
+    if process.returncode is None:
+        _kill_group(process.pid)
+        process.wait()
+    for pipe in (process.stdout, process.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
+def check_key_pair(cert_file: str, key_file: str, what: str) -> None:
+    """A CredentialError unless TLS can use the pair (as client-go checks it with
+    ``tls.X509KeyPair`` before the first request); the reason ssl gives, never the files."""
+    import ssl
+
+    try:
+        # no passphrase: an encrypted key is refused here, not prompted for on a terminal
+        ssl.create_default_context().load_cert_chain(cert_file, key_file, password=b"")
+    except (ssl.SSLError, ValueError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
+        raise CredentialError(f"{what} cannot be used ({reason or type(exc).__name__})") from None
+
+
+class CertificateFiles:
+    """The client certificate and key an exec plugin gave, as files (TLS reads them only
+    from files: ``ssl.SSLContext.load_cert_chain``), as the Python client keeps them too: in a
+    directory only this user may enter, each file written 0600 and replaced whole, all
+    removed when the process exits."""
+
+    def __init__(self) -> None:
+        self._directory: str | None = None
+
+    def write(self, cert: str, key: str) -> tuple[str, str]:
+        """The paths of the certificate and key files, now holding ``cert`` and ``key``;
+        a CredentialError when TLS cannot use them."""
+        if self._directory is None:
+            self._directory = tempfile.mkdtemp(prefix="gfd-exec-credential-")
+            atexit.register(shutil.rmtree, self._directory, True)
+        paths = []
+        for name, text in (("client.crt", cert), ("client.key", key)):
+            path = os.path.join(self._directory, name)
+            staged = path + ".new"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(staged, flags, 0o600), "w", encoding="utf-8") as file:
+                file.write(text)
+            paths.append((staged, path))
+        check_key_pair(
+            paths[0][0], paths[1][0], "the client certificate and key an exec plugin gave"
+        )
+        for staged, path in paths:
+            os.replace(staged, path)
+        return paths[0][1], paths[1][1]
+
+
+# ----------------------------------------------------------------- loading
+
+
+def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
+    """Fill ``configuration`` from ``kubeconfig`` (None: the in-cluster service account) with
+    the client's own loaders; the source gfd puts in front of them for a token file or an
+    exec plugin, or None where the client's static credential is all there is.
+
+    What the client's loaders would do without bounds is taken out of their hands before
+    they run: a ``tokenFile`` (read once, untrimmed, without a size limit) and an ``exec``
+    plugin (run with no timeout, its stderr echoed whole).  An ``auth-provider`` is refused:
+    upstream gpu-feature-discovery registers none with client-go (which then fails with "no
+    Auth Provider found"), and the Python client's would fetch tokens from the network
+    without a timeout or write the kubeconfig back."""
+    if not kubeconfig:
+        from kubernetes.config import incluster_config
+
+        incluster: Any = incluster_config  # untyped
+        incluster.load_incluster_config(client_configuration=configuration)
+        service_account = FileToken(incluster.SERVICE_TOKEN_FILENAME, "the service account token")
+        service_account.token()  # as the client's loader: no token at start is an error at start
+        return service_account
+
+    from kubernetes.config import config_exception
+    from kubernetes.config import kube_config as untyped
+
+    kube_config: Any = untyped
+
+    merger = kube_config.KubeConfigMerger(kubeconfig)
+    if merger.config is None:
+        raise config_exception.ConfigException("Invalid kube-config file. No configuration found.")
+    # the client's own loader; a context, user or cluster that is missing is its error
+    loader = kube_config.KubeConfigLoader(config_dict=merger.config, config_base_path=None)
+    context = loader.current_context.get("context") or {}
+    user_name, cluster_name = context.get("user"), context.get("cluster")
+    entry = merger.config["users"].get_with_name(user_name, safe=True) if user_name else None
+    user = entry.value.get("user") if entry is not None else None
+    source: CredentialSource | None = None
+    where = f"users[name={clip(str(user_name), 60)}].user"
+    if isinstance(user, dict):
+        base = os.path.dirname(os.path.abspath(entry.path)) if entry and entry.path else ""
+        provider = user.get("auth-provider")
+        if provider:
+            name = provider.get("name") if isinstance(provider, dict) else None
+            raise CredentialError(
+                f"{where}.auth-provider: auth provider {clip(str(name), 60)!r} is not supported "
+                "(as in upstream gpu-feature-discovery); use an exec credential plugin"
+            )
+        _remember_static(user_name, user)
+        token_file = user.pop("tokenFile", None)
+        exec_config = user.pop("exec", None)
+        static_token = user.get("token") if isinstance(user.get("token"), str) else None
+        if token_file:
+            path = os.path.join(base, str(token_file))
+            file_token = FileToken(path, f"{where}.tokenFile", fallback=static_token)
+            file_token.token()  # as client-go: a token file that cannot be read is a config error
+            source = file_token
+        elif exec_config is not None and not static_token:
+            if not isinstance(exec_config, dict):
+                raise CredentialError(f"{where}.exec: expected a mapping")
+            cluster = merger.config["clusters"].get_with_name(cluster_name, safe=True)
+            source = ExecPlugin(
+                exec_config,
+                f"{where}.exec",
+                cwd=base,
+                cluster=(cluster.value.get("cluster") if cluster is not None else None),
+            )
+    loader.load_and_set(configuration)
+    if configuration.cert_file and configuration.key_file:
+        check_key_pair(
+            configuration.cert_file,
+            configuration.key_file,
+            f"{where}: its client certificate and key",
+        )
+    if source is None:
+        value = configuration.api_key.get("BearerToken")
+        if isinstance(value, str):
+            redaction.remember(f"kubeconfig user {user_name} header", value)
+            if unsafe_header_value(value):
+                raise CredentialError(
+                    f"{where}: its token or password contains a line break or another control "
+                    "character (not shown)"
+                )
+    return source
+
+
+def _remember_static(user_name: Any, user: Mapping[str, Any]) -> None:
+    """The credentials written in a kubeconfig user, to keep out of every message."""
+    import base64
+
+    values = [user.get(key) for key in ("token", "password", "client-key-data")]
+    username, password = user.get("username"), user.get("password")
+    if isinstance(username, str) and isinstance(password, str):
+        pair = f"{username}:{password}"
+        values.append(pair)
+        values.append(base64.b64encode(pair.encode("utf-8", "replace")).decode("ascii"))
+    redaction.remember(
+        f"kubeconfig user {user_name}", *(v.strip() for v in values if isinstance(v, str))
+    )

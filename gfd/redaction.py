@@ -1,0 +1,61 @@
+"""The credentials this process holds, so that no message it writes can carry one.
+
+Every credential the API client reads (a kubeconfig token or password, a token file's
+content, an exec plugin's token, a client key's data) is remembered here under the name of
+its source, and :func:`redact` replaces each of them with ``***``.  Redaction runs where
+text leaves the process -- every log record (gfd.observability) and the CLI's one error
+line -- and, before any cutting to an excerpt, wherever something a server or a plugin sent
+is quoted (gfd.outputs.kube), so that not even a prefix of a credential survives.
+
+This is the last line of defence, not the first: gfd never formats a credential into a
+message on purpose.  It catches what gfd cannot control: an API server or proxy that echoes
+the request's ``Authorization`` header into its error, a plugin that prints its token on
+stderr, an exception from the HTTP stack that quotes a header.
+"""
+
+from __future__ import annotations
+
+#: values shorter than this are not redacted: replacing every "abc" in every line would
+#: garble the log and protect nothing (a credential that short is guessed, not stolen)
+MIN_SECRET_CHARS = 6
+#: how many values one source keeps: the current one and those it replaced (a rotated
+#: token may still be quoted by a request made before the rotation)
+KEPT_PER_SOURCE = 4
+
+_secrets: dict[str, tuple[str, ...]] = {}
+_ordered: tuple[str, ...] = ()
+
+
+def remember(source: str, *values: str | None) -> None:
+    """Hold ``values`` as the credentials of ``source`` (added to what it held before)."""
+    global _ordered
+    kept = list(_secrets.get(source, ()))
+    for value in values:
+        if value and len(value) >= MIN_SECRET_CHARS and value not in kept:
+            kept.insert(0, value)
+    _secrets[source] = tuple(kept[:KEPT_PER_SOURCE])
+    # the longest first: a token that contains another credential is replaced whole
+    _ordered = tuple(sorted({v for vs in _secrets.values() for v in vs}, key=len, reverse=True))
+
+
+def redact(text: str) -> str:
+    """``text`` with every remembered credential replaced by ``***``."""
+    for secret in _ordered:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+def one_line(text: str) -> str:
+    """``text`` redacted, its whitespace runs made single spaces, and every character a
+    terminal would act on (escape sequences, other control characters) shown as ``?``:
+    what a server or a plugin sent, fit to quote in one log line."""
+    flat = " ".join(redact(text).split())
+    return "".join(c if c.isprintable() else "?" for c in flat)
+
+
+def forget_all() -> None:
+    """Drop every remembered credential (tests)."""
+    global _ordered
+    _secrets.clear()
+    _ordered = ()
