@@ -53,8 +53,10 @@ test-latest:
 	$(LATEST)/bin/python -m pip install --quiet --disable-pip-version-check --upgrade --no-build-isolation -e '.[dev]'
 	PYTHONDONTWRITEBYTECODE= $(LATEST)/bin/python -m pytest -q -n auto --dist worksteal --ignore=tests/e2e
 
+# ARGS: more flags, e.g. ARGS='--config-file examples/configs/renaming.yaml'
+ARGS ?=
 run: $(VENV)/.gfd-run
-	@$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE)
+	@$(BIN)/gfd --oneshot --no-timestamp --snapshot-file $(EXAMPLE) $(ARGS)
 
 # -n auto: one worker per core plus one (tests/conftest.py), for the tests that wait;
 # worksteal: an idle worker takes tests from a busy one, so no worker idles at the end.

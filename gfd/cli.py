@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gfd import __version__
-from gfd.documents import clip, describe
+from gfd.echo import bounded_message, clip, describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
@@ -112,9 +112,14 @@ def _build_command() -> click.Command:
             dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions, **values
         )
 
-    for option in reversed(OPTIONS):
+    # --help lists the settings in the table's order (README's), then the actions above;
+    # click.option appends to a built command's params, so the actions would come first
+    actions = list(command.params)
+    command.params = []
+    for option in OPTIONS:
         if option.flag:
             command = _click_option(option)(command)
+    command.params.extend(actions)
     return command
 
 
@@ -225,7 +230,8 @@ def _fail(message: str, status: int) -> int:
     redaction = sys.modules.get("gfd.redaction")
     if redaction is not None:  # else no credential was ever read: nothing to take out
         message = redaction.redact(message)
-    click.echo(f"{PROG}: error: {message}", err=True)
+    # every message clips what it quotes; this holds the whole line, whatever slipped by
+    click.echo(f"{PROG}: error: {bounded_message(message)}", err=True)
     return status
 
 
@@ -445,7 +451,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(2)
     except click.UsageError as exc:
         # click quotes the offending argument whole: clip it like every other value
-        sys.exit(_fail(clip(exc.format_message().splitlines()[0], 300), 2))
+        message = clip(exc.format_message().splitlines()[0], 300)
+        if isinstance(exc, click.NoSuchOption):
+            message += f" ({PROG} --help lists the options)"
+        sys.exit(_fail(message, 2))
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:

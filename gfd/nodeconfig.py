@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gfd.documents import clip
+from gfd.echo import clip, describe
 from gfd.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -77,7 +77,7 @@ def parse_fallbacks(value: str | Sequence[str]) -> tuple[str, ...]:
     for part in result:
         if part not in FALLBACK_STRATEGIES:
             raise ValueError(
-                f"unknown fallback strategy {part!r} (use {', '.join(FALLBACK_STRATEGIES)})"
+                f"unknown fallback strategy {describe(part)} (use {', '.join(FALLBACK_STRATEGIES)})"
             )
     return result
 

@@ -16,15 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gfd.documents import (
-    as_list,
-    clip,
-    describe,
-    file_kind,
-    parse_yaml,
-    read_text,
-)
+from gfd.documents import as_list, parse_yaml, read_text
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
+from gfd.files import file_kind
 from gfd.grammar import (
     LONGEST_RESOURCE_SUFFIX,
     PREFIX,
@@ -399,7 +394,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         None,
         _parse_optional_str,
-        "this node's name (required by the API outputs)",
+        "this node's name (required by the API outputs and by --config-file-srcdir)",
     ),
     Option(
         "namespace",
@@ -622,7 +617,11 @@ def _resource_name_error(name: str) -> str | None:
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
     longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
     if not is_valid_label_name(longest):
-        return f"makes the label key {PREFIX}{longest} longer than 63 characters"
+        # the name itself is quoted once already, by the caller
+        return (
+            f"makes the label key {PREFIX}<name>.{LONGEST_RESOURCE_SUFFIX} longer than 63 "
+            f"characters ({len(longest)})"
+        )
     return None
 
 
@@ -820,7 +819,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
 
 
 def parse_config_text(text: str, source: str) -> LoadedConfig:
-    source = clip(source)
+    source = clip_path(source)
     document = parse_yaml(text, f"config file {source}", ConfigError)
     if document is None:
         document = {}
@@ -845,6 +844,19 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
         return parse_table(value, "partitions")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+#: the most warnings one load reports one by one: a config of 100,000 unknown keys is one
+#: mistake, not 100,000 log lines at every start and every reload
+MAX_WARNINGS = 20
+
+
+def capped_warnings(warnings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The first :data:`MAX_WARNINGS` warnings, then one line counting the rest."""
+    if len(warnings) <= MAX_WARNINGS:
+        return tuple(warnings)
+    rest = len(warnings) - MAX_WARNINGS
+    return (*warnings[:MAX_WARNINGS], f"... and {rest} more warnings like these")
 
 
 def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
@@ -1112,7 +1124,7 @@ def resolve(
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
         config_choice=config_choice,
-        warnings=tuple(warnings),
+        warnings=capped_warnings(warnings),
     )
     _validate(settings)
     _check_files(settings, origins)
@@ -1145,7 +1157,7 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
                 # the kubernetes client reads it with PyYAML, unbounded: read it first
                 # with the bounded reader (size, nesting, aliases, duplicate keys)
                 parse_yaml(
-                    read_text(path, origin, UsageError), f"{origin} {clip(part)}", UsageError
+                    read_text(path, origin, UsageError), f"{origin} {clip_path(part)}", UsageError
                 )
 
 

@@ -389,6 +389,9 @@ def test_environment_and_args_select_the_intended_output(
         # No API access for the file writers.
         assert pod_spec(obj).get("automountServiceAccountToken") is not True
     assert settings.mig_strategy == "none"
+    # ...as gfd's default, not a variable: MIG_STRATEGY would override a config file's
+    # flags.migStrategy (docs/deploy.md: "default: not set")
+    assert "MIG_STRATEGY" not in container_environment(obj, container)
     assert settings.oneshot == (overlay == "oneshot-job")
     assert settings.cleanup == (overlay == "node-labels-cleanup-job")
 

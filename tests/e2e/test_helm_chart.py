@@ -345,6 +345,24 @@ def test_bad_values_are_refused_naming_the_value(
         template(helm_bin, values)
 
 
+def test_a_cleanup_job_removes_the_koordlet_file_beside_the_features_file(
+    helm_bin: Path,
+) -> None:
+    """The koordlet file has no expiry (koordlet reports its GPUs until it goes), so with
+    koordlet on, features-file output still gets its cleanup Job: gfd --cleanup with the
+    directory, which removes the file (and the features file)."""
+    objects = template(
+        helm_bin,
+        {"mode": "cleanup-job", "job.nodes": ["n"], "koordlet.enabled": True},
+    )
+    pod = only(objects, "Job")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert container["args"][0] == "--cleanup"
+    assert env["GFD_KOORDLET_DEVICE_INFOS_DIR"] == "/var/run/koordlet/xpu-device-infos"
+    assert env["GFD_OUTPUT_FILE"].endswith("/features.d/gfd")
+
+
 def test_release_name_and_namespace_carry_into_the_policy_and_bindings(helm_bin: Path) -> None:
     objects = template(helm_bin, {"output": "node-labels"}, release="lab", namespace="gpu")
     policy = only(objects, "ValidatingAdmissionPolicy")
