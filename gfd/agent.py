@@ -14,9 +14,11 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gfd import interrupt, signals
 from gfd import labels as labelling
+from gfd.echo import error_text
 from gfd.errors import (
     ConfigError,
     DiscoveryError,
@@ -26,14 +28,15 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
-from gfd.nodeconfig import ConfigChoice, NodeConfigError
-from gfd.nodeconfig import choose_for as choose_node_config
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
 from gfd.outputs.registry import output_identity, output_place
 from gfd.outputs.topology import make_topology_outputs
-from gfd.settings import Settings
+from gfd.settings import Settings, capped_warnings
 from gfd.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from gfd.nodeconfig import ConfigChoice
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -193,7 +196,7 @@ class Agent:
                 None if self.settings.no_timestamp else self.timestamp,
                 topology_labels=self.settings.topology_labels,
             )
-            for warning in result.warnings:
+            for warning in capped_warnings(result.warnings):
                 self.log.warning("label warning", detail=warning)
             for note in result.notes:
                 self.log.debug("label note", detail=note)
@@ -255,14 +258,17 @@ class Agent:
     def _fail_pass(self, started: float, exc: Exception | None, unexpected: bool = False) -> None:
         duration = self._monotonic() - started
         self.metrics.pass_finished("error", duration, None)
-        self.last_error = None if exc is None else str(exc)
+        self.last_error = None if exc is None else error_text(exc)
         if exc is not None:
             # an unexpected exception is a bug: log it with its traceback
             record = self.log.exception if unexpected else self.log.error
             if self.settings.oneshot and not unexpected:
                 record = self.log.debug  # the CLI prints the error as its one line
             record(
-                "pass failed", error=str(exc), kind=type(exc).__name__, duration_seconds=duration
+                "pass failed",
+                error=error_text(exc),
+                kind=type(exc).__name__,
+                duration_seconds=duration,
             )
         self._first_pass = False
         self._started = True
@@ -276,7 +282,7 @@ class Agent:
         try:
             self.output.keep(self.published)
         except PublishError as exc:
-            self.log.error("cannot renew the features file", error=str(exc))
+            self.log.error("cannot renew the features file", error=error_text(exc))
 
     def _publish(self, labels: dict[str, str]) -> bool:
         """Publish when the set changed; otherwise verify at the output's interval."""
@@ -310,15 +316,16 @@ class Agent:
         """Before a pass: the entry the node label chooses now; a new one is loaded through
         the SIGHUP reload.  Whatever cannot be applied leaves the config in force and one
         error line (until the label changes again)."""
+        # only with --config-file-srcdir: other runs never load the per-node config module
+        from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
+
         current = self.settings.config_choice
         in_force = None if current is None else current.entry
         try:
             if self._node_label is None:
-                from gfd.nodeconfig import NodeLabelReader
-
                 self._node_label = NodeLabelReader(self.settings)
             value = self._node_label()
-            choice = choose_node_config(self.settings, value)
+            choice = choose_for(self.settings, value)
         except NodeConfigError as exc:
             if self._refused != str(exc):
                 self._refused = str(exc)
@@ -360,7 +367,7 @@ class Agent:
             else:
                 new = self._reload_settings()
         except UsageError as exc:
-            self.log.error("reload failed; keeping the settings in force", error=str(exc))
+            self.log.error("reload failed; keeping the settings in force", error=error_text(exc))
             return False
         output = self.output
         if output_identity(new) != output_identity(self.settings):
@@ -369,7 +376,9 @@ class Agent:
                 with interrupt.interruptible():
                     output = self._build_output(new)
             except UsageError as exc:
-                self.log.error("reload failed; keeping the settings in force", error=str(exc))
+                self.log.error(
+                    "reload failed; keeping the settings in force", error=error_text(exc)
+                )
                 return False
             except interrupt.Interrupted:
                 return False  # the stop is recorded: the loop exits
@@ -435,7 +444,7 @@ class Agent:
                 self.log.error(
                     "cannot remove what the previous settings published; trying again next pass",
                     previous_output=retiree.kind,
-                    error=str(exc),
+                    error=error_text(exc),
                 )
                 continue
             del self._retiring[place]
@@ -448,7 +457,7 @@ class Agent:
         try:
             self.output.on_exit()
         except PublishError as exc:
-            self.log.error("cleanup on exit failed", error=str(exc))
+            self.log.error("cleanup on exit failed", error=error_text(exc))
         if self._retiring:
             self.log.warning(
                 "exiting before what the previous settings published was removed; "

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from gfd import __version__
-from gfd.documents import clip, describe
+from gfd.echo import bounded_message, clip, describe
 from gfd.errors import GfdError, UsageError
 from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
 
@@ -230,7 +230,8 @@ def _fail(message: str, status: int) -> int:
     redaction = sys.modules.get("gfd.redaction")
     if redaction is not None:  # else no credential was ever read: nothing to take out
         message = redaction.redact(message)
-    click.echo(f"{PROG}: error: {message}", err=True)
+    # every message clips what it quotes; this holds the whole line, whatever slipped by
+    click.echo(f"{PROG}: error: {bounded_message(message)}", err=True)
     return status
 
 

@@ -20,12 +20,12 @@ The documents come from operators and from other machines, so reading them is bo
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
 from typing import Any
 
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import UsageError
+from gfd.files import UnreadableFileError, read_regular
 
 # json and yaml are imported by the first document that needs them: a run that reads no
 # document (discovery through NVML, no config file) never pays for PyYAML.
@@ -38,122 +38,25 @@ MAX_NESTING = 100
 MAX_NODES = 1_000_000
 #: the longest number accepted in a document, in characters (Python stops at 4,300 digits)
 MAX_NUMBER_CHARS = 100
-#: how much of a value an error or log line quotes
-SHOWN_CHARS = 100
-
-
-# --------------------------------------------------------------------------- messages
-
-
-def clip(text: str, limit: int = SHOWN_CHARS) -> str:
-    """``text`` cut to ``limit`` characters, saying how long it was when it was cut."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text)} characters)"
-
-
-def _describe_int(value: int) -> str:
-    if value.bit_length() > 3 * SHOWN_CHARS:  # ~90+ digits; str() fails past 4,300
-        digits = int(value.bit_length() * 0.30103) + 1
-        return f"an integer of about {digits} digits"
-    return repr(value)
-
-
-def describe(value: Any) -> str:
-    """A value as an error message shows it (``null`` for None, like the document), never
-    longer than about :data:`SHOWN_CHARS` characters."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return repr(value)
-    if isinstance(value, int):
-        return _describe_int(value)
-    if isinstance(value, str):
-        shown = repr(value[:SHOWN_CHARS])
-        return shown if len(value) <= SHOWN_CHARS else f"{shown}... ({len(value)} characters)"
-    if isinstance(value, list):
-        return clip(f"a list of {len(value)} items: [{_brief_items(value)}]")
-    if isinstance(value, dict):
-        return clip(f"a mapping of {len(value)} keys: {{{_brief_items(list(value))}}}")
-    return clip(repr(value))
-
-
-def _brief_items(items: list[Any]) -> str:
-    shown = []
-    for item in items[:3]:
-        if isinstance(item, (list, dict)):
-            shown.append("[...]" if isinstance(item, list) else "{...}")
-        else:
-            shown.append(describe(item))
-    return ", ".join(shown) + (", ..." if len(items) > 3 else "")
-
-
 # --------------------------------------------------------------------------- files
-
-
-def file_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "a special file"
-
-
-def read_at_most(fd: int, limit: int) -> bytes:
-    """What ``fd`` holds, up to ``limit + 1`` bytes: one more than allowed says "too big"
-    without reading a file (or ``/dev/zero``) to its end."""
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = os.read(fd, limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 def read_text(
     path: str, flag: str, error: type[UsageError], limit: int = MAX_DOCUMENT_BYTES
 ) -> str:
-    """A regular file of at most ``limit`` bytes, as UTF-8 text.
-
-    Never blocks and never reads without bound: the path is checked before it is opened
-    (a device node is not even opened), opened non-blocking, and checked again on the open
-    descriptor (the path may have been replaced in between)."""
-    shown = repr(clip(path))
+    """A regular file of at most ``limit`` bytes, as UTF-8 text; never blocks and never
+    reads without bound (:func:`gfd.files.read_regular`)."""
     try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"{flag}: {shown} is {file_kind(mode)}, not a regular file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        reason = exc.strerror if isinstance(exc, OSError) else None
-        raise error(f"{flag}: cannot read {shown}: {reason or clip(str(exc))}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{flag}: {shown} is {file_kind(info.st_mode)}, not a regular file")
-        too_big = f"{flag}: {shown} is larger than the limit of {limit} bytes"
-        if info.st_size > limit:
-            raise error(too_big)
-        data = read_at_most(fd, limit)
-        if len(data) > limit:
-            raise error(too_big)
-    except OSError as exc:
-        raise error(f"{flag}: cannot read {shown}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
+        data = read_regular(path, limit)
+    except UnreadableFileError as exc:
+        shown = repr(clip_path(path))
+        if exc.reason.startswith("is "):
+            raise error(f"{flag}: {shown} {exc.reason}") from None
+        raise error(f"{flag}: cannot read {shown}: {exc.reason}") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        raise error(f"{flag}: {shown} is not UTF-8 text") from None
+        raise error(f"{flag}: {clip_path(path)!r} is not UTF-8 text") from None
 
 
 # --------------------------------------------------------------------------- parsing

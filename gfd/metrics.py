@@ -26,12 +26,17 @@ from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gfd import __version__, observability
+from gfd.echo import describe
 from gfd.errors import GfdError
 from gfd.settings import split_address
 from gfd.signals import start_thread
 
 #: how much slack the health check gives on top of three intervals
 HEALTH_GRACE_SECONDS = 30.0
+#: the most connections served at once (Prometheus and the kubelet's probes need a few)
+MAX_CONNECTIONS = 16
+#: how long one connection may take to send its request and read the answer
+CONNECTION_TIMEOUT_SECONDS = 5.0
 #: pass durations are milliseconds to seconds; NVML on a big node can take a few seconds
 PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -41,7 +46,7 @@ def parse_address(address: str) -> tuple[str, int]:
     try:
         return split_address(address)
     except ValueError:
-        raise GfdError(f"--metrics-address {address!r}: expected host:port") from None
+        raise GfdError(f"--metrics-address {describe(address)}: expected host:port") from None
 
 
 class PrometheusMetrics:
@@ -202,14 +207,14 @@ class PrometheusMetrics:
             pass
 
         Handler.metrics = metrics
-        server_class: type[ThreadingHTTPServer] = ThreadingHTTPServer
+        server_class: type[ThreadingHTTPServer] = _BoundedServer
         if ":" in host:
             server_class = _IPv6Server
         try:
             server = server_class((host, port), Handler)
         except OSError as exc:
             raise GfdError(
-                f"--metrics-address {address!r}: cannot listen: {exc.strerror or exc}"
+                f"--metrics-address {describe(address)}: cannot listen: {exc.strerror or exc}"
             ) from None
         server.daemon_threads = True
         self._server = server
@@ -241,13 +246,64 @@ class _LogLinesDropped(Collector):
         )
 
 
-class _IPv6Server(ThreadingHTTPServer):
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, but at most :data:`MAX_CONNECTIONS` of them: a connection
+    past that is closed at once (the scraper retries), so anyone who can reach the port
+    cannot make the process start threads without end."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that resets, times out or sends garbage is the client's problem: the
+        # stock handler prints a traceback to stderr, which anyone who can reach the port
+        # could repeat to flood the log
+        pass
+
+
+class _IPv6Server(_BoundedServer):
     address_family = socket.AF_INET6
 
 
 class _Handler(BaseHTTPRequestHandler):
     metrics: PrometheusMetrics
     server_version = f"gfd/{__version__}"
+    #: a connection that sends nothing is closed after this long
+    timeout = CONNECTION_TIMEOUT_SECONDS
+
+    def setup(self) -> None:
+        # the timeout above bounds each read; a client trickling its request a byte at a
+        # time would pass every one of them, so the whole connection has a deadline too
+        super().setup()
+        self._deadline = threading.Timer(CONNECTION_TIMEOUT_SECONDS, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        with contextlib.suppress(OSError):
+            super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

@@ -28,14 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gfd.documents import clip
+from gfd.echo import clip, describe
 from gfd.errors import ConfigError
 
 if TYPE_CHECKING:
     from gfd.outputs.kube import KubeClient
     from gfd.settings import Settings
 
-DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
 FALLBACK_STRATEGIES = ("named", "single", "empty")
 #: the entry the ``named`` fallback looks for (upstream's NamedConfigFallback)
 NAMED_FALLBACK_ENTRY = "default"
@@ -78,7 +77,7 @@ def parse_fallbacks(value: str | Sequence[str]) -> tuple[str, ...]:
     for part in result:
         if part not in FALLBACK_STRATEGIES:
             raise ValueError(
-                f"unknown fallback strategy {part!r} (use {', '.join(FALLBACK_STRATEGIES)})"
+                f"unknown fallback strategy {describe(part)} (use {', '.join(FALLBACK_STRATEGIES)})"
             )
     return result
 

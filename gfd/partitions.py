@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from gfd.echo import describe
+
 NVLINK = "NVLink"
 
 
@@ -84,14 +86,14 @@ def parse_quantity(text: str) -> int:
     """A quantity with an optional SI or binary suffix, as a whole number of bytes."""
     match = _QUANTITY.match(text.strip()) if len(text) <= MAX_QUANTITY_CHARS else None
     if match is None:
-        raise ValueError(f"{text[:100]!r} is not a quantity like 450G or 400Gi")
+        raise ValueError(f"{describe(text)} is not a quantity like 450G or 400Gi")
     number, suffix = match.groups()
     try:
         value = Decimal(number) * _SUFFIXES[suffix or ""]
     except InvalidOperation:
-        raise ValueError(f"{text[:100]!r} is not a quantity") from None
+        raise ValueError(f"{describe(text)} is not a quantity") from None
     if value != value.to_integral_value():
-        raise ValueError(f"{text[:100]!r} is not a whole number of bytes")
+        raise ValueError(f"{describe(text)} is not a whole number of bytes")
     return int(value)
 
 

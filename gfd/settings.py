@@ -16,16 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gfd.documents import (
-    as_list,
-    clip,
-    describe,
-    file_kind,
-    parse_yaml,
-    read_text,
-)
-from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
+from gfd.documents import as_list, parse_yaml, read_text
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
+from gfd.files import file_kind
 from gfd.grammar import (
     LONGEST_RESOURCE_SUFFIX,
     PREFIX,
@@ -33,11 +27,14 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
-from gfd.nodeconfig import DEFAULT_NODE_LABEL, ConfigChoice, check_label_key, parse_fallbacks
 from gfd.outputs.registry import output_kind_of
 
 if TYPE_CHECKING:
+    from gfd.nodeconfig import ConfigChoice
     from gfd.partitions import PartitionTable
+
+# gfd.durations and gfd.nodeconfig are imported where a value is parsed or checked: a run
+# that gives no duration and no config directory (every plain oneshot) never loads them.
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 #: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
@@ -52,6 +49,8 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio")
 #: upstream's default for --driver-root-ctr-path (api/config/v1/consts.go)
 DEFAULT_DRIVER_ROOT = "/driver-root"
+#: the node label whose value picks the entry of --config-file-srcdir (gfd.nodeconfig)
+DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
 #: the Kubernetes client's rate limit: upstream's defaults (internal/flags/kubeclient.go)
 DEFAULT_KUBE_API_QPS = 5.0
 DEFAULT_KUBE_API_BURST = 10
@@ -112,6 +111,8 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 def _parse_interval(value: Any) -> float | None:
+    from gfd.durations import MAX_SECONDS, check_seconds, parse_duration
+
     if isinstance(value, bool):
         raise ValueError("expected a duration")
     if isinstance(value, int):
@@ -132,6 +133,8 @@ def _parse_horizon(value: Any) -> float:
 
 
 def _parse_label_key(value: Any) -> str:
+    from gfd.nodeconfig import check_label_key
+
     text = _parse_str(value).strip()
     problem = check_label_key(text)
     if problem:
@@ -140,6 +143,8 @@ def _parse_label_key(value: Any) -> str:
 
 
 def _parse_fallbacks(value: Any) -> tuple[str, ...]:
+    from gfd.nodeconfig import parse_fallbacks
+
     if isinstance(value, (list, tuple)):
         return parse_fallbacks([_parse_str(item) for item in value])
     return parse_fallbacks(_parse_str(value))
@@ -612,7 +617,11 @@ def _resource_name_error(name: str) -> str | None:
         return "must be a lowercase DNS label ([a-z0-9]([-a-z0-9.]*[a-z0-9])?)"
     longest = f"{name}.{LONGEST_RESOURCE_SUFFIX}"
     if not is_valid_label_name(longest):
-        return f"makes the label key {PREFIX}{longest} longer than 63 characters"
+        # the name itself is quoted once already, by the caller
+        return (
+            f"makes the label key {PREFIX}<name>.{LONGEST_RESOURCE_SUFFIX} longer than 63 "
+            f"characters ({len(longest)})"
+        )
     return None
 
 
@@ -810,7 +819,7 @@ def _parse_flags(value: Any, warnings: list[str]) -> dict[str, Any]:
 
 
 def parse_config_text(text: str, source: str) -> LoadedConfig:
-    source = clip(source)
+    source = clip_path(source)
     document = parse_yaml(text, f"config file {source}", ConfigError)
     if document is None:
         document = {}
@@ -835,6 +844,19 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
         return parse_table(value, "partitions")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+#: the most warnings one load reports one by one: a config of 100,000 unknown keys is one
+#: mistake, not 100,000 log lines at every start and every reload
+MAX_WARNINGS = 20
+
+
+def capped_warnings(warnings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The first :data:`MAX_WARNINGS` warnings, then one line counting the rest."""
+    if len(warnings) <= MAX_WARNINGS:
+        return tuple(warnings)
+    rest = len(warnings) - MAX_WARNINGS
+    return (*warnings[:MAX_WARNINGS], f"... and {rest} more warnings like these")
 
 
 def _parse_config(document: Mapping[str, Any]) -> LoadedConfig:
@@ -948,6 +970,7 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
+        from gfd.durations import format_duration
 
         return format_duration(self.sleep_interval)
 
@@ -1101,7 +1124,7 @@ def resolve(
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
         config=loaded.config,
         config_choice=config_choice,
-        warnings=tuple(warnings),
+        warnings=capped_warnings(warnings),
     )
     _validate(settings)
     _check_files(settings, origins)
@@ -1134,7 +1157,7 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
                 # the kubernetes client reads it with PyYAML, unbounded: read it first
                 # with the bounded reader (size, nesting, aliases, duplicate keys)
                 parse_yaml(
-                    read_text(path, origin, UsageError), f"{origin} {clip(part)}", UsageError
+                    read_text(path, origin, UsageError), f"{origin} {clip_path(part)}", UsageError
                 )
 
 
@@ -1147,16 +1170,18 @@ def _special_file_kind(path: str) -> str | None:
     return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
-def _validate(settings: Settings) -> None:
-    output_kind_of(settings)  # one output selected, with what it needs
-    horizon = settings.expiry_horizon
-    if horizon is not None and horizon < MIN_EXPIRY_HORIZON:
+def _check_horizon(horizon: float, settings: Settings) -> None:
+    """An explicit ``--expiry-horizon``: long enough for NFD to read the file before it
+    lapses, and for a running gfd to renew it."""
+    from gfd.durations import format_duration
+
+    if horizon < MIN_EXPIRY_HORIZON:
         raise UsageError(
             f"--expiry-horizon {format_duration(horizon)}: must be at least "
             f"{format_duration(MIN_EXPIRY_HORIZON)} (a shorter expiry lapses before NFD reads "
             "the features file)"
         )
-    if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+    if not math.isinf(horizon) and not settings.oneshot:
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(
@@ -1169,6 +1194,12 @@ def _validate(settings: Settings) -> None:
                 f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
                 "running gfd renews the features file before it expires"
             )
+
+
+def _validate(settings: Settings) -> None:
+    output_kind_of(settings)  # one output selected, with what it needs
+    if settings.expiry_horizon is not None:
+        _check_horizon(settings.expiry_horizon, settings)
     if settings.config_file_srcdir and not settings.node_name and not settings.dump_snapshot:
         raise UsageError(
             "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "

@@ -14,7 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from gfd.documents import as_list, clip, describe, parse_yaml, read_text
+from gfd.documents import as_list, parse_yaml, read_text
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import SnapshotError
 
 if TYPE_CHECKING:
@@ -450,7 +451,9 @@ def _choice(*allowed: str) -> Callable[[Any, str], str]:
     def parse(value: Any, path: str) -> str:
         text = _str(value, path)
         if text not in allowed:
-            raise SnapshotError(f"{path}: expected one of {', '.join(allowed)}, got {text!r}")
+            raise SnapshotError(
+                f"{path}: expected one of {', '.join(allowed)}, got {describe(text)}"
+            )
         return text
 
     return parse
@@ -459,14 +462,14 @@ def _choice(*allowed: str) -> Callable[[Any, str], str]:
 def _cpu_list(value: Any, path: str) -> str:
     text = _str(value, path)
     if not _CPU_LIST.match(text):
-        raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {text[:100]!r}")
+        raise SnapshotError(f"{path}: expected a CPU list like '0-47,96-143', got {describe(text)}")
     return text
 
 
 def _pcie_root(value: Any, path: str) -> str:
     text = _str(value, path)
     if not PCIE_ROOT.fullmatch(text):
-        raise SnapshotError(f"{path}: expected a PCIe root like 'pci0000:3a', got {text[:100]!r}")
+        raise SnapshotError(f"{path}: expected a PCIe root like 'pci0000:3a', got {describe(text)}")
     return text
 
 
@@ -611,7 +614,7 @@ def from_dict(document: Any) -> Snapshot:
         if bus:
             if bus in buses:
                 raise SnapshotError(
-                    f"lost_gpus[{position}].pci_bus_id: {gone.pci_bus_id[:100]!r} is also "
+                    f"lost_gpus[{position}].pci_bus_id: {describe(gone.pci_bus_id)} is also "
                     f"listed in {buses[bus]}"
                 )
             buses[bus] = f"lost_gpus[{position}]"
@@ -663,7 +666,7 @@ def _check_unique(gpus: tuple[Gpu, ...]) -> None:
 
 def loads(text: str, source: str = "<snapshot>") -> Snapshot:
     """Parse snapshot YAML or JSON text."""
-    source = clip(source)
+    source = clip_path(source)
     document = parse_yaml(text, source, SnapshotError)
     if document is None:
         raise SnapshotError(f"{source}: the snapshot is empty")

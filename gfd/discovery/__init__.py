@@ -42,6 +42,7 @@ from typing import Any
 
 from gfd.discovery import nvml as nvml_source
 from gfd.discovery import sysfs
+from gfd.echo import describe
 from gfd.errors import (
     DiscoveryError,
     NvmlLibraryMissingError,
@@ -104,7 +105,7 @@ def discover(settings: Settings, *, nvml: Any = None, cuda: Any = None) -> Snaps
     strategy = settings.device_discovery_strategy
     if strategy not in DISCOVERY_STRATEGIES:
         raise UsageError(
-            f"--device-discovery-strategy {strategy!r}: "
+            f"--device-discovery-strategy {describe(strategy)}: "
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
         )
     if strategy == "vfio":

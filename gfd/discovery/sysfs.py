@@ -20,10 +20,10 @@ checks where upstream would index past the end of the buffer or loop forever:
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
-from gfd.documents import clip, read_at_most
+from gfd.echo import clip, clip_path
+from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
 from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
 
@@ -43,6 +43,8 @@ VGPU_RECORD_START = 5
 VGPU_HOST_DRIVER_RECORD = 0
 HOST_DRIVER_VERSION_LENGTH = 10
 HOST_DRIVER_BRANCH_LENGTH = 10
+#: a sysfs attribute is at most a page
+ATTRIBUTE_MAX_BYTES = 4096
 #: DMI's product_name is a short line; more than this is not a machine type
 MACHINE_TYPE_MAX_BYTES = 4096
 
@@ -84,12 +86,12 @@ def read_pci_class(sysfs_root: str, bus_id: str) -> int | None:
         return None
     path = os.path.join(sysfs_root, PCI_DEVICES, bus_id, "class")
     try:
-        with open(path, encoding="ascii") as handle:
-            text = handle.read().strip()
-        return int(text, 16)
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        _warn_once("pci class unknown", path=path, error=str(exc))
-        return None
+        return int(read_regular(path, ATTRIBUTE_MAX_BYTES).decode("ascii").strip(), 16)
+    except UnreadableFileError as exc:
+        _warn_once("pci class unknown", path=clip_path(path), error=exc.reason)
+    except (UnicodeDecodeError, ValueError):
+        _warn_once("pci class unknown", path=clip_path(path), error="not a hexadecimal number")
+    return None
 
 
 # ------------------------------------------------------------------------ GPUs on the bus
@@ -137,21 +139,13 @@ def _could_be_nvml_gpu(directory: str) -> bool:
     return driver == NVIDIA_DRIVER
 
 
-def read_attribute(path: str, limit: int = 4096) -> str | None:
+def read_attribute(path: str, limit: int = ATTRIBUTE_MAX_BYTES) -> str | None:
     """A small sysfs attribute, stripped; None when missing, not a regular file (a FIFO
-    is never waited on), unreadable or not text.  At most ``limit`` bytes are read."""
+    is never waited on), unreadable, larger than ``limit`` bytes or not text."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        return read_regular(path, limit).decode("ascii").strip()
+    except (UnreadableFileError, UnicodeDecodeError):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        return os.read(fd, limit).decode("ascii").strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    finally:
-        os.close(fd)
 
 
 # ------------------------------------------------------------------------ machine type
@@ -166,19 +160,11 @@ def read_machine_type(path: str) -> str | None:
     """
     if not path:
         return None
-    shown = clip(path)
+    shown = clip_path(path)
     try:
-        data = _read_small_file(path, MACHINE_TYPE_MAX_BYTES)
-    except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        reason = exc.strerror if isinstance(exc, OSError) else None
-        _warn_once("machine type unknown", path=shown, error=reason or clip(str(exc)))
-        return None
-    if data is None:
-        _warn_once(
-            "machine type unknown",
-            path=shown,
-            error=f"not a regular file, or larger than {MACHINE_TYPE_MAX_BYTES} bytes",
-        )
+        data = read_regular(path, MACHINE_TYPE_MAX_BYTES)
+    except UnreadableFileError as exc:
+        _warn_once("machine type unknown", path=shown, error=exc.reason)
         return None
     text = data.decode("utf-8", errors="replace").strip()
     if len(text) > MAX_STRING_CHARS:
@@ -189,22 +175,6 @@ def read_machine_type(path: str) -> str | None:
         )
         return None
     return text
-
-
-def _read_small_file(path: str, limit: int) -> bytes | None:
-    """A regular file's bytes, or None when it is not a regular file or holds more than
-    ``limit`` bytes.  Never blocks (a FIFO nobody writes) and never reads without end
-    (``/dev/zero``): the path is checked before and after a non-blocking open."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        return None
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = read_at_most(fd, limit)
-    finally:
-        os.close(fd)
-    return None if len(data) > limit else data
 
 
 # ------------------------------------------------------------------------ vGPU
@@ -278,22 +248,32 @@ def scan_vgpu(sysfs_root: str) -> Vgpu | None:
     try:
         addresses = sorted(os.listdir(root))
     except OSError as exc:
-        _warn_once("vgpu scan failed: cannot list PCI devices", path=root, error=str(exc))
+        _warn_once(
+            "vgpu scan failed: cannot list PCI devices",
+            path=clip_path(root),
+            error=exc.strerror or type(exc).__name__,
+        )
         return None
     devices: list[VgpuDevice] = []
     for address in addresses:
         device_dir = os.path.join(root, address)
         try:
-            with open(os.path.join(device_dir, "vendor"), encoding="ascii") as handle:
-                vendor = handle.read().strip().lower()
-            if vendor != NVIDIA_VENDOR_ID:
+            vendor = read_regular(os.path.join(device_dir, "vendor"), ATTRIBUTE_MAX_BYTES)
+            if vendor.decode("ascii").strip().lower() != NVIDIA_VENDOR_ID:
                 continue
-            with open(os.path.join(device_dir, "config"), "rb") as handle:
-                config = handle.read()
-        except FileNotFoundError:
-            continue  # the device went away between the listing and the read
-        except (OSError, UnicodeDecodeError) as exc:
-            _warn_once("vgpu scan failed: cannot read PCI device", device=address, error=str(exc))
+            # the standard header and capabilities; the extended space past it is not used
+            config = read_regular(os.path.join(device_dir, "config"), CONFIG_SPACE_SIZE, cut=True)
+        except UnreadableFileError as exc:
+            if exc.missing:
+                continue  # the device went away between the listing and the read
+            _warn_once(
+                "vgpu scan failed: cannot read PCI device", device=clip(address), error=exc.reason
+            )
+            return None
+        except UnicodeDecodeError:
+            _warn_once(
+                "vgpu scan failed: cannot read PCI device", device=clip(address), error="not text"
+            )
             return None
         try:
             capability = vendor_capability(config, address)

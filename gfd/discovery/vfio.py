@@ -12,11 +12,11 @@ version 0.0 (sysfs-lib.go GetDriverVersion, GetCudaDriverVersion).
 from __future__ import annotations
 
 import os
-import stat
 from typing import Any
 
 from gfd.discovery import sysfs
 from gfd.errors import DiscoveryError
+from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
 from gfd.snapshot import MAX_GPUS, ComputeCapability, Driver, Gpu
 
@@ -66,26 +66,11 @@ def nvidia_device_names(paths: tuple[str, ...] = PCI_IDS_PATHS) -> dict[int, str
 
 def _read_regular_file(path: str, limit: int) -> bytes | None:
     """At most ``limit`` bytes of a regular file; None when missing, unreadable or not a
-    regular file (a FIFO put in its place is never waited on)."""
+    regular file (a FIFO put in its place is never waited on: gfd/files.py)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        return read_regular(path, limit, cut=True)
+    except UnreadableFileError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _nvidia_section(text: str) -> dict[int, str]:

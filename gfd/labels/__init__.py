@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from gfd.echo import describe
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import devices, keys, node
 from gfd.labels.resources import (
@@ -33,13 +34,6 @@ class LabelSet:
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-
-
-def _quoted(value: str, limit: int = 100) -> str:
-    """A value for a message: quoted, and at most ``limit`` characters of it."""
-    if len(value) <= limit:
-        return repr(value)
-    return f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def _full_gpu_contributions(
@@ -229,7 +223,7 @@ def build(
             # numbers, versions, UUIDs: a cut value would be a wrong fact on the node
             if not is_valid_label_value(labels[name]):
                 warnings.append(
-                    f"label {keys.PREFIX}{name}: value {_quoted(labels[name])} does not fit a "
+                    f"label {keys.PREFIX}{name}: value {describe(labels[name])} does not fit a "
                     "label value; left out (such a value is never cut)"
                 )
                 continue
@@ -238,7 +232,7 @@ def build(
         value, changed = valid_label_value(labels[name])
         if changed:
             warnings.append(
-                f"label {keys.PREFIX}{name}: value {_quoted(labels[name])} is not a valid label "
+                f"label {keys.PREFIX}{name}: value {describe(labels[name])} is not a valid label "
                 f"value; published as {value!r}"
             )
         published[keys.full_key(name)] = value

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gfd.echo import describe
 from gfd.labels import keys
 from gfd.labels.sanitize import MAX_LENGTH, fit_name, sanitize_name
 from gfd.settings import Sharing
@@ -162,7 +163,7 @@ def product_warnings(gpus: Sequence[Gpu], shared: bool) -> list[str]:
             fitted = product_name(parts, shared)
             outcome = "left out" if fitted is None else f"shortened to {fitted!r}"
             warnings.append(
-                f"product value {full[:100]!r} is longer than {MAX_LENGTH} characters; "
+                f"product value {describe(full)} is longer than {MAX_LENGTH} characters; "
                 f"{outcome} (only the model part is shortened)"
             )
     return warnings

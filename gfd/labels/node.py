@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from gfd.echo import describe
 from gfd.errors import LabelError
 from gfd.labels import keys
 from gfd.snapshot import Driver, Gpu, Vgpu
@@ -16,7 +17,7 @@ def driver_labels(driver: Driver) -> dict[str, str]:
     parts = driver.version.split(".")
     if len(parts) not in (2, 3) or not all(_VERSION_PART.fullmatch(p) for p in parts):
         raise LabelError(
-            f"driver version {driver.version!r} is not of the form X.Y or X.Y.Z; "
+            f"driver version {describe(driver.version)} is not of the form X.Y or X.Y.Z; "
             "cannot label the CUDA driver version"
         )
     major, minor = parts[0], parts[1]

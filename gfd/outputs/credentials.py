@@ -48,7 +48,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gfd import interrupt, redaction
-from gfd.documents import clip, read_text
+from gfd.documents import read_text
+from gfd.echo import clip, describe
 from gfd.errors import UsageError
 from gfd.observability import get_logger
 
@@ -262,7 +263,9 @@ class ExecPlugin(CredentialSource):
             value, certificate, self._expires = self._run(deadline)
             if certificate is not None and certificate != self._certificate:
                 if self._use_certificate is None:
-                    raise CredentialError(f"exec plugin {self._name!r}: no client to give it to")
+                    raise CredentialError(
+                        f"exec plugin {describe(self._name)}: no client to give it to"
+                    )
                 self._use_certificate(*certificate)
                 self._certificate = certificate
             self._value = value
@@ -285,7 +288,7 @@ class ExecPlugin(CredentialSource):
 
         if deadline is None:
             deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
-        what = f"exec plugin {self._name!r} ({self._where})"
+        what = f"exec plugin {describe(self._name)} ({self._where})"
         env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self._request()}
         process: subprocess.Popen[bytes] | None = None
         try:

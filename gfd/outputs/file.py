@@ -15,16 +15,16 @@ update keeps its labels.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import stat
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
-from gfd.documents import clip
+from gfd.echo import clip_path
 from gfd.errors import PublishError
+from gfd.files import UnreadableFileError, open_regular, read_bounded
 from gfd.observability import get_logger
 from gfd.outputs import Labels
 
@@ -39,36 +39,37 @@ MAX_FEATURES_FILE_BYTES = 64 * 1024
 EXPIRY_DIRECTIVE = "# +expiry-time="
 
 
-#: the latest expiry RFC 3339 (and Python) can write: a clock or horizon past it is held there
-LATEST_EXPIRY = datetime.datetime(
-    9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc
-).timestamp()
+#: the latest expiry RFC 3339 (and Python) can write, 9999-12-31T23:59:59Z as Unix time: a
+#: clock or horizon past it is held there
+LATEST_EXPIRY = 253402300799.0
 
 
 def format_expiry(seconds: float) -> str:
     """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``), held within
     1970..9999 (a clock far off, or a huge horizon, never fails a write)."""
+    # imported here and in parse_expiry only: a file without an expiry (every oneshot's)
+    # never needs it
+    import datetime
+
     clamped = min(max(int(seconds), 0), int(LATEST_EXPIRY))
     moment = datetime.datetime.fromtimestamp(clamped, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _open_regular(path: str) -> BinaryIO | None:
-    """``path`` opened for reading when it is a regular file (followed through symlinks);
-    None when missing, unreadable or anything else: a FIFO is opened non-blocking and
-    never read, a device never read."""
+def _read_regular(path: str) -> tuple[os.stat_result, bytes] | None:
+    """The status and content of the regular file at ``path`` (followed through symlinks),
+    at most :data:`MAX_FEATURES_FILE_BYTES` + 1 bytes of it; None when it is missing,
+    unreadable or anything else (a FIFO or device is never waited on or read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
+        fd = open_regular(path)
+    except UnreadableFileError:
         return None
     try:
-        regular = stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        regular = False
-    if not regular:
+        return os.fstat(fd), read_bounded(fd, MAX_FEATURES_FILE_BYTES + 1, cut=True)
+    except (OSError, UnreadableFileError):
+        return None
+    finally:
         os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
 
 
 def _refuse_special(path: str, action: str) -> None:
@@ -79,11 +80,13 @@ def _refuse_special(path: str, action: str) -> None:
     except OSError:
         return
     if not stat.S_ISREG(mode):
-        raise PublishError(f"{clip(path)} is not a regular file; gfd does not {action} it")
+        raise PublishError(f"{clip_path(path)} is not a regular file; gfd does not {action} it")
 
 
 def parse_expiry(text: str) -> float | None:
     """The Unix time of an RFC 3339 UTC timestamp written by :func:`format_expiry`."""
+    import datetime
+
     try:
         moment = datetime.datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
@@ -112,6 +115,60 @@ def format_labels(labels: Labels) -> str:
     return "".join(f"{key}={labels[key]}\n" for key in sorted(labels))
 
 
+#: how long a write to stdout may make no progress before the pass fails: a daemon whose
+#: stdout is a pipe nobody reads must not block for good (nor hold a stop signal)
+STDOUT_STALL_SECONDS = 10.0
+
+
+def write_without_blocking(fd: int, data: bytes, name: str) -> None:
+    """Write ``data`` to ``fd``; when ``fd`` is a pipe or socket that nobody reads, fail
+    (PublishError) after :data:`STDOUT_STALL_SECONDS` without progress, or at once on a
+    stop request, instead of blocking.
+
+    A pipe is written through a descriptor of its own opened non-blocking
+    (``/proc/self/fd``: a new open file description, so the flag is not forced on whoever
+    shares the pipe); a socket is written when ``select`` finds room; anything else
+    (a file, a terminal, a device) is written as it is."""
+    mode = os.fstat(fd).st_mode
+    if stat.S_ISFIFO(mode):
+        try:
+            own = os.open(f"/proc/self/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            own = -1  # no /proc, or nobody reads: the plain write says which
+        if own >= 0:
+            try:
+                _write_with_stall_limit(own, data, name, wait_for_room=False)
+            finally:
+                os.close(own)
+            return
+    _write_with_stall_limit(fd, data, name, wait_for_room=stat.S_ISSOCK(mode))
+
+
+def _write_with_stall_limit(fd: int, data: bytes, name: str, *, wait_for_room: bool) -> None:
+    import select
+
+    from gfd import interrupt
+
+    stalled_since = time.monotonic()
+    while data:
+        if interrupt.stop_requested():
+            raise PublishError(f"cannot write labels to {name}: stopped while it was full")
+        written = 0
+        if not wait_for_room or select.select([], [fd], [], 0.05)[1]:
+            try:
+                written = os.write(fd, data[:65536])
+            except BlockingIOError:
+                time.sleep(0.05)
+        if written:
+            data = data[written:]
+            stalled_since = time.monotonic()
+        elif time.monotonic() - stalled_since > STDOUT_STALL_SECONDS:
+            raise PublishError(
+                f"cannot write labels to {name}: nothing read from it for "
+                f"{STDOUT_STALL_SECONDS:.0f} s (a pipe nobody reads?)"
+            )
+
+
 class StdoutOutput:
     kind = "stdout"
     verify_interval: float | None = None
@@ -119,9 +176,18 @@ class StdoutOutput:
     def publish(self, labels: Labels) -> None:
         if sys.stdout is None:  # started with stdout closed
             raise PublishError("cannot write labels to stdout: stdout is closed")
+        text = format_labels(labels)
         try:
-            sys.stdout.write(format_labels(labels))
             sys.stdout.flush()
+            fd = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO)
+            fd = None
+        try:
+            if fd is None:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            else:
+                write_without_blocking(fd, text.encode("utf-8"), "stdout")
         except OSError as exc:
             raise PublishError(f"cannot write labels to stdout: {exc.strerror or exc}") from None
 
@@ -158,6 +224,8 @@ class FileOutput:
         """``expiry_horizon``: seconds from a write to the file's expiry-time (None: no
         directive).  ``remove_on_exit`` only ever applies to a file without expiry."""
         self.path = path
+        #: the path as messages show it
+        self.shown = clip_path(path)
         self.expiry_horizon = expiry_horizon
         self.remove_on_exit = remove_on_exit and expiry_horizon is None
         self._clock = clock
@@ -182,7 +250,9 @@ class FileOutput:
         self._write(labels)
         if state == "lapsing":
             get_logger(output=self.kind).info(
-                "features file expiry renewed", path=self.path, expiry_time=self._expiry_text()
+                "features file expiry renewed",
+                path=self.shown,
+                expiry_time=self._expiry_text(),
             )
             return False
         return True
@@ -212,16 +282,11 @@ class FileOutput:
     def _state(self, labels: Labels) -> str:
         """``current``: the file holds ``labels`` (and an expiry at least half a horizon
         ahead); ``lapsing``: it holds them but the expiry must be renewed; ``differs``."""
-        handle = _open_regular(self.path)
-        if handle is None:
+        found = _read_regular(self.path)
+        if found is None:
             return "differs"
         try:
-            with handle:
-                data = handle.read(MAX_FEATURES_FILE_BYTES + 1)
-        except OSError:
-            return "differs"
-        try:
-            expires_at, body = split_features_file(data.decode("utf-8"))
+            expires_at, body = split_features_file(found[1].decode("utf-8"))
         except UnicodeDecodeError:
             return "differs"
         if body != format_labels(dict(labels)):
@@ -244,12 +309,12 @@ class FileOutput:
         if len(data) > MAX_FEATURES_FILE_BYTES:
             raise PublishError(
                 f"labels take {len(data)} bytes, more than the {MAX_FEATURES_FILE_BYTES} bytes "
-                f"NFD reads from {self.path}; not written"
+                f"NFD reads from {self.shown}; not written"
             )
         directory = os.path.dirname(os.path.abspath(self.path))
         if not os.path.isdir(directory):
             raise PublishError(
-                f"output directory {directory} does not exist (is the NFD features.d "
+                f"output directory {clip_path(directory)} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
         import tempfile  # the file output only: stdout never pays for it
@@ -268,7 +333,7 @@ class FileOutput:
             temporary = None
             self._written = (written.st_dev, written.st_ino, data)
         except OSError as exc:
-            raise PublishError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+            raise PublishError(f"cannot write {self.shown}: {exc.strerror or exc}") from None
         finally:
             if temporary is not None:
                 with contextlib.suppress(OSError):
@@ -279,15 +344,10 @@ class FileOutput:
         if self._written is None:
             return False
         device, inode, data = self._written
-        handle = _open_regular(self.path)
-        if handle is None:
+        found = _read_regular(self.path)
+        if found is None:
             return False
-        try:
-            with handle:
-                status = os.fstat(handle.fileno())
-                content = handle.read(MAX_FEATURES_FILE_BYTES + 1)
-        except (OSError, PublishError):
-            return False
+        status, content = found
         return (status.st_dev, status.st_ino) == (device, inode) and content == data
 
     def _remove(self) -> None:
@@ -302,7 +362,7 @@ def remove_file(path: str) -> None:
     except FileNotFoundError:
         pass
     except OSError as exc:
-        raise PublishError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        raise PublishError(f"cannot remove {clip_path(path)}: {exc.strerror or exc}") from None
 
 
 def file_output(settings: Settings) -> FileOutput:

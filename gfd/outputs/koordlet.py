@@ -67,7 +67,9 @@ import secrets
 import stat
 from typing import Any
 
+from gfd.echo import clip_path
 from gfd.errors import PublishError
+from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
 from gfd.partitions import PartitionTable
 from gfd.snapshot import Snapshot
@@ -157,8 +159,11 @@ class KoordletDeviceInfos:
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.path = os.path.join(directory, FILE_NAME)
+        #: the paths as messages show them
+        self.shown = clip_path(self.path)
+        self.shown_temp = clip_path(os.path.join(directory, TEMP_DIR))
         self._written: str | None = None
-        self._log = get_logger(output="koordlet-device-infos", path=self.path)
+        self._log = get_logger(output="koordlet-device-infos", path=self.shown)
 
     def publish(self, snapshot: Snapshot, table: PartitionTable) -> bool:
         """True when the file was (re)written."""
@@ -170,15 +175,17 @@ class KoordletDeviceInfos:
             directory = _open_directory(self.directory)
         except OSError as exc:
             raise PublishError(
-                f"cannot write koordlet device infos {self.path}: no directory "
-                f"{self.directory} ({exc.strerror})"
+                f"cannot write koordlet device infos {self.shown}: no directory "
+                f"{clip_path(self.directory)} ({exc.strerror})"
             ) from None
         try:
             if text == self._written and self._content(directory) == text.encode():
                 return False
             self._write(directory, text.encode())
         except OSError as exc:
-            raise PublishError(f"cannot write koordlet device infos {self.path}: {exc}") from None
+            raise PublishError(
+                f"cannot write koordlet device infos {self.shown}: {exc.strerror or exc}"
+            ) from None
         finally:
             os.close(directory)
         self._written = text
@@ -201,7 +208,7 @@ class KoordletDeviceInfos:
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise PublishError(f"cannot remove {self.path}: {exc.strerror or exc}") from None
+            raise PublishError(f"cannot remove {self.shown}: {exc.strerror or exc}") from None
         finally:
             os.close(directory)
         self._written = None
@@ -219,20 +226,15 @@ class KoordletDeviceInfos:
     def _refuse_special(self, directory: int) -> None:
         if self._kind(directory) == "special":
             raise PublishError(
-                f"{self.path} is not a regular file (a symlink, FIFO, device or directory); "
+                f"{self.shown} is not a regular file (a symlink, FIFO, device or directory); "
                 "gfd only replaces or removes its own regular file: remove it by hand"
             )
 
     def _content(self, directory: int) -> bytes | None:
-        if self._kind(directory) != "file":
-            return None
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(FILE_NAME, flags, dir_fd=directory)
-        except OSError:
+            return read_regular(FILE_NAME, MAX_FILE_BYTES, dir_fd=directory, follow=False)
+        except UnreadableFileError:
             return None
-        with os.fdopen(fd, "rb") as handle:
-            return handle.read(MAX_FILE_BYTES + 1)
 
     def _write(self, directory: int, data: bytes) -> None:
         self._refuse_special(directory)
@@ -242,8 +244,8 @@ class KoordletDeviceInfos:
             temp_dir = _open_directory(TEMP_DIR, follow=False, dir_fd=directory)
         except OSError as exc:
             raise PublishError(
-                f"cannot write koordlet device infos {self.path}: "
-                f"{os.path.join(self.directory, TEMP_DIR)} is not a directory gfd can use "
+                f"cannot write koordlet device infos {self.shown}: "
+                f"{self.shown_temp} is not a directory gfd can use "
                 f"({exc.strerror}); remove it by hand"
             ) from None
         name = f"gfd-{os.getpid()}-{secrets.token_hex(4)}"
@@ -252,8 +254,8 @@ class KoordletDeviceInfos:
             if status.st_uid != os.geteuid():
                 # another user could swap the file between its write and its rename
                 raise PublishError(
-                    f"cannot write koordlet device infos {self.path}: "
-                    f"{os.path.join(self.directory, TEMP_DIR)} belongs to another user; "
+                    f"cannot write koordlet device infos {self.shown}: "
+                    f"{self.shown_temp} belongs to another user; "
                     "remove it by hand"
                 )
             if status.st_mode & 0o077:  # ours, but others may write in it: private first

@@ -40,6 +40,7 @@ from urllib.parse import quote, urlsplit
 
 from gfd import __version__, interrupt, redaction
 from gfd.documents import _yaml_problem
+from gfd.echo import clip, describe
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
 from gfd.outputs import credentials
@@ -169,10 +170,7 @@ def redact_url(url: str) -> str:
 def _quote(text: str) -> str:
     """At most ~100 characters of something a server sent, on one line, printable
     (credentials it echoed are taken out first, so that no part of one survives the cut)."""
-    flat = redaction.one_line(text)
-    if len(flat) > MAX_QUOTED_CHARS:
-        flat = flat[:MAX_QUOTED_CHARS] + "..."
-    return flat
+    return clip(redaction.one_line(text), MAX_QUOTED_CHARS)
 
 
 #: a Status message is quoted by its two ends: its head names the object, its tail says
@@ -185,7 +183,8 @@ STATUS_TAIL_CHARS = 160
 def _quote_status(text: str) -> str:
     flat = redaction.one_line(text)
     if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
-        flat = f"{flat[:STATUS_HEAD_CHARS]} ... {flat[-STATUS_TAIL_CHARS:]}"
+        head, tail = flat[:STATUS_HEAD_CHARS], flat[-STATUS_TAIL_CHARS:]
+        flat = f"{head} ... ({len(flat)} characters in all) ... {tail}"
     return flat
 
 
@@ -215,7 +214,7 @@ class KubeClient:
         # the deadline of the request in flight: its reads, and the credential it needs
         self._request_deadline: float | None = None
         configuration = client.Configuration()
-        where = f"--kubeconfig {kubeconfig!r}" if kubeconfig else "in-cluster config"
+        where = f"--kubeconfig {describe(kubeconfig)}" if kubeconfig else "in-cluster config"
         try:
             # the client's own loaders, with gfd's bounded token files and exec plugins
             self._credentials = credentials.load(kubeconfig, configuration)

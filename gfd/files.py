@@ -1,0 +1,125 @@
+"""Reading a file whose path someone else controls: the one way gfd does it.
+
+Every file gfd reads -- the config file, the snapshot, the kubeconfig, the machine-type
+file, each sysfs attribute, the features file and the koordlet file it reads back -- may
+have been swapped for something that is not a file: a FIFO nobody writes (an ``open`` or a
+``read`` that never returns), ``/dev/zero`` (a read that never ends), a directory, a socket,
+a terminal.  Reading through :func:`read_regular` bounds all of them (docs/SECURITY.md):
+
+- the path is checked before it is opened, so a device node is never even opened (opening
+  one can have effects of its own: a tape rewinds, a terminal becomes the controlling one);
+- it is opened non-blocking (a FIFO swapped in between the check and the open does not
+  block), without becoming a controlling terminal, closed on exec;
+- the open descriptor is checked again: only a regular file is read;
+- at most ``limit + 1`` bytes are read, one more than allowed telling "too large" apart
+  without reading the rest (sysfs reports 4096 bytes for every attribute, so the size a
+  ``stat`` gives is not trusted either way).
+
+Every failure is an :class:`UnreadableFileError` carrying a short reason without the path;
+the caller says which file it was, clipped, in its own words.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+
+
+class UnreadableFileError(Exception):
+    """A file that cannot be read: missing, unreadable, not a regular file or too large.
+
+    ``reason`` is short and never holds the path or any of the file's content."""
+
+    def __init__(self, reason: str, *, missing: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.missing = missing
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words ("a FIFO")."""
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a special file"
+
+
+def _not_regular(mode: int) -> UnreadableFileError:
+    return UnreadableFileError(f"is {file_kind(mode)}, not a regular file")
+
+
+def _failed(exc: OSError | ValueError) -> UnreadableFileError:
+    if isinstance(exc, ValueError):  # a NUL character in the path
+        return UnreadableFileError("the path contains a NUL character")
+    if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+        return UnreadableFileError("is a symbolic link, not a regular file")
+    missing = exc.errno in (errno.ENOENT, errno.ENOTDIR)
+    return UnreadableFileError(exc.strerror or type(exc).__name__, missing=missing)
+
+
+def open_regular(path: str, *, dir_fd: int | None = None, follow: bool = True) -> int:
+    """A descriptor of the regular file at ``path``, opened without blocking.
+
+    ``dir_fd``: ``path`` is relative to that directory; ``follow=False``: a symbolic link
+    at ``path`` is refused, not followed."""
+    flags = _OPEN_FLAGS | (0 if follow else os.O_NOFOLLOW)
+    try:
+        mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(mode)
+        fd = os.open(path, flags, dir_fd=dir_fd)
+    except (OSError, ValueError) as exc:
+        raise _failed(exc) from None
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError as exc:
+        os.close(fd)
+        raise _failed(exc) from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_regular(mode)
+    return fd
+
+
+def read_bounded(fd: int, limit: int, *, cut: bool = False) -> bytes:
+    """What ``fd`` holds, at most ``limit`` bytes: more is an error, or with ``cut`` the
+    first ``limit`` bytes.  Never reads more than ``limit + 1`` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    want = limit if cut else limit + 1
+    try:
+        while size < want:
+            chunk = os.read(fd, want - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:  # EAGAIN: a file that is not one after all; EIO: a vanished device
+        raise _failed(exc) from None
+    if size > limit:
+        raise UnreadableFileError(f"is larger than the limit of {limit} bytes")
+    return b"".join(chunks)
+
+
+def read_regular(
+    path: str, limit: int, *, dir_fd: int | None = None, follow: bool = True, cut: bool = False
+) -> bytes:
+    """The bytes of the regular file at ``path``: at most ``limit`` of them (more is an
+    :class:`UnreadableFileError`, or with ``cut`` the first ``limit``).  Never blocks."""
+    fd = open_regular(path, dir_fd=dir_fd, follow=follow)
+    try:
+        return read_bounded(fd, limit, cut=cut)
+    finally:
+        os.close(fd)

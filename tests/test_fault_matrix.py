@@ -1,0 +1,1236 @@
+"""The fault matrix: every channel of docs/SECURITY.md crossed with the fault classes that
+apply to it.
+
+One test function per fault class; the channels are its parameters.  A channel is an
+entry of :data:`CHANNELS`: it says which classes apply to it and knows how to place each
+fault and which contract holds:
+
+- a start-up input (flag, environment, config file, snapshot, kubeconfig): exit status 2,
+  exactly one ``gfd: error:`` line naming the source, short, nothing on stdout, no
+  traceback (:func:`assert_refused`);
+- a runtime input or output of a daemon (the snapshot it re-reads, the features file, the
+  koordlet file, the config on SIGHUP, the API server, the process's own limits): that pass
+  fails with one log line naming the source, the daemon lives on, the pass after the fault
+  is removed succeeds, and SIGTERM still ends it with status 0 (:class:`Runtime`);
+- a host input read during discovery (sysfs attributes, the machine-type file): discovery
+  ends and leaves the fact unknown (``None``) rather than wait or fail.
+
+A new channel gets every class it declares for free; a class it cannot have (stdin cannot
+be "huge": gfd never reads it) is simply not declared.  Time is bounded by the test timeout
+and by the daemon helpers' guards, never asserted.  Real processes throughout, except the
+discovery cells, which call discovery
+in-process with the fake NVML (a read that blocked would hang the test: the timeout fails
+it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import http.server
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gfd.discovery import sysfs
+from gfd.documents import MAX_DOCUMENT_BYTES
+from gfd.settings import OPTIONS
+from gfd.snapshot import Vgpu
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
+from tests.process import ROOT, Daemon, run_gfd_here, spawn_gfd
+
+DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
+#: a message quotes at most ~100 characters of a value; the rest of the line is words
+LONGEST_LINE = 400
+#: a value far past every limit, to see that no message echoes it whole
+HUGE_VALUE = "v" * 1_000_000
+#: passes of a daemon under test come this often
+INTERVAL = "100ms"
+
+pytestmark = pytest.mark.timeout(180)
+
+
+# =============================================================== running gfd
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_start(*args: str, env: dict[str, str] | None = None) -> Result:
+    """A real gfd process that should end by itself; its status and output.  A process
+    that hung would keep the test waiting until its timeout fails it."""
+    process = spawn_gfd(*args, env=env)
+    out, err = process.communicate(timeout=120)
+    return Result(process.returncode, out, err)
+
+
+def assert_refused(result: Result, *names: str) -> str:
+    """The start-up contract: exit 2, one short line naming the source, nothing else."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("gfd: error: "), line[:500]
+    assert len(line) <= LONGEST_LINE, line[:500]
+    for name in names:
+        assert name in line, line
+    assert result.stdout == ""
+    return line
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path, so a message's clipped path still ends in the name
+    of the file (pytest's tmp_path is long enough to be clipped)."""
+    path = Path(tempfile.mkdtemp(prefix="fm"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# =============================================================== placing faults on a path
+
+
+def make_fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def make_dev_zero(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def make_directory(path: Path) -> None:
+    path.mkdir()
+
+
+def make_socket(path: Path) -> None:
+    """A listening socket nobody accepts on (bound at a short name, then moved: a socket
+    path is limited to ~100 bytes)."""
+    short = os.path.join(tempfile.gettempdir(), f"sock-{os.getpid()}-{len(_keep)}")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(short)
+    listener.listen()
+    _keep.append(listener)
+    os.replace(short, path)
+
+
+_keep: list[socket.socket] = []
+
+SPECIAL = {
+    "fifo": make_fifo,
+    "dev-zero": make_dev_zero,
+    "directory": make_directory,
+    "socket": make_socket,
+}
+
+
+def replace_with_directory(path: Path) -> None:
+    """A directory where a file is (a rename cannot put a directory over a file); if the
+    daemon wrote the file again between the two steps, do it again."""
+    while True:
+        path.unlink(missing_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return
+
+
+def swap(path: Path, make: Callable[[Path], None]) -> None:
+    """Put a special file at ``path`` in one rename: a pass never finds it missing."""
+    staging = path.with_name(".staging-" + path.name)
+    make(staging)
+    os.replace(staging, path)
+
+
+@contextlib.contextmanager
+def fifo_held_open(path: Path) -> Iterator[None]:
+    """A FIFO with a writer that never writes: "hung" (a reader would wait for ever)."""
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # a writer end, without blocking
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def fifo_trickled(path: Path, text: str) -> Iterator[None]:
+    """A FIFO that a writer feeds slowly: "slow"."""
+    os.mkfifo(path)
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
+    stop = threading.Event()
+
+    def feed() -> None:
+        for char in text:
+            if stop.wait(0.05):
+                return
+            with contextlib.suppress(OSError):
+                os.write(fd, char.encode())
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    feeder.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        feeder.join()
+        os.close(fd)
+
+
+# =============================================================== start-up documents
+
+
+@dataclass
+class Document:
+    """A YAML document named by a flag at start-up: the config file, the snapshot, the
+    kubeconfig.  ``valid`` is a good document; ``empty`` says what an empty one gets."""
+
+    name: str
+    flag: str
+    file_name: str
+    valid: Callable[[], str]
+    args: Callable[[str], list[str]]
+    empty_is_valid: bool
+    wrong_type: str = "- a\n- list\n"
+    classes: tuple[str, ...] = (
+        "missing", "empty", "huge", "slow", "hung", "malformed", "wrong-type", "special",
+        "permission-denied", "vanished",
+    )  # fmt: skip
+
+    def __str__(self) -> str:
+        return self.name
+
+    def run(self, directory: Path) -> Result:
+        return run_start(*self.args(str(directory / self.file_name)))
+
+
+def _kubeconfig_text() -> str:
+    return (
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+    )
+
+
+DOCUMENTS = [
+    Document(
+        "config file",
+        "--config-file",
+        "cfg.yaml",
+        lambda: "version: v1\n",
+        lambda path: ["--oneshot", "--snapshot-file", DGX, "--config-file", path],
+        empty_is_valid=True,
+    ),
+    Document(
+        "snapshot file",
+        "--snapshot-file",
+        "snap.yaml",
+        lambda: Path(DGX).read_text(),
+        lambda path: ["--oneshot", "--snapshot-file", path],
+        empty_is_valid=False,
+    ),
+    Document(
+        "kubeconfig",
+        "--kubeconfig",
+        "kube.cfg",
+        _kubeconfig_text,
+        lambda path: [
+            *("--cleanup", "--use-node-labels", "--node-name", "n1", "--kubeconfig", path)
+        ],
+        empty_is_valid=False,
+    ),
+]
+
+
+def documents_for(fault: str) -> list[Any]:
+    return [pytest.param(d, id=d.name) for d in DOCUMENTS if fault in d.classes]
+
+
+@pytest.mark.parametrize("document", documents_for("missing"))
+def test_missing(document: Document, short_dir: Path) -> None:
+    assert_refused(document.run(short_dir), document.file_name)
+
+
+@pytest.mark.parametrize("document", documents_for("empty"))
+def test_empty(document: Document, short_dir: Path) -> None:
+    (short_dir / document.file_name).write_text("")
+    result = document.run(short_dir)
+    if document.empty_is_valid:  # an empty config file is version v1 with every default
+        assert result.returncode == 0, result.stderr
+        assert "nvidia.com/gpu.count=8" in result.stdout
+    else:
+        assert_refused(result, document.file_name)
+
+
+@pytest.mark.parametrize("document", documents_for("huge"))
+def test_huge(document: Document, short_dir: Path) -> None:
+    """Past the size limit: refused after reading at most limit + 1 bytes."""
+    path = short_dir / document.file_name
+    with path.open("w") as handle:
+        handle.write(document.valid())
+        handle.write("# " + "x" * MAX_DOCUMENT_BYTES + "\n")
+    assert_refused(document.run(short_dir), document.file_name, "limit")
+
+
+FULL_CONFIG: dict[str, Any] = {
+    "version": "v1",
+    "flags": {
+        "migStrategy": "mixed",
+        "failOnInitError": True,
+        "useNodeFeatureAPI": False,
+        "gfd": {"oneshot": True, "sleepInterval": "60s", "machineTypeFile": "/x"},
+    },
+    "resources": {
+        "gpus": [{"pattern": "*A100*", "name": "a100"}],
+        "mig": [{"pattern": "1g.*", "name": "mig-small"}],
+    },
+    "sharing": {
+        "timeSlicing": {
+            "renameByDefault": False,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": 4, "rename": "shared"}],
+        }
+    },
+    "partitions": {2: [{"minors": [0, 1], "ringBusBandwidth": "300G", "allocationScore": 1}]},
+}
+
+
+def _one_gpu_snapshot() -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load(Path(DGX).read_text())
+    document["gpus"] = document["gpus"][:1]
+    return document
+
+
+def _leaves(document: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    if isinstance(document, dict):
+        for key, value in document.items():
+            yield from _leaves(value, (*path, key))
+    elif isinstance(document, list):
+        for index, value in enumerate(document):
+            yield from _leaves(value, (*path, index))
+    else:
+        yield path
+
+
+def _with(document: Any, path: tuple[Any, ...], value: Any, *, as_key: bool) -> Any:
+    changed = copy.deepcopy(document)
+    parent = changed
+    for part in path[:-1]:
+        parent = parent[part]
+    if as_key:
+        if isinstance(parent, dict):
+            parent[value] = parent.pop(path[-1])
+    else:
+        parent[path[-1]] = value
+    return changed
+
+
+FIELD_DOCUMENTS = {
+    "config file": (FULL_CONFIG, "--config-file", ["--snapshot-file", DGX]),
+    "snapshot file": (_one_gpu_snapshot(), "--snapshot-file", []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_DOCUMENTS))
+def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
+    """Every value and every key of a document, in turn, 100,000 characters long: taken
+    or refused, every line short (an excerpt with the length, never the whole value).
+    In-process: the same ``main``, one run per field."""
+    document, flag, extra = FIELD_DOCUMENTS[name]
+    huge = "v" * 100_000
+    path = short_dir / "document.yaml"
+    for where in _leaves(document):
+        for as_key in (False, True):
+            path.write_text(yaml.safe_dump(_with(document, where, huge, as_key=as_key)))
+            result = run_gfd_here("--oneshot", *extra, flag, str(path))
+            assert "Traceback" not in result.stderr, where
+            for line in result.stderr.splitlines():
+                assert len(line) <= LONGEST_LINE, (where, as_key, line[:300])
+            if result.returncode == 2:
+                assert_refused(Result(result.returncode, result.stdout, result.stderr))
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["top level", "flags.gfd"],
+)
+def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir: Path) -> None:
+    """A config of 100,000 unknown keys is one mistake: at most a screenful of warnings
+    (the first ones, then a count of the rest), not 100,000 log lines at every start and
+    every reload."""
+    keys = "".join(f"k{i}: 1\n" for i in range(100_000))
+    if where == "flags.gfd":
+        keys = "flags:\n  gfd:\n" + "".join(f"    k{i}: 1\n" for i in range(100_000))
+    path = short_dir / "cfg.yaml"
+    path.write_text("version: v1\n" + keys)
+    result = run_gfd_here("--oneshot", "--snapshot-file", DGX, "--config-file", str(path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = result.stderr.splitlines()
+    assert 1 <= len(lines) <= 25, len(lines)
+    assert "99980 more" in lines[-1], lines[-1]
+
+
+@pytest.mark.parametrize("document", documents_for("slow"))
+def test_slow(document: Document, short_dir: Path) -> None:
+    """A document fed slowly through a FIFO is not a regular file: refused at once, the
+    writer never waited for."""
+    with fifo_trickled(short_dir / document.file_name, document.valid()):
+        assert_refused(document.run(short_dir), document.file_name, "FIFO")
+
+
+@pytest.mark.parametrize("document", documents_for("hung"))
+def test_hung(document: Document, short_dir: Path) -> None:
+    with fifo_held_open(short_dir / document.file_name):
+        assert_refused(document.run(short_dir), document.file_name, "FIFO")
+
+
+@pytest.mark.parametrize("document", documents_for("malformed"))
+def test_malformed(document: Document, short_dir: Path) -> None:
+    (short_dir / document.file_name).write_text("key: [unclosed\n")
+    assert_refused(document.run(short_dir), document.file_name)
+
+
+@pytest.mark.parametrize("document", documents_for("wrong-type"))
+def test_wrong_type(document: Document, short_dir: Path) -> None:
+    (short_dir / document.file_name).write_text(document.wrong_type)
+    assert_refused(document.run(short_dir), document.file_name)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("document", documents_for("special"))
+def test_special_file(document: Document, kind: str, short_dir: Path) -> None:
+    SPECIAL[kind](short_dir / document.file_name)
+    assert_refused(document.run(short_dir), document.file_name, "not a regular file")
+
+
+@pytest.mark.parametrize("document", documents_for("permission-denied"))
+def test_permission_denied(document: Document, short_dir: Path) -> None:
+    """Root reads any file whatever its mode; a path through a file is refused by the
+    kernel for root too (ENOTDIR), which is how these tests (run as root) deny access."""
+    (short_dir / "plain").write_text("")
+    document = Document(**{**document.__dict__, "file_name": f"plain/{document.file_name}"})
+    assert_refused(document.run(short_dir), document.flag)
+
+
+@pytest.mark.parametrize("document", documents_for("vanished"))
+def test_vanished(document: Document, short_dir: Path) -> None:
+    """A symlink to a file that was removed: the path is there, the file is gone."""
+    (short_dir / document.file_name).symlink_to(short_dir / "gone")
+    assert_refused(document.run(short_dir), document.file_name)
+
+
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("key", ["certificate-authority", "client-certificate", "client-key"])
+def test_special_file_named_by_the_kubeconfig(key: str, kind: str, short_dir: Path) -> None:
+    """A file the kubeconfig names (CA, client certificate or key) that is a FIFO, a
+    device, a directory or a socket: one line, exit 2, never waited on or read."""
+    SPECIAL[kind](short_dir / "named")
+    where = "cluster" if key == "certificate-authority" else "user"
+    text = _kubeconfig_text().replace("'http://127.0.0.1:9'", "'https://127.0.0.1:9'")
+    field = f"{key}: {short_dir / 'named'}"
+    if where == "cluster":
+        text = text.replace(
+            "server: 'https://127.0.0.1:9'", f"server: 'https://127.0.0.1:9', {field}"
+        )
+    else:
+        text = text.replace("user: {}", f"user: {{{field}}}")
+    (short_dir / "kube.cfg").write_text(text)
+    assert_refused(DOCUMENTS[2].run(short_dir), "kube.cfg")
+
+
+@pytest.mark.parametrize("kind", [*sorted(SPECIAL), "missing"])
+def test_special_in_cluster_token(
+    kind: str, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service-account token and CA of the in-cluster config (the kubelet's files):
+    a token that is not a regular file is a one-line usage error, never waited on."""
+    from kubernetes.config import incluster_config
+
+    from gfd.errors import UsageError
+    from gfd.outputs.kube import KubeClient
+
+    token = short_dir / "token"
+    if kind != "missing":
+        SPECIAL[kind](token)
+    (short_dir / "ca.crt").write_text("")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(short_dir / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "9")
+    with pytest.raises(UsageError) as refused:
+        KubeClient(None, budget=1.0)
+    message = str(refused.value)
+    assert "\n" not in message and len(message) <= LONGEST_LINE, message
+    assert "in-cluster config" in message
+
+
+# =============================================================== flags and environment
+
+
+@pytest.mark.parametrize("where", ["command line", "environment"])
+def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) -> None:
+    """Every option, from the command line and from each of its environment variables:
+    a 1 MB value, and one with a newline and an escape sequence, are either taken (a
+    string option) or refused in one short line that never echoes them whole or raw.
+    (In-process: the same ``main``; the values are paths under a temporary directory, so
+    an option that names a file to write writes it there.)"""
+    values = [HUGE_VALUE, f"{short_dir}/bad\nline\x1b[31m"]
+    for option in OPTIONS:
+        sources = [option.flag] if where == "command line" else list(option.envs)
+        for source in sources:
+            if source is None:
+                continue
+            for value in values:
+                if where == "command line":
+                    result = run_gfd_here("--oneshot", "--snapshot-file", DGX, f"{source}={value}")
+                else:
+                    result = run_gfd_here("--oneshot", "--snapshot-file", DGX, env={source: value})
+                for line in result.stderr.splitlines():
+                    assert len(line) <= LONGEST_LINE, (source, line[:300])
+                    assert "\x1b" not in line, (source, line)
+                assert "Traceback" not in result.stderr, source
+                if result.returncode == 2:
+                    assert_refused(Result(result.returncode, result.stdout, result.stderr))
+
+
+# =============================================================== the API server
+
+
+API_FAULTS: dict[str, Callable[[], Fault]] = {
+    "missing": lambda: Fault(status=404, count=None),
+    "slow": lambda: Fault(trickle=0.2, count=None),
+    "hung": lambda: Fault(hang=True, count=None),
+    "huge": lambda: Fault(huge=8 * 1024 * 1024, count=None),
+    "malformed": lambda: Fault(status=200, body=b"<html>" + b"x" * 100_000, count=None),
+    "wrong-type": lambda: Fault(status=200, body=b'{"metadata": [1, 2]}', count=None),
+    "closed": lambda: Fault(drop=True, count=None),
+}
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Answers every request with an empty object and remembers its headers."""
+
+    seen: list[dict[str, str]]
+
+    def do_GET(self) -> None:
+        self.seen.append(dict(self.headers))
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    do_PATCH = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_never_followed_with_the_credential(status: int, short_dir: Path) -> None:
+    """An API server (or whoever answers in its place) that redirects elsewhere: the
+    request fails with one line; the token is never sent to the other address."""
+    seen: list[dict[str, str]] = []
+    elsewhere = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), type("Elsewhere", (_Recorder,), {"seen": seen})
+    )
+    target = f"http://127.0.0.1:{elsewhere.server_port}"
+
+    class Redirect(_Recorder):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Location", target + self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_PATCH = do_GET
+
+    redirecting = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirect)
+    servers = [elsewhere, redirecting]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        (short_dir / "kube.cfg").write_text(
+            _kubeconfig_text()
+            .replace("http://127.0.0.1:9", f"http://127.0.0.1:{redirecting.server_port}")
+            .replace("user: {}", "user: {token: secret-token-value}")
+        )
+        result = run_start(
+            "--oneshot", "--use-node-labels", "--node-name", "n1", "--snapshot-file", DGX,
+            "--kubeconfig", str(short_dir / "kube.cfg"),
+        )  # fmt: skip
+    finally:
+        for server in servers:
+            server.shutdown()
+            server.server_close()
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and str(status) in lines[0], result.stderr
+    assert "secret-token-value" not in result.stderr
+    assert seen == []  # nothing, and no credential, went to the other address
+
+
+# =============================================================== runtime channels of a daemon
+
+
+@dataclass
+class Runtime:
+    """A daemon whose channel a fault is placed on after it published once.
+
+    ``start(directory, api)`` starts it; ``place(fault, directory, daemon, api)`` puts the
+    fault in place and returns the function that removes it; ``failed`` is the log event
+    a failed pass (or reload) writes, ``names`` what its error names."""
+
+    name: str
+    classes: tuple[str, ...]
+    start: Callable[[Path, FakeApiServer], Daemon]
+    place: Callable[[str, Path, Daemon, FakeApiServer], Callable[[], None]]
+    failed: str = "pass failed"
+    names: tuple[str, ...] = ()
+    #: SIGHUP after placing the fault: a reload (the config) or a new run whose labels
+    #: differ (the API outputs publish only on a change)
+    needs_sighup: bool = False
+    #: SIGHUP again once the fault is gone, and see the reload succeed
+    reload_after: bool = False
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _daemon(*args: str) -> Daemon:
+    return Daemon("--sleep-interval", INTERVAL, *args)
+
+
+def _file_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    snapshot = directory / "snap.yaml"
+    snapshot.write_text(Path(DGX).read_text())
+    return _daemon("--output-file", str(directory / "gfd"), "--snapshot-file", str(snapshot))
+
+
+def _restore_snapshot(directory: Path) -> Callable[[], None]:
+    def restore() -> None:
+        path = directory / "snap.yaml"
+        staging = directory / ".restore"
+        staging.write_text(Path(DGX).read_text())
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        os.replace(staging, path)
+
+    return restore
+
+
+def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    path = directory / "snap.yaml"
+    if fault in SPECIAL:
+        if fault == "directory":
+            staging = directory / ".dir"
+            staging.mkdir()
+            path.unlink()
+            staging.rename(path)
+        else:
+            swap(path, SPECIAL[fault])
+    elif fault == "missing":
+        path.unlink()
+    elif fault == "empty":
+        path.write_text("")
+    elif fault == "huge":
+        path.write_text(Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n")
+    elif fault == "malformed":
+        path.write_text("gpus: [unclosed\n")
+    elif fault == "wrong-type":
+        path.write_text("- a list\n")
+    elif fault == "vanished":
+        swap(path, lambda p: p.symlink_to(directory / "gone"))
+    elif fault == "hung":  # a FIFO with a writer that never writes
+        path.unlink()
+        holder = contextlib.ExitStack()
+        holder.enter_context(fifo_held_open(path))
+
+        def release() -> None:
+            holder.close()
+            path.unlink()
+            _restore_snapshot(directory)()
+
+        return release
+    else:
+        raise AssertionError(fault)
+    return _restore_snapshot(directory)
+
+
+def _place_features_file(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    path = directory / "gfd"
+    if fault == "directory":
+        replace_with_directory(path)
+    elif fault in SPECIAL:
+        swap(path, SPECIAL[fault])
+    elif fault == "full":
+        path.unlink()  # the next pass writes it again, past the limit below
+        resource.prlimit(daemon.process.pid, resource.RLIMIT_FSIZE, (16, resource.RLIM_INFINITY))
+
+        def lift() -> None:
+            assert list(directory.glob(".gfd-*")) == []  # the failed write left no temp file
+            limit = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+            resource.prlimit(daemon.process.pid, resource.RLIMIT_FSIZE, limit)
+
+        return lift
+    else:
+        raise AssertionError(fault)
+
+    def restore() -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+
+    return restore
+
+
+def _koordlet_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    (directory / "koord").mkdir()
+    return _daemon(
+        "--output-file", str(directory / "gfd"), "--snapshot-file", DGX,
+        "--koordlet-device-infos-dir", str(directory / "koord"),
+    )  # fmt: skip
+
+
+def _place_koordlet(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    path = directory / "koord" / "gfd-nvidia-gpus.json"
+    if fault == "symlink":
+        victim = directory / "victim"
+        victim.write_text("not gfd's\n")
+        swap(path, lambda p: p.symlink_to(victim))
+    elif fault == "directory":
+        replace_with_directory(path)
+    elif fault == "missing":  # the directory koordlet reads, gone
+        shutil.rmtree(directory / "koord")
+
+        def recreate() -> None:
+            (directory / "koord").mkdir()
+
+        return recreate
+    else:
+        swap(path, SPECIAL[fault])
+
+    def restore() -> None:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+        if fault == "symlink":
+            assert (directory / "victim").read_text() == "not gfd's\n"  # never written through
+
+    return restore
+
+
+def _config_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    (directory / "cfg.yaml").write_text("version: v1\n")
+    return _daemon(
+        "--output-file", str(directory / "gfd"), "--snapshot-file", DGX,
+        "--config-file", str(directory / "cfg.yaml"),
+    )  # fmt: skip
+
+
+def _place_config(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    path = directory / "cfg.yaml"
+    if fault in SPECIAL and fault != "directory":
+        swap(path, SPECIAL[fault])
+    elif fault == "directory":
+        path.unlink()
+        path.mkdir()
+    elif fault == "huge":
+        path.write_text("version: v1\n# " + "x" * MAX_DOCUMENT_BYTES + "\n")
+    elif fault == "malformed":
+        path.write_text("flags: [unclosed\n")
+    elif fault == "wrong-type":
+        path.write_text("flags: 7\n")
+    elif fault == "missing":
+        path.unlink()
+    else:
+        raise AssertionError(fault)
+
+    def restore() -> None:
+        if path.is_dir() and not path.is_symlink():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+        path.write_text("version: v1\n")
+
+    return restore
+
+
+def _api_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    api.add_node("n1")
+    kubeconfig = api.write_kubeconfig(directory / "kube.cfg")
+    return Daemon(
+        "--sleep-interval", "1s", "--use-node-labels", "--node-name", "n1",
+        "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX,
+    )  # fmt: skip
+
+
+def _place_api(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    if fault == "missing":
+        api.delete("Node", "n1")
+        return lambda: api.add_node("n1")
+    api.inject(API_FAULTS[fault]())
+    return api.clear_faults
+
+
+def _nodefeature_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    kubeconfig = api.write_kubeconfig(directory / "kube.cfg")
+    return Daemon(
+        "--sleep-interval", "1s", "--use-node-feature-api", "--node-name", "n1",
+        "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX,
+    )  # fmt: skip
+
+
+def _place_nodefeature(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    if fault == "missing":  # the server itself: connections refused
+        api.go_down()
+        return api.come_up
+    api.inject(API_FAULTS[fault]())
+    return api.clear_faults
+
+
+def _limits_daemon(directory: Path, api: FakeApiServer) -> Daemon:
+    return _file_daemon(directory, api)
+
+
+def _place_limits(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
+    """Out of file descriptors: every open fails with EMFILE until the limit is raised."""
+    (directory / "gfd").unlink()  # the next pass must open files to write it
+    pid = daemon.process.pid
+    before = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (3, before[1]))
+    return lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, before)
+
+
+RUNTIME = [
+    Runtime(
+        "snapshot file (re-read every pass)",
+        ("missing", "empty", "huge", "hung", "malformed", "wrong-type", "vanished", *SPECIAL),
+        _file_daemon,
+        _place_snapshot,
+        names=("snap.yaml",),
+    ),
+    Runtime(
+        "features file",
+        ("full", *SPECIAL),
+        _file_daemon,
+        _place_features_file,
+        names=("gfd",),
+    ),
+    Runtime(
+        "koordlet device-info file",
+        ("missing", "symlink", *SPECIAL),
+        _koordlet_daemon,
+        _place_koordlet,
+        names=("gfd-nvidia-gpus.json",),
+    ),
+    Runtime(
+        "config file (SIGHUP)",
+        ("missing", "huge", "malformed", "wrong-type", *SPECIAL),
+        _config_daemon,
+        _place_config,
+        failed="reload failed; keeping the settings in force",
+        names=("cfg.yaml",),
+        needs_sighup=True,
+        reload_after=True,
+    ),
+    Runtime(
+        "API server",
+        tuple(API_FAULTS),
+        _api_daemon,
+        _place_api,
+        names=("n1",),
+        needs_sighup=True,
+    ),
+    Runtime(
+        "API server (NodeFeature)",
+        tuple(API_FAULTS),
+        _nodefeature_daemon,
+        _place_nodefeature,
+        names=("n1",),
+        needs_sighup=True,
+    ),
+    Runtime(
+        "process limits (file descriptors)",
+        ("full",),
+        _limits_daemon,
+        _place_limits,
+    ),
+]
+
+
+def runtime_for(fault: str) -> list[Any]:
+    return [pytest.param(r, id=r.name) for r in RUNTIME if fault in r.classes]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        yield server
+
+
+def assert_runtime_contract(
+    channel: Runtime, fault: str, directory: Path, api: FakeApiServer
+) -> None:
+    """The fault fails a pass with one log line naming the source; the daemon lives;
+    once the fault is gone the next pass succeeds; SIGTERM ends it with status 0."""
+    daemon = channel.start(directory, api)
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        remove = channel.place(fault, directory, daemon, api)
+        if channel.needs_sighup:
+            daemon.process.send_signal(signal.SIGHUP)
+        failure = daemon.wait_for(channel.failed, limit=60)[0]
+        error = str(failure.get("error", ""))
+        assert error and len(error) <= LONGEST_LINE, error[:500]
+        for name in channel.names:
+            assert name in error, error
+        assert daemon.process.poll() is None
+        remove()
+        if channel.reload_after:
+            daemon.process.send_signal(signal.SIGHUP)
+            daemon.wait_for("settings reloaded", limit=60)
+        daemon.wait_for("pass finished", limit=60)
+        assert daemon.stop(signal.SIGTERM) == 0
+        assert "Traceback" not in daemon.log()
+    finally:
+        daemon.kill()
+
+
+@pytest.mark.parametrize("channel", runtime_for("missing"))
+def test_missing_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "missing", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("empty"))
+def test_empty_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "empty", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("huge"))
+def test_huge_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "huge", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("slow"))
+def test_slow_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "slow", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("hung"))
+def test_hung_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "hung", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("malformed"))
+def test_malformed_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "malformed", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("wrong-type"))
+def test_wrong_type_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "wrong-type", short_dir, api)
+
+
+@pytest.mark.parametrize(
+    ("channel", "kind"),
+    [
+        pytest.param(channel, kind, id=f"{channel.name}-{kind}")
+        for channel in RUNTIME
+        for kind in [*sorted(SPECIAL), "symlink"]
+        if kind in channel.classes
+    ],
+)
+def test_special_file_swapped_in_at_runtime(
+    channel: Runtime, kind: str, short_dir: Path, api: FakeApiServer
+) -> None:
+    assert_runtime_contract(channel, kind, short_dir, api)
+
+
+def test_features_file_swapped_for_a_symlink_is_replaced_not_written_through(
+    short_dir: Path,
+) -> None:
+    """A symlink planted at the features file's path: the next write replaces the link
+    (an atomic rename over it), never the file it points to."""
+    victim = short_dir / "victim"
+    victim.write_text("not gfd's\n")
+    daemon = _file_daemon(short_dir, None)  # type: ignore[arg-type]
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        swap(short_dir / "gfd", lambda p: p.symlink_to(victim))
+        daemon.wait_until(lambda: not (short_dir / "gfd").is_symlink(), "the link replaced")
+        assert victim.read_text() == "not gfd's\n"
+        assert "nvidia.com/gpu.count=8" in (short_dir / "gfd").read_text()
+        assert daemon.stop(signal.SIGTERM) == 0
+    finally:
+        daemon.kill()
+
+
+@pytest.mark.parametrize("channel", runtime_for("vanished"))
+def test_vanished_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "vanished", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("closed"))
+def test_closed_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "closed", short_dir, api)
+
+
+@pytest.mark.parametrize("channel", runtime_for("full"))
+def test_full_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+    assert_runtime_contract(channel, "full", short_dir, api)
+
+
+# =============================================================== stdin and stdout
+
+
+def _oneshot_with_stdio(stdin: Any, stdout: Any) -> subprocess.CompletedProcess[str]:
+    from tests.process import GFD, clean_env
+
+    return subprocess.run(
+        [*GFD, "--oneshot", "--snapshot-file", DGX],
+        stdin=stdin,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
+
+
+def test_hung_stdin_is_never_read(tmp_path: Path) -> None:
+    """gfd never reads stdin: a pipe nobody writes or closes does not hold it."""
+    read_end, write_end = os.pipe()
+    try:
+        result = _oneshot_with_stdio(read_end, subprocess.PIPE)
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/gpu.count=8" in result.stdout
+
+
+def test_hung_stdout_never_holds_the_daemon() -> None:
+    """A daemon publishing to stdout (``-o -``) into a pipe nobody reads: its writes stall,
+    but a stall never holds the loop or a stop signal (SIGTERM still ends it, status 0)."""
+    import fcntl
+
+    daemon = _daemon("--output-file", "-", "--snapshot-file", DGX)
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        # the smallest pipe the kernel allows, one page: four label sets of ~900 bytes
+        # fill it (the first is in it already)
+        fcntl.fcntl(daemon.process.stdout.fileno(), 1031, 4096)  # F_SETPIPE_SZ
+        for _ in range(4):  # each reload is a new run: a new timestamp, a new label set
+            daemon.process.send_signal(signal.SIGHUP)
+            daemon.wait_for("settings reloaded", limit=60)
+        # the last reload's pass finds the pipe full
+        assert daemon.stop(signal.SIGTERM) == 0
+        assert "Traceback" not in daemon.log()
+        assert "not honoured" not in daemon.log()  # an orderly exit, not the watchdog's
+    finally:
+        daemon.kill()
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
+def test_full_stdout() -> None:
+    with open("/dev/full", "w") as full:
+        result = _oneshot_with_stdio(subprocess.DEVNULL, full)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "stdout" in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+# =============================================================== host files read by discovery
+
+
+@dataclass
+class HostFile:
+    """A file discovery reads on the host; ``read(root)`` reads it as discovery does and
+    returns the fact.  ``outcomes``: what each fault gives where that is not None
+    (unknown)."""
+
+    name: str
+    relative: str
+    read: Callable[[Path], Any]
+    outcomes: dict[str, Any]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+BUS = "0000:07:00.0"
+NO_VGPU = Vgpu(devices=())
+
+
+def _scan(root: Path) -> Any:
+    return sysfs.scan_vgpu(str(root))
+
+
+HOST_FILES = [
+    HostFile(
+        "sysfs PCI class",
+        f"bus/pci/devices/{BUS}/class",
+        lambda root: sysfs.read_pci_class(str(root), BUS),
+        {},
+    ),
+    HostFile(
+        "sysfs PCI vendor (vGPU scan)",
+        f"bus/pci/devices/{BUS}/vendor",
+        _scan,
+        # gone: the device left between listing and reading; empty: not NVIDIA's
+        {"missing": NO_VGPU, "vanished": NO_VGPU, "empty": NO_VGPU},
+    ),
+    HostFile(
+        "sysfs PCI config space (vGPU scan)",
+        f"bus/pci/devices/{BUS}/config",
+        _scan,
+        # huge: the first 256 bytes are read, and hold no capability
+        {"missing": NO_VGPU, "vanished": NO_VGPU, "huge": NO_VGPU},
+    ),
+    HostFile(
+        "sysfs attribute (GPUs on the bus, NUMA node)",
+        f"bus/pci/devices/{BUS}/numa_node",
+        lambda root: sysfs.read_attribute(str(root / f"bus/pci/devices/{BUS}/numa_node")),
+        {"empty": ""},
+    ),
+    HostFile(
+        "machine-type file",
+        "product_name",
+        lambda root: sysfs.read_machine_type(str(root / "product_name")),
+        # read as upstream reads it: an empty file is an empty machine type
+        {"empty": "", "malformed": "\ufffd\ufffd\x00garbage"},
+    ),
+]
+
+
+def _host_tree(root: Path) -> None:
+    device = root / "bus" / "pci" / "devices" / BUS
+    device.mkdir(parents=True)
+    (device / "vendor").write_bytes(b"0x10de\n")
+    (device / "class").write_bytes(b"0x030200\n")
+    (device / "config").write_bytes(bytes(256))
+    (device / "numa_node").write_bytes(b"0\n")
+    (root / "product_name").write_bytes(b"DGXA100\n")
+
+
+def _special(make: Callable[[Path], None]) -> Callable[[Path], None]:
+    def place(path: Path) -> None:
+        path.unlink()
+        make(path)
+
+    return place
+
+
+HOST_FAULTS: dict[str, Callable[[Path], object]] = {
+    **{kind: _special(make) for kind, make in SPECIAL.items()},
+    "huge": lambda path: path.write_bytes(b"1" * 10_000_000),
+    "empty": lambda path: path.write_bytes(b""),
+    "malformed": lambda path: path.write_bytes(b"\xff\xfe\x00garbage"),
+    "missing": lambda path: path.unlink(),
+    "vanished": lambda path: swap(path, lambda p: p.symlink_to(path.with_name("gone"))),
+}
+
+
+@pytest.mark.parametrize("fault", [*sorted(HOST_FAULTS), "hung"])
+@pytest.mark.parametrize("host_file", [pytest.param(h, id=h.name) for h in HOST_FILES])
+def test_host_files_never_block_or_flood_discovery(
+    host_file: HostFile, fault: str, tmp_path: Path
+) -> None:
+    """Whatever sits at a host path, discovery reads it without waiting and without
+    reading past its bound, and answers "unknown" where it cannot read a fact; it never
+    raises.  (A read that blocked would hang: the test timeout fails it.)"""
+    sysfs._warned.clear()
+    _host_tree(tmp_path)
+    path = tmp_path / host_file.relative
+    if fault == "hung":
+        path.unlink()
+        with fifo_held_open(path):
+            value = host_file.read(tmp_path)
+    else:
+        HOST_FAULTS[fault](path)
+        value = host_file.read(tmp_path)
+    assert value == host_file.outcomes.get(fault), value
+
+
+# =============================================================== the metrics listener
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[Daemon]:
+    daemon = Daemon(
+        "--sleep-interval", INTERVAL, "--output-file", str(tmp_path / "gfd"),
+        "--snapshot-file", DGX, metrics=True,
+    )  # fmt: skip
+    try:
+        daemon.wait_until(lambda: daemon.get("/readyz")[0] == 200, "ready")
+        yield daemon
+    finally:
+        daemon.kill()
+
+
+def _connect(daemon: Daemon) -> socket.socket:
+    assert daemon.port is not None
+    return socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+
+
+LISTENER_FAULTS: dict[str, Callable[[Daemon], list[socket.socket]]] = {
+    # many connections that never send anything
+    "hung": lambda daemon: [_connect(daemon) for _ in range(64)],
+    # connections that send a request a byte at a time (each left half-sent)
+    "slow": lambda daemon: [_sent(_connect(daemon), b"GET /metr") for _ in range(64)],
+    # a request line of a megabyte
+    "huge": lambda daemon: [_sent(_connect(daemon), b"GET /" + b"x" * 1_000_000 + b"\r\n")],
+    # bytes that are not HTTP
+    "malformed": lambda daemon: [_sent(_connect(daemon), b"\x16\x03\x01\x00\xff" * 100)],
+    # connections reset by their peer at once
+    "closed": lambda daemon: [_reset(_connect(daemon)) for _ in range(64)],
+}
+
+
+def _sent(connection: socket.socket, data: bytes) -> socket.socket:
+    with contextlib.suppress(OSError):
+        connection.sendall(data)
+    return connection
+
+
+def _reset(connection: socket.socket) -> socket.socket:
+    connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    connection.close()
+    return connection
+
+
+@pytest.mark.parametrize("fault", sorted(LISTENER_FAULTS))
+def test_the_metrics_listener_under_hostile_clients(served: Daemon, fault: str) -> None:
+    """Anyone who can reach the port: labelling goes on (passes keep finishing), the
+    listener answers again once the hostile connections are cut or time out, and SIGTERM
+    still ends the process with status 0."""
+    connections = LISTENER_FAULTS[fault](served)
+    try:
+        served.wait_for("pass finished", count=3, limit=120)  # labelling goes on
+    finally:
+        for connection in connections:
+            connection.close()
+    served.wait_until(lambda: served.get("/healthz")[0] == 200, "the listener to answer")
+    assert served.get("/healthz")[0] == 200
+    assert served.stop(signal.SIGTERM) == 0
+    assert "Traceback" not in served.log()
