@@ -294,7 +294,7 @@ class _Handler(BaseHTTPRequestHandler):
         super().setup()
         self._deadline = threading.Timer(CONNECTION_TIMEOUT_SECONDS, self._cut)
         self._deadline.daemon = True
-        self._deadline.start()
+        start_thread(self._deadline)
 
     def _cut(self) -> None:
         with contextlib.suppress(OSError):
