@@ -31,8 +31,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gfd.signals import STOP_BOUND_SECONDS  # noqa: E402
-from tests.process import Daemon  # noqa: E402
+from gfd.signals import STOP_BOUND_SECONDS
+from tests.process import Daemon
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "examples" / "snapshots" / "dgx-a100.yaml"
 #: how long a round waits for a log line before it calls the signal lost
