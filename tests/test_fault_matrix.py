@@ -49,11 +49,9 @@ from gfd.documents import MAX_DOCUMENT_BYTES
 from gfd.settings import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon, run_gfd_here, spawn_gfd
+from tests.process import LONGEST_LINE, ROOT, Daemon, assert_refused, run_gfd, run_gfd_here
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
-#: a message quotes at most ~100 characters of a value; the rest of the line is words
-LONGEST_LINE = 400
 #: a value far past every limit, to see that no message echoes it whole
 HUGE_VALUE = "v" * 1_000_000
 #: passes of a daemon under test come this often
@@ -65,34 +63,10 @@ pytestmark = pytest.mark.timeout(180)
 # =============================================================== running gfd
 
 
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_start(*args: str, env: dict[str, str] | None = None) -> Result:
+def run_start(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """A real gfd process that should end by itself; its status and output.  A process
     that hung would keep the test waiting until its timeout fails it."""
-    process = spawn_gfd(*args, env=env)
-    out, err = process.communicate(timeout=120)
-    return Result(process.returncode, out, err)
-
-
-def assert_refused(result: Result, *names: str) -> str:
-    """The start-up contract: exit 2, one short line naming the source, nothing else."""
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr[-2000:]
-    line = lines[0]
-    assert line.startswith("gfd: error: "), line[:500]
-    assert len(line) <= LONGEST_LINE, line[:500]
-    for name in names:
-        assert name in line, line
-    assert result.stdout == ""
-    return line
+    return run_gfd(*args, env=env, timeout=120)
 
 
 @pytest.fixture
@@ -217,7 +191,7 @@ class Document:
     def __str__(self) -> str:
         return self.name
 
-    def run(self, directory: Path) -> Result:
+    def run(self, directory: Path) -> subprocess.CompletedProcess[str]:
         return run_start(*self.args(str(directory / self.file_name)))
 
 
@@ -363,7 +337,7 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
             for line in result.stderr.splitlines():
                 assert len(line) <= LONGEST_LINE, (where, as_key, line[:300])
             if result.returncode == 2:
-                assert_refused(Result(result.returncode, result.stdout, result.stderr))
+                assert_refused(result)
 
 
 @pytest.mark.parametrize(
@@ -506,7 +480,7 @@ def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) 
                     assert "\x1b" not in line, (source, line)
                 assert "Traceback" not in result.stderr, source
                 if result.returncode == 2:
-                    assert_refused(Result(result.returncode, result.stdout, result.stderr))
+                    assert_refused(result)
 
 
 # =============================================================== the API server
