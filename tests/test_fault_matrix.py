@@ -49,7 +49,21 @@ from gfd.documents import MAX_DOCUMENT_BYTES
 from gfd.settings import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import LONGEST_LINE, ROOT, Daemon, assert_refused, run_gfd, run_gfd_here
+from tests.process import (
+    LONGEST_LINE,
+    ROOT,
+    Daemon,
+    assert_refused,
+    run_gfd,
+    run_gfd_here,
+)
+from tests.specialfiles import (
+    SPECIAL,
+    fifo_held_open,
+    fifo_trickled,
+    replace_with_directory,
+    swap,
+)
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
 #: a value far past every limit, to see that no message echoes it whole
@@ -76,96 +90,6 @@ def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="fm"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-# =============================================================== placing faults on a path
-
-
-def make_fifo(path: Path) -> None:
-    os.mkfifo(path)
-
-
-def make_dev_zero(path: Path) -> None:
-    path.symlink_to("/dev/zero")
-
-
-def make_directory(path: Path) -> None:
-    path.mkdir()
-
-
-def make_socket(path: Path) -> None:
-    """A listening socket nobody accepts on (bound at a short name, then moved: a socket
-    path is limited to ~100 bytes)."""
-    short = os.path.join(tempfile.gettempdir(), f"sock-{os.getpid()}-{len(_keep)}")
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(short)
-    listener.listen()
-    _keep.append(listener)
-    os.replace(short, path)
-
-
-_keep: list[socket.socket] = []
-
-SPECIAL = {
-    "fifo": make_fifo,
-    "dev-zero": make_dev_zero,
-    "directory": make_directory,
-    "socket": make_socket,
-}
-
-
-def replace_with_directory(path: Path) -> None:
-    """A directory where a file is (a rename cannot put a directory over a file); if the
-    daemon wrote the file again between the two steps, do it again."""
-    while True:
-        path.unlink(missing_ok=True)
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return
-
-
-def swap(path: Path, make: Callable[[Path], None]) -> None:
-    """Put a special file at ``path`` in one rename: a pass never finds it missing."""
-    staging = path.with_name(".staging-" + path.name)
-    make(staging)
-    os.replace(staging, path)
-
-
-@contextlib.contextmanager
-def fifo_held_open(path: Path) -> Iterator[None]:
-    """A FIFO with a writer that never writes: "hung" (a reader would wait for ever)."""
-    os.mkfifo(path)
-    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # a writer end, without blocking
-    try:
-        yield
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def fifo_trickled(path: Path, text: str) -> Iterator[None]:
-    """A FIFO that a writer feeds slowly: "slow"."""
-    os.mkfifo(path)
-    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-    stop = threading.Event()
-
-    def feed() -> None:
-        for char in text:
-            if stop.wait(0.05):
-                return
-            with contextlib.suppress(OSError):
-                os.write(fd, char.encode())
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        feeder.join()
-        os.close(fd)
 
 
 # =============================================================== start-up documents
