@@ -10,12 +10,11 @@ The subprocess waits carry timeouts as guards against a hung test; no test asser
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import signal
 import stat
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,27 +93,10 @@ def assert_no_traceback(text: str) -> None:
     assert "exc_info" not in text
 
 
-def wait_until(condition: Any, what: str, limit: float = GUARD_SECONDS) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
-def metered() -> Iterator[Any]:
+def metered(daemons: Any) -> Any:
     """Start daemons that serve /metrics; killed at the end."""
-    started: list[Daemon] = []
-
-    def start(*args: str) -> Daemon:
-        daemon = Daemon(*args, metrics=True)
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.kill()
+    return functools.partial(daemons, metrics=True)
 
 
 def alive(pid: int) -> bool:
@@ -219,9 +201,10 @@ def test_a_rotated_token_file_is_read_again(
     api.clear_requests()
     daemon.process.send_signal(signal.SIGHUP)
     rotated = f"Bearer {ROTATED}"
-    wait_until(
+    daemon.wait_until(
         lambda: any(r.authorization == rotated and r.status == 200 for r in api.requests),
         "a request with the rotated token",
+        limit=GUARD_SECONDS,
     )
     # the first request after the rotation was refused; the next pass read the file again
     first, second = api.requests[:2]
@@ -374,7 +357,11 @@ def test_sigterm_during_a_plugin_call_ends_gfd_and_the_plugin(
     # the default interval: the plugin's deadline is 10 s, the signal comes first
     kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command)))
     daemon = metered(*api_args(kubeconfig))
-    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the plugin to start")
+    daemon.wait_until(
+        lambda: pids.exists() and bool(pids.read_text().strip()),
+        "the plugin to start",
+        limit=GUARD_SECONDS,
+    )
     plugin = int(pids.read_text().split()[0])
     daemon.process.send_signal(signal.SIGTERM)
     assert daemon.wait(GUARD_SECONDS) == 0
