@@ -55,16 +55,23 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_gfd(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    stdin: Any = subprocess.DEVNULL,
+    stdout: Any = subprocess.PIPE,
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m gfd ARGS`` in a fresh interpreter, to its end; stderr captured, stdout
+    too unless ``stdout`` names where it goes (a pipe nobody reads, ``/dev/full``)."""
     return subprocess.run(
         [*GFD, *args],
-        capture_output=True,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
         env=clean_env(env),
         cwd=ROOT,
         timeout=timeout,
-        stdin=subprocess.DEVNULL,
     )
 
 

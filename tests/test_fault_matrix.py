@@ -900,18 +900,7 @@ def test_full_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) 
 
 
 def _oneshot_with_stdio(stdin: Any, stdout: Any) -> subprocess.CompletedProcess[str]:
-    from tests.process import GFD, clean_env
-
-    return subprocess.run(
-        [*GFD, "--oneshot", "--snapshot-file", DGX],
-        stdin=stdin,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_gfd("--oneshot", "--snapshot-file", DGX, stdin=stdin, stdout=stdout, timeout=120)
 
 
 def test_hung_stdin_is_never_read(tmp_path: Path) -> None:

@@ -448,21 +448,6 @@ def test_node_name_from_the_environment_is_not_needed_by_the_file_output() -> No
 # ------------------------------------------------------------------ stdout that fails
 
 
-def run_with_stdout(stdout: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    from tests.process import GFD, clean_env
-
-    return subprocess.run(
-        [*GFD, *args],
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def closed_stdout(*args: str) -> subprocess.CompletedProcess[str]:
     from tests.process import GFD, clean_env
 
@@ -491,7 +476,7 @@ def assert_one_runtime_line(result: subprocess.CompletedProcess[str], *words: st
 @pytest.mark.parametrize("action", ["--dump-snapshot", "--oneshot"])
 def test_stdout_on_dev_full(action: str) -> None:
     with open("/dev/full", "w") as full:
-        result = run_with_stdout(full, action, "--snapshot-file", str(SNAPSHOT))
+        result = run_gfd(action, "--snapshot-file", str(SNAPSHOT), stdout=full)
     assert_one_runtime_line(result, "stdout")
 
 
