@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from gfd import interrupt, signals
 from gfd import labels as labelling
@@ -27,14 +28,15 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
-from gfd.nodeconfig import ConfigChoice, NodeConfigError
-from gfd.nodeconfig import choose_for as choose_node_config
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.outputs import Output, make_output
 from gfd.outputs.registry import output_identity, output_place
 from gfd.outputs.topology import make_topology_outputs
 from gfd.settings import Settings, capped_warnings
 from gfd.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from gfd.nodeconfig import ConfigChoice
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -314,15 +316,16 @@ class Agent:
         """Before a pass: the entry the node label chooses now; a new one is loaded through
         the SIGHUP reload.  Whatever cannot be applied leaves the config in force and one
         error line (until the label changes again)."""
+        # only with --config-file-srcdir: other runs never load the per-node config module
+        from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
+
         current = self.settings.config_choice
         in_force = None if current is None else current.entry
         try:
             if self._node_label is None:
-                from gfd.nodeconfig import NodeLabelReader
-
                 self._node_label = NodeLabelReader(self.settings)
             value = self._node_label()
-            choice = choose_node_config(self.settings, value)
+            choice = choose_for(self.settings, value)
         except NodeConfigError as exc:
             if self._refused != str(exc):
                 self._refused = str(exc)

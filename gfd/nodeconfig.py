@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from gfd.outputs.kube import KubeClient
     from gfd.settings import Settings
 
-DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
 FALLBACK_STRATEGIES = ("named", "single", "empty")
 #: the entry the ``named`` fallback looks for (upstream's NamedConfigFallback)
 NAMED_FALLBACK_ENTRY = "default"

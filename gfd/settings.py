@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from gfd.documents import as_list, parse_yaml, read_text
-from gfd.durations import MAX_SECONDS, check_seconds, format_duration, parse_duration
 from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
 from gfd.files import file_kind
@@ -28,11 +27,14 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
-from gfd.nodeconfig import DEFAULT_NODE_LABEL, ConfigChoice, check_label_key, parse_fallbacks
 from gfd.outputs.registry import output_kind_of
 
 if TYPE_CHECKING:
+    from gfd.nodeconfig import ConfigChoice
     from gfd.partitions import PartitionTable
+
+# gfd.durations and gfd.nodeconfig are imported where a value is parsed or checked: a run
+# that gives no duration and no config directory (every plain oneshot) never loads them.
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 #: the default expiry horizon of the features file: max(1 hour, 4 sleep intervals)
@@ -47,6 +49,8 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio")
 #: upstream's default for --driver-root-ctr-path (api/config/v1/consts.go)
 DEFAULT_DRIVER_ROOT = "/driver-root"
+#: the node label whose value picks the entry of --config-file-srcdir (gfd.nodeconfig)
+DEFAULT_NODE_LABEL = "nvidia.com/device-plugin.config"
 #: the Kubernetes client's rate limit: upstream's defaults (internal/flags/kubeclient.go)
 DEFAULT_KUBE_API_QPS = 5.0
 DEFAULT_KUBE_API_BURST = 10
@@ -107,6 +111,8 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 def _parse_interval(value: Any) -> float | None:
+    from gfd.durations import MAX_SECONDS, check_seconds, parse_duration
+
     if isinstance(value, bool):
         raise ValueError("expected a duration")
     if isinstance(value, int):
@@ -127,6 +133,8 @@ def _parse_horizon(value: Any) -> float:
 
 
 def _parse_label_key(value: Any) -> str:
+    from gfd.nodeconfig import check_label_key
+
     text = _parse_str(value).strip()
     problem = check_label_key(text)
     if problem:
@@ -135,6 +143,8 @@ def _parse_label_key(value: Any) -> str:
 
 
 def _parse_fallbacks(value: Any) -> tuple[str, ...]:
+    from gfd.nodeconfig import parse_fallbacks
+
     if isinstance(value, (list, tuple)):
         return parse_fallbacks([_parse_str(item) for item in value])
     return parse_fallbacks(_parse_str(value))
@@ -960,6 +970,7 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
+        from gfd.durations import format_duration
 
         return format_duration(self.sleep_interval)
 
@@ -1159,16 +1170,18 @@ def _special_file_kind(path: str) -> str | None:
     return None if stat.S_ISREG(mode) else file_kind(mode)
 
 
-def _validate(settings: Settings) -> None:
-    output_kind_of(settings)  # one output selected, with what it needs
-    horizon = settings.expiry_horizon
-    if horizon is not None and horizon < MIN_EXPIRY_HORIZON:
+def _check_horizon(horizon: float, settings: Settings) -> None:
+    """An explicit ``--expiry-horizon``: long enough for NFD to read the file before it
+    lapses, and for a running gfd to renew it."""
+    from gfd.durations import format_duration
+
+    if horizon < MIN_EXPIRY_HORIZON:
         raise UsageError(
             f"--expiry-horizon {format_duration(horizon)}: must be at least "
             f"{format_duration(MIN_EXPIRY_HORIZON)} (a shorter expiry lapses before NFD reads "
             "the features file)"
         )
-    if horizon is not None and not math.isinf(horizon) and not settings.oneshot:
+    if not math.isinf(horizon) and not settings.oneshot:
         interval = settings.sleep_interval
         if interval is None:
             raise UsageError(
@@ -1181,6 +1194,12 @@ def _validate(settings: Settings) -> None:
                 f"{MIN_EXPIRY_INTERVALS} x --sleep-interval ({format_duration(interval)}) so a "
                 "running gfd renews the features file before it expires"
             )
+
+
+def _validate(settings: Settings) -> None:
+    output_kind_of(settings)  # one output selected, with what it needs
+    if settings.expiry_horizon is not None:
+        _check_horizon(settings.expiry_horizon, settings)
     if settings.config_file_srcdir and not settings.node_name and not settings.dump_snapshot:
         raise UsageError(
             "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "

@@ -95,6 +95,11 @@ NOT_FOR_A_FILE_ONESHOT = [
     "gfd.labels.partitions",
     "gfd.labels.topology",
     "gfd.discovery.topology",
+    # the per-node config is read only with --config-file-srcdir, durations only parsed when
+    # one is given, MIG profile names only looked up for MIG devices (none here)
+    "gfd.nodeconfig",
+    "gfd.durations",
+    "gfd.discovery.mig_profile",
 ]
 # ... nor, reading a snapshot file, by NVML discovery
 NOT_FOR_THE_SNAPSHOT_PATH = [
@@ -187,13 +192,17 @@ def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML
     # imports gfd.snapshot and the real pynvml, so its imports are counted too.)
-    assert loaded(recorded, [*NOT_FOR_A_FILE_ONESHOT, "yaml"]) == []
+    # nothing is logged and the output has no expiry: no clock to format (json is the
+    # fake's: it is built from a JSON snapshot)
+    assert recorded["stderr"] == ""
+    assert loaded(recorded, [*NOT_FOR_A_FILE_ONESHOT, "yaml", "datetime"]) == []
     assert loaded(recorded, ["gfd.discovery"]) == ["gfd.discovery"]
 
 
 def test_the_recorder_sees_what_a_mode_does_import(tmp_path: Path) -> None:
     """The other side: a run that logs on the console format loads structlog (a JSON line
-    does not: tests/test_imports_logging.py), and --help loads click."""
+    does not: tests/test_imports_logging.py), --help loads click, a duration given loads
+    its parser."""
     debug = record_imports(
         tmp_path,
         "--oneshot",
@@ -206,6 +215,10 @@ def test_the_recorder_sees_what_a_mode_does_import(tmp_path: Path) -> None:
     )
     assert loaded(debug, ["structlog"]) == ["structlog"]
     assert loaded(record_imports(tmp_path, "--help"), ["click"]) == ["click"]
+    interval = record_imports(
+        tmp_path, "--oneshot", "--snapshot-file", DGX, "--sleep-interval", "30s"
+    )
+    assert loaded(interval, ["gfd.durations"]) == ["gfd.durations"]
 
 
 # ------------------------------------------------------------------ plain command lines

@@ -21,7 +21,6 @@ from structlog.testing import capture_logs
 from gfd.agent import Agent
 from gfd.errors import PublishError, UsageError
 from gfd.nodeconfig import (
-    DEFAULT_NODE_LABEL,
     ConfigChoice,
     NodeConfigError,
     choose,
@@ -29,7 +28,7 @@ from gfd.nodeconfig import (
     list_entries,
 )
 from gfd.outputs.file import split_features_file
-from gfd.settings import Settings, resolve
+from gfd.settings import DEFAULT_NODE_LABEL, Settings, resolve
 
 LABEL = DEFAULT_NODE_LABEL
 MIG_NODE = "examples/snapshots/dgx-a100-mig-mixed.yaml"

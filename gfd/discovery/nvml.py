@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from gfd.discovery import mig_profile
 from gfd.discovery.driver_root import resolve_library
 from gfd.errors import DiscoveryError, NvmlLibraryMissingError, NvmlUnavailableError
 from gfd.labels.devices import is_skipped_device
@@ -314,6 +313,9 @@ class _NvmlReader:
         return Mig(enabled=True, devices=tuple(devices))
 
     def _mig_device(self, mig_handle: Any, profiles: _ProfileIds, total_bytes: int) -> MigDevice:
+        # MIG devices only: a node without MIG never loads the profile tables
+        from gfd.discovery import mig_profile
+
         attributes = self._call("nvmlDeviceGetAttributes", mig_handle)
         gi_slices = int(attributes.gpuInstanceSliceCount)
         ci_slices = int(attributes.computeInstanceSliceCount)
@@ -428,6 +430,8 @@ class _ProfileIds:
         for enum, known in self._enum_id.items():
             if known == profile_id:
                 return enum
+        from gfd.discovery import mig_profile
+
         for enum in mig_profile.candidate_enums(gi_slices):
             if enum in self._enum_id:
                 continue

@@ -36,7 +36,8 @@ def valid_label_value(text: str) -> tuple[str, bool]:
 
 def fit_name(model: str, qualifiers: Sequence[str] = ()) -> str | None:
     """``<model>-<qualifier>-...`` within the 63 characters of a label value, shortening
-    only the model part (upstream k8s-device-plugin PR #1880, issue #1876): what follows
+    only the model part (as upstream's open fix for too-long MIG product values does,
+    NVIDIA/k8s-device-plugin#1880 for #1876): what follows
     it (``MIG``, the profile, ``SHARED``) tells devices apart and is always kept whole.
     A value that fits comes back byte-identical; the shortened model ends alphanumeric.
     None when not even one character of the model would fit."""

@@ -15,7 +15,6 @@ update keeps its labels.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 import stat
 import sys
@@ -40,15 +39,18 @@ MAX_FEATURES_FILE_BYTES = 64 * 1024
 EXPIRY_DIRECTIVE = "# +expiry-time="
 
 
-#: the latest expiry RFC 3339 (and Python) can write: a clock or horizon past it is held there
-LATEST_EXPIRY = datetime.datetime(
-    9999, 12, 31, 23, 59, 59, tzinfo=datetime.timezone.utc
-).timestamp()
+#: the latest expiry RFC 3339 (and Python) can write, 9999-12-31T23:59:59Z as Unix time: a
+#: clock or horizon past it is held there
+LATEST_EXPIRY = 253402300799.0
 
 
 def format_expiry(seconds: float) -> str:
     """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``), held within
     1970..9999 (a clock far off, or a huge horizon, never fails a write)."""
+    # imported here and in parse_expiry only: a file without an expiry (every oneshot's)
+    # never needs it
+    import datetime
+
     clamped = min(max(int(seconds), 0), int(LATEST_EXPIRY))
     moment = datetime.datetime.fromtimestamp(clamped, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -83,6 +85,8 @@ def _refuse_special(path: str, action: str) -> None:
 
 def parse_expiry(text: str) -> float | None:
     """The Unix time of an RFC 3339 UTC timestamp written by :func:`format_expiry`."""
+    import datetime
+
     try:
         moment = datetime.datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
