@@ -5,6 +5,7 @@ Signals and exit statuses are in tests/test_hostile_api_process.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tracemalloc
 from pathlib import Path
@@ -114,8 +115,7 @@ def test_a_write_applied_but_unanswered_orphans_nothing(
     output.publish(A)
     # every write of B lands on the node, no answer ever comes back, and the node cannot be
     # read again within the pass: the pass fails, not knowing what it left on the node
-    lost.method, lost.count = "PATCH", None
-    api.inject(lost)
+    api.inject(dataclasses.replace(lost, method="PATCH", count=None))
     api.fail(503, count=None, method="GET")
     with pytest.raises(PublishError):
         output.publish(B)
@@ -333,8 +333,8 @@ def test_a_bad_answer_is_a_server_error_that_is_retried(
     api: FakeApiServer, kubeconfig: str, bad: Fault
 ) -> None:
     output = node_labels(kubeconfig)
-    bad.method = "GET"
-    api.inject(bad)
+    # a copy: the parameter's Fault is shared by every test that uses BAD_ANSWERS
+    api.inject(dataclasses.replace(bad, method="GET"))
     with structlog.testing.capture_logs() as logs:
         output.publish(A)
     assert gfd_keys_on(api) == A
@@ -350,8 +350,7 @@ def test_cleanup_against_bad_answers_fails_and_says_so(
     api: FakeApiServer, kubeconfig: str, bad: Fault
 ) -> None:
     node_labels(kubeconfig).publish(A)
-    bad.method, bad.count = "GET", None
-    api.inject(bad)
+    api.inject(dataclasses.replace(bad, method="GET", count=None))  # a copy, as above
     with pytest.raises(PublishError) as raised:
         node_labels(kubeconfig).cleanup()
     assert "\n" not in str(raised.value)

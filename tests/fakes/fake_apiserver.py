@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -418,9 +418,12 @@ class FakeApiServer:
             self._state.requests.clear()
 
     def inject(self, fault: Fault) -> Fault:
+        """Serve ``fault``; what is returned is the live copy the server counts down (a
+        test's own Fault, often a shared parameter, is never changed by being served)."""
+        live = replace(fault)
         with self._state.lock:
-            self._state.faults.append(fault)
-        return fault
+            self._state.faults.append(live)
+        return live
 
     def fail(
         self,
