@@ -19,16 +19,34 @@ SHOWN_PATH_CHARS = 200
 #: the longest message gfd prints or logs as one field: a guard behind :func:`clip`
 MAX_MESSAGE_CHARS = 2000
 
-# control characters (C0, DEL, C1) and the Unicode line and paragraph separators, shown
-# escaped: a value never breaks its line or reaches a terminal as an escape sequence
-_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
-_ESCAPES.update({ord("\n"): "\\n", ord("\r"): "\\r", ord("\t"): "\\t"})
-_ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+# shown by name; every other character that is not printable is shown by its code
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters escaped (a newline becomes ``\\n``)."""
-    return text.translate(_ESCAPES)
+    """``text`` with every character that is not printable shown escaped: control
+    characters (C0, DEL, C1; a newline becomes ``\\n``), the line and paragraph
+    separators, and the format, private-use and unassigned characters (a bidirectional
+    override, a zero-width space).  A value never breaks its line, never reaches a terminal
+    as an escape sequence, and shows what it holds."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if char in _NAMED:
+        return _NAMED[char]
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its whitespace runs (newlines included) made single spaces, then
+    :func:`printable`: a multi-line answer or a plugin's stderr, quoted in one log line."""
+    return printable(" ".join(text.split()))
 
 
 def clip(text: str, limit: int = SHOWN_CHARS) -> str:

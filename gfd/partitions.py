@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from gfd.echo import describe
+from gfd.echo import clip, describe
 
 NVLINK = "NVLink"
 
@@ -131,23 +131,18 @@ def dumps(table: PartitionTable, *, pretty: bool = False) -> str:
     return "{\n" + ",\n".join(sizes) + "\n}"
 
 
-def _describe(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
 def parse_table(value: Any, where: str) -> dict[int, tuple[Partition, ...]]:
     """An operator's table (config ``partitions:``), checked for shape; ValueError names
     the exact place.  Whether the minors exist is checked against the node at label time
     (:func:`check_against_minors`)."""
     if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected a mapping of sizes to lists, got {_describe(value)}")
+        raise ValueError(f"{where}: expected a mapping of sizes to lists, got {describe(value)}")
     table: dict[int, tuple[Partition, ...]] = {}
     for key, raw in value.items():
         text = str(key)
-        key_where = f"{where}.{_clip(text)}"
+        key_where = f"{where}.{clip(text)}"
         if isinstance(key, bool) or not _SIZE.fullmatch(text) or not 1 <= int(text) <= MAX_SIZE:
-            got = _describe(key)
+            got = describe(key)
             raise ValueError(
                 f"{key_where}: a size is a positive integer (up to {MAX_SIZE}), got {got}"
             )
@@ -155,7 +150,7 @@ def parse_table(value: Any, where: str) -> dict[int, tuple[Partition, ...]]:
         if size in table:
             raise ValueError(f"{key_where}: size {size} is given twice")
         if not isinstance(raw, list):
-            raise ValueError(f"{key_where}: expected a list of partitions, got {_describe(raw)}")
+            raise ValueError(f"{key_where}: expected a list of partitions, got {describe(raw)}")
         parsed = []
         seen: dict[tuple[int, ...], int] = {}
         for i, item in enumerate(raw):
@@ -176,40 +171,36 @@ def parse_table(value: Any, where: str) -> dict[int, tuple[Partition, ...]]:
     return result
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
 def _parse_partition(value: Any, where: str, size: int) -> Partition:
     if not isinstance(value, Mapping):
-        raise ValueError(f"{where}: expected a mapping with minors, got {_describe(value)}")
+        raise ValueError(f"{where}: expected a mapping with minors, got {describe(value)}")
     known = {"minors", "gpuLinkType", "ringBusBandwidth", "allocationScore"}
     for key in value:
         if key not in known:
-            raise ValueError(f"{where}.{_clip(str(key))}: unknown key")
+            raise ValueError(f"{where}.{clip(str(key))}: unknown key")
     minors = value.get("minors")
     if not isinstance(minors, list) or not all(
         isinstance(m, int) and not isinstance(m, bool) and 0 <= m <= MAX_INT for m in minors
     ):
         raise ValueError(
             f"{where}.minors: expected a list of GPU minors (0 to {MAX_INT}), "
-            f"got {_describe(minors)}"
+            f"got {describe(minors)}"
         )
     if len(minors) != size or len(set(minors)) != len(minors):
         raise ValueError(
-            f"{where}.minors: expected {size} different minors, got {_describe(minors)}"
+            f"{where}.minors: expected {size} different minors, got {describe(minors)}"
         )
     link_type = value.get("gpuLinkType", NVLINK)
     if not isinstance(link_type, str) or not _LINK_TYPE.fullmatch(link_type):
         raise ValueError(
             f"{where}.gpuLinkType: expected a name like NVLink (up to 63 letters, digits, "
-            f"'-', '_', '.'), got {_describe(link_type)}"
+            f"'-', '_', '.'), got {describe(link_type)}"
         )
     score = value.get("allocationScore", 1)
     if isinstance(score, bool) or not isinstance(score, int) or not 1 <= score <= MAX_INT:
         raise ValueError(
             f"{where}.allocationScore: expected an integer from 1 (best) to {MAX_INT}, "
-            f"got {_describe(score)}"
+            f"got {describe(score)}"
         )
     bandwidth = value.get("ringBusBandwidth")
     if bandwidth is not None:
@@ -223,7 +214,7 @@ def _parse_partition(value: Any, where: str, size: int) -> Partition:
             raise ValueError(f"{where}.ringBusBandwidth: {exc}") from None
         if amount > MAX_BANDWIDTH:
             raise ValueError(
-                f"{where}.ringBusBandwidth: {_clip(text)} is more than a quantity holds "
+                f"{where}.ringBusBandwidth: {clip(text)} is more than a quantity holds "
                 f"({MAX_BANDWIDTH} bytes per second)"
             )
         bandwidth = text

@@ -46,14 +46,6 @@ def redact(text: str) -> str:
     return text
 
 
-def one_line(text: str) -> str:
-    """``text`` redacted, its whitespace runs made single spaces, and every character a
-    terminal would act on (escape sequences, other control characters) shown as ``?``:
-    what a server or a plugin sent, fit to quote in one log line."""
-    flat = " ".join(redact(text).split())
-    return "".join(c if c.isprintable() else "?" for c in flat)
-
-
 def forget_all() -> None:
     """Drop every remembered credential (tests)."""
     global _ordered

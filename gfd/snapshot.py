@@ -564,15 +564,6 @@ def _check_topology(topology: Topology, indices: set[int]) -> None:
         pairs.add(pair.gpus)
 
 
-def _discovery_kind(value: Any, path: str) -> str:
-    text = _str(value, path)
-    if text not in DISCOVERY_KINDS:
-        raise SnapshotError(
-            f"{path}: expected one of {', '.join(DISCOVERY_KINDS)}, got {_describe(text)}"
-        )
-    return text
-
-
 def from_dict(document: Any) -> Snapshot:
     """Validate a parsed YAML/JSON document and build the snapshot it describes."""
     r = _Reader(document, "")
@@ -588,7 +579,7 @@ def from_dict(document: Any) -> Snapshot:
     raw_gpus: list[Any] = r.optional("gpus", _limited_list(MAX_GPUS, "GPUs"), [])
     raw_lost: list[Any] = r.optional("lost_gpus", _limited_list(MAX_GPUS, "lost GPUs"), [])
     topology = r.optional("topology", _nullable(_topology), None)
-    discovery = r.optional("discovery", _discovery_kind, "nvml")
+    discovery = r.optional("discovery", _choice(*DISCOVERY_KINDS), "nvml")
     r.finish()
     gpus = tuple(_gpu(item, f"gpus[{i}]") for i, item in enumerate(raw_gpus))
     lost = tuple(_lost_gpu(item, f"lost_gpus[{i}]") for i, item in enumerate(raw_lost))

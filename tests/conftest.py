@@ -45,8 +45,8 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 def daemons() -> Iterator[Any]:
     started: list[Daemon] = []
 
-    def start(*args: str, env: dict[str, str] | None = None) -> Daemon:
-        daemon = Daemon(*args, env=env)
+    def start(*args: str, env: dict[str, str] | None = None, metrics: bool = False) -> Daemon:
+        daemon = Daemon(*args, env=env, metrics=metrics)
         started.append(daemon)
         return daemon
 

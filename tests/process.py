@@ -55,16 +55,23 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_gfd(
-    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60,
+    stdin: Any = subprocess.DEVNULL,
+    stdout: Any = subprocess.PIPE,
 ) -> subprocess.CompletedProcess[str]:
+    """``python -m gfd ARGS`` in a fresh interpreter, to its end; stderr captured, stdout
+    too unless ``stdout`` names where it goes (a pipe nobody reads, ``/dev/full``)."""
     return subprocess.run(
         [*GFD, *args],
-        capture_output=True,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
         text=True,
         env=clean_env(env),
         cwd=ROOT,
         timeout=timeout,
-        stdin=subprocess.DEVNULL,
     )
 
 
@@ -103,6 +110,27 @@ def run_gfd_here(
             signal.signal(signum, handler)
         configure_logging(None, "info")  # the next record sets logging up anew
     return subprocess.CompletedProcess([*GFD, *args], status, stdout.getvalue(), stderr.getvalue())
+
+
+#: the longest error line a refusal may be: a message quotes at most ~100 characters of a
+#: value, the rest of the line is words
+LONGEST_LINE = 400
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *words: str, status: int = 2) -> str:
+    """The start-up contract for bad input: exit ``status``, one short ``gfd: error:`` line
+    naming ``words``, no traceback, nothing on stdout.  Returns the line."""
+    assert result.returncode == status, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr[-2000:]
+    line = lines[0]
+    assert line.startswith("gfd: error: "), line[:500]
+    assert len(line) <= LONGEST_LINE, line[:500]
+    for word in words:
+        assert word in line, line
+    assert result.stdout == ""
+    return line
 
 
 _HANDLED = (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gfd.echo import MAX_MESSAGE_CHARS, bounded_message, clip, clip_path, describe
+from gfd.echo import MAX_MESSAGE_CHARS, bounded_message, clip, clip_path, describe, one_line
 
 
 def test_clip_keeps_a_short_value_and_cuts_a_long_one_saying_its_length() -> None:
@@ -14,6 +14,18 @@ def test_clip_keeps_a_short_value_and_cuts_a_long_one_saying_its_length() -> Non
 def test_clip_keeps_a_value_on_one_line_and_out_of_the_terminal() -> None:
     shown = clip("a\nb\r\x1b[31mc\u2028d\x00")
     assert shown == "a\\nb\\r\\x1b[31mc\\u2028d\\x00"
+    assert shown.isprintable()
+
+
+def test_clip_shows_an_invisible_character_by_its_code() -> None:
+    # a bidirectional override or a zero-width space would make the line read otherwise
+    assert clip("a\u202eb\u200bc\U000f0000") == "a\\u202eb\\u200bc\\U000f0000"
+    assert clip("Tesla ü 日本") == "Tesla ü 日本"
+
+
+def test_one_line_flattens_what_a_server_or_a_plugin_sent() -> None:
+    shown = one_line("error:\n\n  token\trefused\r\n\x1b[2J\u2028done ")
+    assert shown == "error: token refused \\x1b[2J done"
     assert shown.isprintable()
 
 

@@ -49,11 +49,23 @@ from gfd.documents import MAX_DOCUMENT_BYTES
 from gfd.settings import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon, run_gfd_here, spawn_gfd
+from tests.process import (
+    LONGEST_LINE,
+    ROOT,
+    Daemon,
+    assert_refused,
+    run_gfd,
+    run_gfd_here,
+)
+from tests.specialfiles import (
+    SPECIAL,
+    fifo_held_open,
+    fifo_trickled,
+    replace_with_directory,
+    swap,
+)
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
-#: a message quotes at most ~100 characters of a value; the rest of the line is words
-LONGEST_LINE = 400
 #: a value far past every limit, to see that no message echoes it whole
 HUGE_VALUE = "v" * 1_000_000
 #: passes of a daemon under test come this often
@@ -65,34 +77,10 @@ pytestmark = pytest.mark.timeout(180)
 # =============================================================== running gfd
 
 
-@dataclass
-class Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_start(*args: str, env: dict[str, str] | None = None) -> Result:
+def run_start(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """A real gfd process that should end by itself; its status and output.  A process
     that hung would keep the test waiting until its timeout fails it."""
-    process = spawn_gfd(*args, env=env)
-    out, err = process.communicate(timeout=120)
-    return Result(process.returncode, out, err)
-
-
-def assert_refused(result: Result, *names: str) -> str:
-    """The start-up contract: exit 2, one short line naming the source, nothing else."""
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr[-2000:]
-    line = lines[0]
-    assert line.startswith("gfd: error: "), line[:500]
-    assert len(line) <= LONGEST_LINE, line[:500]
-    for name in names:
-        assert name in line, line
-    assert result.stdout == ""
-    return line
+    return run_gfd(*args, env=env, timeout=120)
 
 
 @pytest.fixture
@@ -102,96 +90,6 @@ def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="fm"))
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-# =============================================================== placing faults on a path
-
-
-def make_fifo(path: Path) -> None:
-    os.mkfifo(path)
-
-
-def make_dev_zero(path: Path) -> None:
-    path.symlink_to("/dev/zero")
-
-
-def make_directory(path: Path) -> None:
-    path.mkdir()
-
-
-def make_socket(path: Path) -> None:
-    """A listening socket nobody accepts on (bound at a short name, then moved: a socket
-    path is limited to ~100 bytes)."""
-    short = os.path.join(tempfile.gettempdir(), f"sock-{os.getpid()}-{len(_keep)}")
-    listener = socket.socket(socket.AF_UNIX)
-    listener.bind(short)
-    listener.listen()
-    _keep.append(listener)
-    os.replace(short, path)
-
-
-_keep: list[socket.socket] = []
-
-SPECIAL = {
-    "fifo": make_fifo,
-    "dev-zero": make_dev_zero,
-    "directory": make_directory,
-    "socket": make_socket,
-}
-
-
-def replace_with_directory(path: Path) -> None:
-    """A directory where a file is (a rename cannot put a directory over a file); if the
-    daemon wrote the file again between the two steps, do it again."""
-    while True:
-        path.unlink(missing_ok=True)
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return
-
-
-def swap(path: Path, make: Callable[[Path], None]) -> None:
-    """Put a special file at ``path`` in one rename: a pass never finds it missing."""
-    staging = path.with_name(".staging-" + path.name)
-    make(staging)
-    os.replace(staging, path)
-
-
-@contextlib.contextmanager
-def fifo_held_open(path: Path) -> Iterator[None]:
-    """A FIFO with a writer that never writes: "hung" (a reader would wait for ever)."""
-    os.mkfifo(path)
-    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)  # a writer end, without blocking
-    try:
-        yield
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def fifo_trickled(path: Path, text: str) -> Iterator[None]:
-    """A FIFO that a writer feeds slowly: "slow"."""
-    os.mkfifo(path)
-    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK)
-    stop = threading.Event()
-
-    def feed() -> None:
-        for char in text:
-            if stop.wait(0.05):
-                return
-            with contextlib.suppress(OSError):
-                os.write(fd, char.encode())
-
-    feeder = threading.Thread(target=feed, daemon=True)
-    feeder.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        feeder.join()
-        os.close(fd)
 
 
 # =============================================================== start-up documents
@@ -217,7 +115,7 @@ class Document:
     def __str__(self) -> str:
         return self.name
 
-    def run(self, directory: Path) -> Result:
+    def run(self, directory: Path) -> subprocess.CompletedProcess[str]:
         return run_start(*self.args(str(directory / self.file_name)))
 
 
@@ -363,7 +261,7 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
             for line in result.stderr.splitlines():
                 assert len(line) <= LONGEST_LINE, (where, as_key, line[:300])
             if result.returncode == 2:
-                assert_refused(Result(result.returncode, result.stdout, result.stderr))
+                assert_refused(result)
 
 
 @pytest.mark.parametrize(
@@ -506,7 +404,7 @@ def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) 
                     assert "\x1b" not in line, (source, line)
                 assert "Traceback" not in result.stderr, source
                 if result.returncode == 2:
-                    assert_refused(Result(result.returncode, result.stdout, result.stderr))
+                    assert_refused(result)
 
 
 # =============================================================== the API server
@@ -1002,18 +900,7 @@ def test_full_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) 
 
 
 def _oneshot_with_stdio(stdin: Any, stdout: Any) -> subprocess.CompletedProcess[str]:
-    from tests.process import GFD, clean_env
-
-    return subprocess.run(
-        [*GFD, "--oneshot", "--snapshot-file", DGX],
-        stdin=stdin,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=120,
-    )
+    return run_gfd("--oneshot", "--snapshot-file", DGX, stdin=stdin, stdout=stdout, timeout=120)
 
 
 def test_hung_stdin_is_never_read(tmp_path: Path) -> None:

@@ -29,11 +29,9 @@ import yaml
 from gfd.documents import MAX_DOCUMENT_BYTES
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.helpers import SAFE_DUMPER, SAFE_LOADER
-from tests.process import ROOT, run_gfd, run_gfd_here
+from tests.process import ROOT, assert_refused, run_gfd, run_gfd_here
 
 SNAPSHOT = Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml"
-#: a message quotes at most ~100 characters of a value; the rest of the line is words
-LONGEST_LINE = 400
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -52,21 +50,6 @@ def base_snapshot() -> dict[str, Any]:
 def yaml_text(document: Any) -> str:
     text: str = yaml.dump(document, Dumper=SAFE_DUMPER)
     return text
-
-
-def assert_refused(result: subprocess.CompletedProcess[str], *words: str, status: int = 2) -> str:
-    """One short ``gfd: error:`` line naming ``words``, exit ``status``, empty stdout."""
-    assert result.returncode == status, (result.returncode, result.stderr[-2000:])
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr[-2000:]
-    line = lines[0]
-    assert line.startswith("gfd: error: "), line[:500]
-    assert len(line) <= LONGEST_LINE, line[:500]
-    for word in words:
-        assert word in line, line
-    assert result.stdout == ""
-    return line
 
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -465,21 +448,6 @@ def test_node_name_from_the_environment_is_not_needed_by_the_file_output() -> No
 # ------------------------------------------------------------------ stdout that fails
 
 
-def run_with_stdout(stdout: Any, *args: str) -> subprocess.CompletedProcess[str]:
-    from tests.process import GFD, clean_env
-
-    return subprocess.run(
-        [*GFD, *args],
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
-
-
 def closed_stdout(*args: str) -> subprocess.CompletedProcess[str]:
     from tests.process import GFD, clean_env
 
@@ -508,7 +476,7 @@ def assert_one_runtime_line(result: subprocess.CompletedProcess[str], *words: st
 @pytest.mark.parametrize("action", ["--dump-snapshot", "--oneshot"])
 def test_stdout_on_dev_full(action: str) -> None:
     with open("/dev/full", "w") as full:
-        result = run_with_stdout(full, action, "--snapshot-file", str(SNAPSHOT))
+        result = run_gfd(action, "--snapshot-file", str(SNAPSHOT), stdout=full)
     assert_one_runtime_line(result, "stdout")
 
 

@@ -9,23 +9,7 @@ import pytest
 from gfd.errors import PublishError, UsageError
 from gfd.outputs.kube import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.fakes.waits import client_without_waits
-
-
-class FakeTime:
-    """A clock that only moves when the retry policy sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
+from tests.fakes.waits import FakeTime, client_without_waits
 
 API_NODE_N1 = {"labels": {"a": "b"}}
 

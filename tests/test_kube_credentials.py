@@ -7,7 +7,6 @@ every message goes through.  The real process is in tests/test_kube_credentials_
 from __future__ import annotations
 
 import json
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from gfd.errors import PublishError, UsageError
 from gfd.outputs import credentials
 from gfd.outputs.credentials import CredentialError, FileToken
 from gfd.outputs.kube import KubeClient
+from tests.execplugin import EXEC_API, exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, write_kubeconfig
 
 pytestmark = pytest.mark.timeout(60)
@@ -26,7 +26,6 @@ pytestmark = pytest.mark.timeout(60)
 API_NODE_N1 = {"labels": {"a": "b"}}
 TOKEN = "tok-5e1d0c9a7b3f2e84-SECRET"
 ROTATED = "tok-rotated-a90b1c2d3e4f-SECRET"
-EXEC_API = "client.authentication.k8s.io/v1"
 
 
 @pytest.fixture(autouse=True)
@@ -192,32 +191,15 @@ def test_a_yaml_error_in_the_kubeconfig_shows_no_line_of_it(tmp_path: Path) -> N
 # ----------------------------------------------------------------- exec plugins
 
 
-def plugin(tmp_path: Path, body: str) -> str:
-    path = tmp_path / "plugin"
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
-
-
-def credential(token: str, **status: str) -> str:
-    answer = {
-        "apiVersion": EXEC_API,
-        "kind": "ExecCredential",
-        "status": {"token": token, **status},
-    }
-    return json.dumps(answer)
-
-
-def exec_kubeconfig(api: FakeApiServer, tmp_path: Path, **exec_config: Any) -> str:
-    config = {"apiVersion": EXEC_API, "interactiveMode": "Never", **exec_config}
-    return str(api.write_kubeconfig(tmp_path / "kubeconfig", user={"exec": config}))
+def exec_kubeconfig(api: FakeApiServer, tmp_path: Path, command: str) -> str:
+    return str(api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command)))
 
 
 def test_an_exec_credential_is_kept_until_a_401(api: FakeApiServer, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    command = plugin(tmp_path, f"echo run >> {runs}\necho '{credential(TOKEN)}'\n")
+    command = write_plugin(tmp_path, f"echo run >> {runs}\necho '{exec_credential(TOKEN)}'\n")
     api.accept_only(f"Bearer {TOKEN}")
-    client = KubeClient(exec_kubeconfig(api, tmp_path, command=command), budget=1.0)
+    client = KubeClient(exec_kubeconfig(api, tmp_path, command), budget=1.0)
     assert not runs.exists()  # run when a request needs it, not at start
     get_node(client)
     get_node(client)
@@ -233,9 +215,9 @@ def test_an_exec_credential_is_kept_until_a_401(api: FakeApiServer, tmp_path: Pa
 
 def test_an_exec_credential_is_renewed_when_it_expires(api: FakeApiServer, tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    expired = credential(TOKEN, expirationTimestamp="2000-01-01T00:00:00Z")
-    command = plugin(tmp_path, f"echo run >> {runs}\necho '{expired}'\n")
-    client = KubeClient(exec_kubeconfig(api, tmp_path, command=command), budget=1.0)
+    expired = exec_credential(TOKEN, expirationTimestamp="2000-01-01T00:00:00Z")
+    command = write_plugin(tmp_path, f"echo run >> {runs}\necho '{expired}'\n")
+    client = KubeClient(exec_kubeconfig(api, tmp_path, command), budget=1.0)
     get_node(client)
     get_node(client)
     assert runs.read_text() == "run\n" * 2
@@ -267,9 +249,9 @@ def test_a_plugin_is_given_no_more_than_the_request_deadline(
 ) -> None:
     from tests.fakes.waits import client_without_waits
 
-    command = plugin(tmp_path, "exec sleep 1000\n")
+    command = write_plugin(tmp_path, "exec sleep 1000\n")
     client = client_without_waits(
-        exec_kubeconfig(api, tmp_path, command=command), budget=0.3, request_timeout=0.3
+        exec_kubeconfig(api, tmp_path, command), budget=0.3, request_timeout=0.3
     )
     with pytest.raises(PublishError, match="no answer before the request's deadline") as raised:
         get_node(client)
@@ -349,12 +331,11 @@ def cert_plugin(tmp_path: Path, cert: str, key: str) -> str:
     answer = {"apiVersion": EXEC_API, "kind": "ExecCredential",
               "status": {"clientCertificateData": cert, "clientKeyData": key}}  # fmt: skip
     (tmp_path / "answer.json").write_text(json.dumps(answer))
-    return plugin(tmp_path, f"cat {tmp_path / 'answer.json'}\n")
+    return write_plugin(tmp_path, f"cat {tmp_path / 'answer.json'}\n")
 
 
 def tls_kubeconfig(api: FakeApiServer, tmp_path: Path, pki: dict[str, Path], command: str) -> str:
-    path = api.write_kubeconfig(tmp_path / "kubeconfig", user={"exec": {
-        "apiVersion": EXEC_API, "command": command, "interactiveMode": "Never"}})  # fmt: skip
+    path = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command))
     config = json.loads(path.read_text())
     config["clusters"][0]["cluster"]["certificate-authority"] = str(pki["ca.crt"])
     path.write_text(json.dumps(config))

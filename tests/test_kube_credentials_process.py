@@ -10,17 +10,16 @@ The subprocess waits carry timeouts as guards against a hung test; no test asser
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import signal
-import stat
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.execplugin import EXEC_API, exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import ROOT, Daemon, run_gfd_here
 
@@ -37,30 +36,8 @@ EXEC_TOKEN = "exec-token-0d6f2a9b8c13e7-SECRET"
 #: what basic auth sends: the password, readable by anyone who decodes it
 BASIC_PAIR = base64.b64encode(f"gfd:{PASSWORD}".encode()).decode()
 SECRETS = (TOKEN, ROTATED, PASSWORD, BASIC_PAIR, EXEC_TOKEN)
-EXEC_API = "client.authentication.k8s.io/v1"
 #: a stop or a failed plugin run must come well within this (a guard, not a timing assertion)
 GUARD_SECONDS = 30.0
-
-
-def credential_line(token: str) -> str:
-    return json.dumps(
-        {"apiVersion": EXEC_API, "kind": "ExecCredential", "status": {"token": token}}
-    )
-
-
-def write_plugin(directory: Path, name: str, body: str) -> str:
-    """An exec plugin: a shell script (starts in milliseconds, so even a short deadline
-    leaves it time)."""
-    path = directory / name
-    path.write_text("#!/bin/sh\n" + body)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(path)
-
-
-def exec_user(command: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "exec": {"apiVersion": EXEC_API, "command": command, "interactiveMode": "Never", **extra}
-    }
 
 
 def user_for(kind: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
@@ -74,7 +51,7 @@ def user_for(kind: str, tmp_path: Path) -> tuple[dict[str, Any], str]:
     if kind == "basic":
         return {"username": "gfd", "password": PASSWORD}, f"Basic {BASIC_PAIR}"
     assert kind == "exec"
-    plugin = write_plugin(tmp_path, "plugin", f"echo '{credential_line(EXEC_TOKEN)}'\n")
+    plugin = write_plugin(tmp_path, f"echo '{exec_credential(EXEC_TOKEN)}'\n")
     return exec_user(plugin), f"Bearer {EXEC_TOKEN}"
 
 
@@ -94,27 +71,10 @@ def assert_no_traceback(text: str) -> None:
     assert "exc_info" not in text
 
 
-def wait_until(condition: Any, what: str, limit: float = GUARD_SECONDS) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.02)
-
-
 @pytest.fixture
-def metered() -> Iterator[Any]:
+def metered(daemons: Any) -> Any:
     """Start daemons that serve /metrics; killed at the end."""
-    started: list[Daemon] = []
-
-    def start(*args: str) -> Daemon:
-        daemon = Daemon(*args, metrics=True)
-        started.append(daemon)
-        return daemon
-
-    yield start
-    for daemon in started:
-        daemon.kill()
+    return functools.partial(daemons, metrics=True)
 
 
 def alive(pid: int) -> bool:
@@ -219,9 +179,10 @@ def test_a_rotated_token_file_is_read_again(
     api.clear_requests()
     daemon.process.send_signal(signal.SIGHUP)
     rotated = f"Bearer {ROTATED}"
-    wait_until(
+    daemon.wait_until(
         lambda: any(r.authorization == rotated and r.status == 200 for r in api.requests),
         "a request with the rotated token",
+        limit=GUARD_SECONDS,
     )
     # the first request after the rotation was refused; the next pass read the file again
     first, second = api.requests[:2]
@@ -293,7 +254,7 @@ def test_a_failing_exec_plugin_fails_the_pass_in_one_line_and_the_next_pass_retr
 ) -> None:
     body, words = PLUGINS[plugin]
     runs = tmp_path / "runs"
-    command = write_plugin(tmp_path, "plugin", f"echo run >> {runs}\n{body}")
+    command = write_plugin(tmp_path, f"echo run >> {runs}\n{body}")
     daemon = exec_daemon(api, tmp_path, metered, command)
     failures = failed_passes(daemon, 2)
     assert words in failures[0]["error"]
@@ -323,7 +284,9 @@ def test_a_missing_plugin_binary_fails_passes_until_it_appears(
     )
     (tmp_path / "bin").mkdir()
     write_plugin(
-        tmp_path / "bin", "gke-gcloud-auth-plugin", f"echo '{credential_line(EXEC_TOKEN)}'\n"
+        tmp_path / "bin",
+        f"echo '{exec_credential(EXEC_TOKEN)}'\n",
+        name="gke-gcloud-auth-plugin",
     )
     daemon.wait_until(lambda: daemon.passes(result="success") >= 1, "a pass with the plugin")
     assert "nvidia.com/gpu.count" in api.node_labels("n1")
@@ -337,7 +300,7 @@ def test_a_plugin_that_never_exits_is_killed_with_everything_it_started(
 ) -> None:
     pids = tmp_path / "pids"
     # the plugin starts a child that holds its pipes, then waits forever
-    command = write_plugin(tmp_path, "plugin", f"sleep 1000 &\necho $$ $! >> {pids}\nwait\n")
+    command = write_plugin(tmp_path, f"sleep 1000 &\necho $$ $! >> {pids}\nwait\n")
     daemon = exec_daemon(api, tmp_path, metered, command)
     failures = failed_passes(daemon, 2)
     assert "no answer before the request's deadline; it was stopped" in failures[0]["error"]
@@ -354,8 +317,7 @@ def test_a_plugin_that_leaves_a_child_behind_succeeds_and_the_child_is_killed(
     pids = tmp_path / "pids"
     command = write_plugin(
         tmp_path,
-        "plugin",
-        f"sleep 1000 &\necho $! >> {pids}\necho '{credential_line(EXEC_TOKEN)}'\nexit 0\n",
+        f"sleep 1000 &\necho $! >> {pids}\necho '{exec_credential(EXEC_TOKEN)}'\nexit 0\n",
     )
     api.accept_only(f"Bearer {EXEC_TOKEN}")
     daemon = exec_daemon(api, tmp_path, metered, command)
@@ -370,11 +332,15 @@ def test_sigterm_during_a_plugin_call_ends_gfd_and_the_plugin(
     api: FakeApiServer, tmp_path: Path, metered: Any
 ) -> None:
     pids = tmp_path / "pids"
-    command = write_plugin(tmp_path, "plugin", f"echo $$ >> {pids}\nexec sleep 1000\n")
+    command = write_plugin(tmp_path, f"echo $$ >> {pids}\nexec sleep 1000\n")
     # the default interval: the plugin's deadline is 10 s, the signal comes first
     kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command)))
     daemon = metered(*api_args(kubeconfig))
-    wait_until(lambda: pids.exists() and pids.read_text().strip(), "the plugin to start")
+    daemon.wait_until(
+        lambda: pids.exists() and bool(pids.read_text().strip()),
+        "the plugin to start",
+        limit=GUARD_SECONDS,
+    )
     plugin = int(pids.read_text().split()[0])
     daemon.process.send_signal(signal.SIGTERM)
     assert daemon.wait(GUARD_SECONDS) == 0
@@ -416,9 +382,8 @@ def test_the_plugin_runs_in_its_own_session_with_the_exec_info(
     seen = tmp_path / "seen"
     command = write_plugin(
         tmp_path,
-        "plugin",
         f"cut -d' ' -f6 /proc/$$/stat > {seen}\necho \"$KUBERNETES_EXEC_INFO\" >> {seen}\n"
-        f"echo \"$EXTRA\" >> {seen}\necho '{credential_line(EXEC_TOKEN)}'\n",
+        f"echo \"$EXTRA\" >> {seen}\necho '{exec_credential(EXEC_TOKEN)}'\n",
     )
     user = exec_user(command, env=[{"name": "EXTRA", "value": "from-the-kubeconfig"}])
     kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=user))

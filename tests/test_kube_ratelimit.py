@@ -14,23 +14,9 @@ from gfd.outputs.kube import KubeClient
 from gfd.outputs.ratelimit import RateLimiter
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.waits import FakeTime
 
 API_NODE_N1 = {"labels": {"a": "b"}}
-
-
-class FakeTime:
-    """A clock that only moves when someone sleeps."""
-
-    def __init__(self) -> None:
-        self.now = 500.0
-        self.sleeps: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
 
 
 def test_burst_goes_at_once_then_one_request_per_1_over_qps() -> None:

@@ -14,6 +14,7 @@ import pytest
 from gfd.errors import PublishError
 from gfd.outputs.file import FileOutput, format_expiry, split_features_file
 from tests.process import run_gfd_here
+from tests.specialfiles import make_fifo, replace_with_directory, swap
 
 DGX = "examples/snapshots/dgx-a100.yaml"
 LABELS = {"nvidia.com/gpu.count": "8"}
@@ -90,28 +91,13 @@ def test_a_horizon_that_lapses_before_nfd_reads_the_file_is_refused(
 
 
 def swap_in_a_fifo(path: Path) -> None:
-    """Put a FIFO where the file is, in one rename: no pass can see the path empty."""
-    staging = path.with_name(".fifo")
-    os.mkfifo(staging)
-    os.replace(staging, path)
-
-
-def swap_in_a_directory(path: Path) -> None:
-    """Put a directory where the file is (a rename cannot put a directory over a file);
-    if a pass rewrote the file between the two steps, do it again."""
-    while True:
-        path.unlink(missing_ok=True)
-        try:
-            path.mkdir()
-        except FileExistsError:
-            continue
-        return
+    swap(path, make_fifo)
 
 
 def special_files() -> list[Any]:
     return [
         pytest.param(swap_in_a_fifo, id="fifo"),
-        pytest.param(swap_in_a_directory, id="directory"),
+        pytest.param(replace_with_directory, id="directory"),
     ]
 
 

@@ -10,7 +10,7 @@ explicitly in the config file, so no test depends on which output is the default
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,23 +95,18 @@ class Node:
 
 
 @pytest.fixture
-def start(kubeconfig: str, tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
-    started: list[Daemon] = []
-
+def start(kubeconfig: str, tmp_path: Path, daemons: Any) -> Callable[..., Daemon]:
     def start_daemon(output: str, *extra: str) -> Daemon:
         config = tmp_path / "config.yaml"
         config.write_text(config_text(output, tmp_path))
-        daemon = Daemon(
+        daemon: Daemon = daemons(
             "--config-file", str(config), "--node-name", "n1", "--kubeconfig", kubeconfig,
             "--snapshot-file", str(SNAPSHOT), "--sleep-interval", "0.2s", "--no-timestamp",
             *extra, metrics=True,
         )  # fmt: skip
-        started.append(daemon)
         return daemon
 
-    yield start_daemon
-    for daemon in started:
-        daemon.kill()
+    return start_daemon
 
 
 def switch(daemon: Daemon, output: str, tmp_path: Path) -> None:

@@ -112,17 +112,36 @@ def nvidia_gpu_functions(sysfs_root: str) -> tuple[str, ...] | None:
     found = []
     for address in addresses:
         directory = os.path.join(root, address)
-        vendor = read_attribute(os.path.join(directory, "vendor"))
-        if vendor is None or vendor.lower() != NVIDIA_VENDOR_ID:
-            continue
-        try:
-            pci_class = int(read_attribute(os.path.join(directory, "class")) or "", 16)
-        except ValueError:
-            continue  # gone, or unreadable: not evidence of a GPU
-        if pci_class >> 8 not in GPU_PCI_CLASSES or not _could_be_nvml_gpu(directory):
-            continue
-        found.append(address)
+        if gpu_class(directory) is not None and _could_be_nvml_gpu(directory):
+            found.append(address)
     return tuple(found)
+
+
+def gpu_class(directory: str) -> int | None:
+    """The PCI class of the function at ``directory`` (a ``bus/pci/devices`` entry) when it
+    is an NVIDIA display or 3D controller; None for anything else, and for a function gone
+    or unreadable (not evidence of a GPU)."""
+    vendor = read_attribute(os.path.join(directory, "vendor"))
+    if vendor is None or vendor.lower() != NVIDIA_VENDOR_ID:
+        return None
+    try:
+        pci_class = int(read_attribute(os.path.join(directory, "class")) or "", 16)
+    except ValueError:
+        return None
+    return pci_class if pci_class >> 8 in GPU_PCI_CLASSES else None
+
+
+def is_virtual_function(directory: str) -> bool:
+    """An SR-IOV virtual function (it has a ``physfn`` link)."""
+    return os.path.lexists(os.path.join(directory, "physfn"))
+
+
+def bound_driver(directory: str) -> str | None:
+    """The name of the driver the function is bound to; None when unbound (or unreadable)."""
+    try:
+        return os.path.basename(os.readlink(os.path.join(directory, "driver")))
+    except OSError:
+        return None
 
 
 def _could_be_nvml_gpu(directory: str) -> bool:
@@ -130,13 +149,10 @@ def _could_be_nvml_gpu(directory: str) -> bool:
     virtual functions (``physfn``: a vGPU host's VFs) and GPUs bound to another driver
     (``vfio-pci`` for passthrough to a VM, ``nouveau``, ``pci-stub``).  Unbound functions
     count: the driver may have failed to probe a GPU that fell off."""
-    if os.path.lexists(os.path.join(directory, "physfn")):
+    if is_virtual_function(directory):
         return False
-    try:
-        driver = os.path.basename(os.readlink(os.path.join(directory, "driver")))
-    except OSError:
-        return True  # unbound (or unreadable)
-    return driver == NVIDIA_DRIVER
+    driver = bound_driver(directory)
+    return driver is None or driver == NVIDIA_DRIVER
 
 
 def read_attribute(path: str, limit: int = ATTRIBUTE_MAX_BYTES) -> str | None:

@@ -31,6 +31,7 @@ from dataclasses import replace
 from typing import Any
 
 from gfd.discovery.sysfs import read_attribute
+from gfd.echo import clip
 from gfd.observability import get_logger
 from gfd.snapshot import (
     MAX_NVLINKS,
@@ -168,11 +169,6 @@ def with_numa_nodes(topology: Topology, gpus: Sequence[Gpu], sysfs_root: str) ->
             for entry in topology.gpus
         ),
     )
-
-
-def clip(text: str, limit: int = 100) -> str:
-    """At most ``limit`` characters of ``text`` for a log line."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class _Unanswered(Exception):

@@ -127,21 +127,12 @@ def read(sysfs_root: str) -> tuple[Driver, tuple[Gpu, ...]]:
     gpus: list[Gpu] = []
     for address in addresses:
         directory = os.path.join(root, address)
-        vendor = sysfs.read_attribute(os.path.join(directory, "vendor"))
-        if vendor is None or vendor.lower() != sysfs.NVIDIA_VENDOR_ID:
+        pci_class = sysfs.gpu_class(directory)
+        if pci_class is None:
             continue
-        try:
-            pci_class = int(sysfs.read_attribute(os.path.join(directory, "class")) or "", 16)
-        except ValueError:
-            continue
-        if pci_class >> 8 not in sysfs.GPU_PCI_CLASSES:
-            continue
-        if os.path.lexists(os.path.join(directory, "physfn")):
-            continue  # an SR-IOV virtual function: go-nvlib's GetGPUs leaves it out
-        try:
-            driver = os.path.basename(os.readlink(os.path.join(directory, "driver")))
-        except OSError:
-            driver = ""
+        if sysfs.is_virtual_function(directory):
+            continue  # go-nvlib's GetGPUs leaves SR-IOV virtual functions out
+        driver = sysfs.bound_driver(directory) or ""
         if driver != VFIO_DRIVER:
             _log().info("device not bound to vfio-pci; skipped", device=address, driver=driver)
             continue

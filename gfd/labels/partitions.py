@@ -364,7 +364,7 @@ def computed_table(graph: LinkGraph | None) -> dict[int, tuple[Partition, ...]]:
     return dict(table)
 
 
-def _components(graph: LinkGraph) -> list[tuple[int, ...]]:
+def components(graph: LinkGraph) -> list[tuple[int, ...]]:
     """The groups of GPUs NVLink connects (directly or through NVSwitches), each sorted."""
     parent = {m: m for m in graph.minors}
 
@@ -399,7 +399,7 @@ def _candidates(graph: LinkGraph, size: int) -> list[tuple[int, ...]]:
     if graph.switched or len(present) > JOINED_GPUS:
         return _aligned(present, size)
     found: list[tuple[int, ...]] = []
-    for component in _components(graph):
+    for component in components(graph):
         if len(component) < size:
             continue
         if len(component) <= EXACT_MEMBERS:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections import Counter
 
 from gfd.labels import keys
-from gfd.labels.partitions import LinkGraph
+from gfd.labels.partitions import LinkGraph, components
 from gfd.partitions import PartitionTable
 from gfd.snapshot import Snapshot
 
@@ -31,17 +31,7 @@ def _agreed(values: list[str]) -> str | None:
 def _largest_group(graph: LinkGraph | None) -> int:
     if graph is None or not graph.minors:
         return 0
-    parent = {m: m for m in graph.minors}
-
-    def root(m: int) -> int:
-        while parent[m] != m:
-            parent[m] = parent[parent[m]]
-            m = parent[m]
-        return m
-
-    for a, b in graph.hops:
-        parent[root(a)] = root(b)
-    return max(Counter(root(m) for m in graph.minors).values())
+    return max(len(group) for group in components(graph))
 
 
 def topology_labels(

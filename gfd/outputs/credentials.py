@@ -49,7 +49,7 @@ from typing import Any
 
 from gfd import interrupt, redaction
 from gfd.documents import read_text
-from gfd.echo import clip, describe
+from gfd.echo import clip, describe, one_line
 from gfd.errors import UsageError
 from gfd.observability import get_logger
 
@@ -410,7 +410,7 @@ def _expiry(stamp: Any, what: str) -> float | None:
 
 
 def _excerpt(stderr: bytes) -> str:
-    text = redaction.one_line(stderr.decode("utf-8", "replace"))
+    text = one_line(redaction.redact(stderr.decode("utf-8", "replace")))
     if not text:
         return ""
     if len(text) > EXEC_STDERR_EXCERPT_CHARS:

@@ -40,7 +40,7 @@ from urllib.parse import quote, urlsplit
 
 from gfd import __version__, interrupt, redaction
 from gfd.documents import _yaml_problem
-from gfd.echo import clip, describe
+from gfd.echo import clip, describe, one_line
 from gfd.errors import PublishError, UsageError
 from gfd.observability import get_logger
 from gfd.outputs import credentials
@@ -170,7 +170,7 @@ def redact_url(url: str) -> str:
 def _quote(text: str) -> str:
     """At most ~100 characters of something a server sent, on one line, printable
     (credentials it echoed are taken out first, so that no part of one survives the cut)."""
-    return clip(redaction.one_line(text), MAX_QUOTED_CHARS)
+    return clip(one_line(redaction.redact(text)), MAX_QUOTED_CHARS)
 
 
 #: a Status message is quoted by its two ends: its head names the object, its tail says
@@ -181,7 +181,7 @@ STATUS_TAIL_CHARS = 160
 
 
 def _quote_status(text: str) -> str:
-    flat = redaction.one_line(text)
+    flat = one_line(redaction.redact(text))
     if len(flat) > STATUS_HEAD_CHARS + STATUS_TAIL_CHARS + 5:
         head, tail = flat[:STATUS_HEAD_CHARS], flat[-STATUS_TAIL_CHARS:]
         flat = f"{head} ... ({len(flat)} characters in all) ... {tail}"

@@ -461,10 +461,6 @@ class FakeApiServer:
         with self._state.lock:
             self._state.accepted = frozenset(authorizations)
 
-    def accept_any(self) -> None:
-        with self._state.lock:
-            self._state.accepted = None
-
 
 def _drop_empty_metadata(obj: JSON) -> None:
     # as the real API server serialises ObjectMeta: empty maps and lists are omitted

@@ -6,6 +6,9 @@ pass at a 2 s interval).  :class:`SkippedWaits` gives the policy a clock that ru
 wall clock except that a wait passes at once: it moves the clock ahead instead.  Requests
 still take real time and still time out in real time; the policy sees the same attempts,
 waits and budget it would see waiting for real.
+
+:class:`FakeTime` is a clock that moves only by those waits, for the tests of the policy
+and of the rate limit themselves.
 """
 
 from __future__ import annotations
@@ -13,6 +16,22 @@ from __future__ import annotations
 import time
 
 from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS, KubeClient
+
+
+class FakeTime:
+    """A clock that only moves when someone sleeps: a test drives a retry policy or a rate
+    limit without waiting, and sees every wait it asked for in ``sleeps``."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
 
 
 class SkippedWaits:
