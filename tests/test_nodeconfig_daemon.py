@@ -6,6 +6,7 @@ Progress is followed through the node's labels and the daemon's log, never wall-
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,32 @@ def test_at_start_a_label_naming_nothing_usable_is_exit_2_with_one_line(
     (line,) = done.stderr.strip().splitlines()
     assert message in line and DEFAULT_NODE_LABEL in line
     assert len(line) < 1000
+    assert api.count("PATCH") == 0
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_an_entry_that_is_not_a_regular_file_is_refused_without_waiting(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path, kind: str
+) -> None:
+    """A ConfigMap directory is files, but a hostPath or a hand-made directory may hold
+    anything: the label can select only what the shared reader accepts, and nothing in the
+    directory is waited on (a FIFO nobody writes) or read without end (/dev/zero)."""
+    root = config_dir(tmp_path, {"default": MIXED})
+    entry = Path(root) / "odd"
+    if kind == "fifo":
+        os.mkfifo(entry)
+    elif kind == "device":
+        entry.symlink_to("/dev/zero")
+    else:
+        entry.mkdir()
+    relabel(api, "odd")
+    done = run_gfd(
+        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE,
+        env=start_env(kubeconfig, root),
+    )  # fmt: skip
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert "odd" in line and "Traceback" not in done.stderr
     assert api.count("PATCH") == 0
 
 
