@@ -312,10 +312,17 @@ def print_import_profile(venv_bin: Path, min_ms: float = 1.0, max_depth: int = 2
     done = subprocess.run(
         [str(venv_bin / "python"), "-X", "importtime", str(venv_bin / "gfd"), *oneshot_args()],
         capture_output=True,
+        text=True,
         cwd=ROOT,
     )
+    print_import_tree(done.stderr, min_ms, max_depth)
+
+
+def print_import_tree(stderr: str, min_ms: float, max_depth: int) -> None:
+    """The imports of at least ``min_ms`` and at most ``max_depth`` deep, from the stderr of
+    a ``python -X importtime`` run (bench_upstream_nvml.py prints its gfd run with it too)."""
     rows = []
-    for line in done.stderr.decode().splitlines():
+    for line in stderr.splitlines():
         fields = line.removeprefix("import time:").split("|")
         if not line.startswith("import time:") or len(fields) != 3:
             continue

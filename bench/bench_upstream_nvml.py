@@ -103,26 +103,12 @@ def print_import_profile(
     python: str, gfd: list[str], env: dict[str, str], min_ms: float = 2.0, max_depth: int = 1
 ) -> None:
     """The import tree of one gfd run (the console script run by ``python -X importtime``)."""
+    from bench_oneshot import print_import_tree  # beside this file (sys.path[0])
+
     done = subprocess.run(
         [python, "-X", "importtime", *gfd], capture_output=True, text=True, env=env
     )
-    rows = []
-    for line in done.stderr.splitlines():
-        fields = line.removeprefix("import time:").split("|")
-        if not line.startswith("import time:") or len(fields) != 3:
-            continue
-        if not fields[0].strip().isdigit():
-            continue
-        name = fields[2]
-        depth = (len(name) - len(name.lstrip()) - 1) // 2
-        rows.append((int(fields[1]), int(fields[0]), depth, name.strip()))
-    total = sum(cumulative for cumulative, _, depth, _ in rows if depth == 0)
-    print()
-    print(f"-X importtime of one gfd run: {total / 1e3:.1f} ms importing; imports of at least")
-    print(f"{min_ms} ms, depth <= {max_depth} (cumulative ms, self ms):")
-    for cumulative, self_us, depth, name in reversed(rows):
-        if depth <= max_depth and cumulative >= min_ms * 1000:
-            print(f"  {cumulative / 1e3:6.1f} {self_us / 1e3:6.1f}  {'  ' * depth}{name}")
+    print_import_tree(done.stderr, min_ms, max_depth)
 
 
 def main(argv: list[str] | None = None) -> int:
