@@ -17,7 +17,7 @@ IMAGE ?= gfd:$(VERSION)
 SYNC = UV_PROJECT_ENVIRONMENT=$(abspath $(1)) $(1)/bin/uv sync --locked --inexact --quiet \
 	--no-progress --python $(1)/bin/python
 
-.PHONY: run test test-latest venv lock lint format bench clean image manifests e2e e2e-tools
+.PHONY: run test coverage test-latest venv lock lint format bench clean image manifests e2e e2e-tools
 
 $(VENV)/.gfd-uv: uv-bootstrap.txt
 	@$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,14 @@ run: $(VENV)/.gfd-run
 # without it every worker recompiles gfd and rewrites every test module's asserts.
 test: venv
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n auto --dist worksteal --ignore=tests/e2e
+
+# Branch coverage of gfd/ over the same suite, subprocesses included ([tool.coverage] in
+# pyproject.toml): the figure a refactor must not lower.
+coverage: venv
+	rm -rf .coverage-data
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m coverage run -m pytest -q -n auto --dist worksteal --ignore=tests/e2e -p no:cacheprovider
+	$(BIN)/python -m coverage combine -q
+	$(BIN)/python -m coverage report --format=total
 
 # The e2e layer (tests/e2e): gfd against a real control plane -- kube-apiserver v1.20.2 built
 # once from Debian's source package (cached under ~/.cache/gfd-e2e), Debian's etcd.  Installs
