@@ -46,7 +46,7 @@ import yaml
 
 from gfd.discovery import sysfs
 from gfd.documents import MAX_DOCUMENT_BYTES
-from gfd.settings import OPTIONS
+from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import (

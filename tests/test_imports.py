@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from gfd import cli
 from gfd import snapshot as snapshot_io
-from gfd.settings import OPTIONS
+from gfd.options import OPTIONS
 
 from .fakes.fake_sysfs import build_from_snapshot
 from .process import ROOT, clean_env

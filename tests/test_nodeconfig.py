@@ -27,8 +27,9 @@ from gfd.nodeconfig import (
     choose_for,
     list_entries,
 )
+from gfd.options import DEFAULT_NODE_LABEL
 from gfd.outputs.file import split_features_file
-from gfd.settings import DEFAULT_NODE_LABEL, Settings, resolve
+from gfd.settings import Settings, resolve
 
 LABEL = DEFAULT_NODE_LABEL
 MIG_NODE = "examples/snapshots/dgx-a100-mig-mixed.yaml"

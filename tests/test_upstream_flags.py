@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 import gfd.cli
-from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
+from gfd.options import NFD_FEATURES_FILE, OPTIONS
+from gfd.settings import Settings, resolve
 
 UPSTREAM_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from gfd.config import Config
 from gfd.echo import describe
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import devices, keys, node
@@ -20,7 +21,6 @@ from gfd.labels.resources import (
     resource_name_for,
 )
 from gfd.labels.sanitize import is_valid_label_name, is_valid_label_value, valid_label_value
-from gfd.settings import Config
 from gfd.snapshot import Gpu, MigDevice, Snapshot
 
 __all__ = ["LabelSet", "build"]

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gfd.config import ResourcePattern
 from gfd.grammar import wildcard_match as wildcard_match  # the config patterns' rule
 from gfd.labels import keys
-from gfd.settings import ResourcePattern
 
 DEFAULT_GPU_RESOURCE = "gpu"
 
