@@ -86,6 +86,9 @@ class _Retiree:
 
 
 class Agent:
+    #: the config entries last reported as applying to nothing: said again only on a change
+    _unused_reported: tuple[str, ...] = ()
+
     def __init__(
         self,
         settings: Settings,
@@ -175,6 +178,13 @@ class Agent:
         self._first_pass = True
         self.log = get_logger(node=self.settings.node_name, output=self.output.kind)
 
+    def _report_unused(self, unused: tuple[str, ...]) -> None:
+        """Config entries that apply to nothing: warned when the set changes, not each pass."""
+        if unused != self._unused_reported:
+            self._unused_reported = unused
+            for warning in capped_warnings(unused):
+                self.log.warning("config applies to nothing", detail=warning)
+
     def run_pass(self) -> bool:
         """One pass; True when the destination now holds the current labels."""
         started = self._monotonic()
@@ -200,6 +210,7 @@ class Agent:
                 self.log.warning("label warning", detail=warning)
             for note in result.notes:
                 self.log.debug("label note", detail=note)
+            self._report_unused(result.unused)
             label_count = len(result.labels)
             if self.output.offer(snapshot):
                 self.published = None  # what it carries besides the labels changed

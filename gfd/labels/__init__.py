@@ -19,6 +19,7 @@ from gfd.labels.resources import (
     combine,
     default_mig_resource,
     resource_name_for,
+    unused_entries,
 )
 from gfd.labels.sanitize import is_valid_label_name, is_valid_label_value, valid_label_value
 from gfd.snapshot import Gpu, MigDevice, Snapshot
@@ -34,6 +35,9 @@ class LabelSet:
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: config entries that apply to nothing on this node: the same on every pass until the
+    #: config or the node changes, so the caller reports them when they change
+    unused: tuple[str, ...] = ()
 
 
 def _full_gpu_contributions(
@@ -162,6 +166,41 @@ def _resource_labels(
     return resources
 
 
+def _mig_profiles(gpus: list[Gpu], mig_strategy: str) -> set[str] | None:
+    """The profiles of the MIG devices the strategy labels (None: it labels none)."""
+    if mig_strategy == "none":
+        return None
+    return {d.profile for gpu in gpus if gpu.mig and gpu.mig.enabled for d in gpu.mig.devices}
+
+
+def _publishable(labels: dict[str, str], warnings: list[str]) -> dict[str, str]:
+    """Full keys to values, sorted by key: only valid label keys, and values that fit (a
+    name-like value made valid, anything else left out rather than cut)."""
+    published: dict[str, str] = {}
+    for name in sorted(labels):
+        if not is_valid_label_name(name):
+            warnings.append(f"label {keys.PREFIX}{name} is not a valid label key; left out")
+            continue
+        if not keys.is_name_valued(name):
+            # numbers, versions, UUIDs: a cut value would be a wrong fact on the node
+            if not is_valid_label_value(labels[name]):
+                warnings.append(
+                    f"label {keys.PREFIX}{name}: value {describe(labels[name])} does not fit a "
+                    "label value; left out (such a value is never cut)"
+                )
+                continue
+            published[keys.full_key(name)] = labels[name]
+            continue
+        value, changed = valid_label_value(labels[name])
+        if changed:
+            warnings.append(
+                f"label {keys.PREFIX}{name}: value {describe(labels[name])} is not a valid label "
+                f"value; published as {value!r}"
+            )
+        published[keys.full_key(name)] = value
+    return published
+
+
 def build(
     snapshot: Snapshot,
     mig_strategy: str,
@@ -176,6 +215,7 @@ def build(
     and ConfigError when the configuration cannot apply to this node (MPS with MIG)."""
     warnings: list[str] = []
     notes: list[str] = []
+    unused: list[str] = []
     labels: dict[str, str] = {}
     if timestamp is not None:
         labels[keys.TIMESTAMP] = str(timestamp)
@@ -210,30 +250,12 @@ def build(
             labels.update(topology.topology_labels(snapshot, graph, table))
         resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
         warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
+        unused = unused_entries(
+            config, {gpu.name for gpu in gpus}, _mig_profiles(gpus, mig_strategy), resources
+        )
         for resource in sorted(resources):
             for suffix, value in resources[resource].items():
                 labels[keys.resource_key(resource, suffix)] = value
 
-    published: dict[str, str] = {}
-    for name in sorted(labels):
-        if not is_valid_label_name(name):
-            warnings.append(f"label {keys.PREFIX}{name} is not a valid label key; left out")
-            continue
-        if not keys.is_name_valued(name):
-            # numbers, versions, UUIDs: a cut value would be a wrong fact on the node
-            if not is_valid_label_value(labels[name]):
-                warnings.append(
-                    f"label {keys.PREFIX}{name}: value {describe(labels[name])} does not fit a "
-                    "label value; left out (such a value is never cut)"
-                )
-                continue
-            published[keys.full_key(name)] = labels[name]
-            continue
-        value, changed = valid_label_value(labels[name])
-        if changed:
-            warnings.append(
-                f"label {keys.PREFIX}{name}: value {describe(labels[name])} is not a valid label "
-                f"value; published as {value!r}"
-            )
-        published[keys.full_key(name)] = value
-    return LabelSet(labels=published, warnings=tuple(warnings), notes=tuple(notes))
+    published = _publishable(labels, warnings)
+    return LabelSet(published, tuple(warnings), tuple(notes), tuple(unused))
