@@ -166,10 +166,10 @@ def _resource_labels(
     return resources
 
 
-def _mig_profiles(gpus: list[Gpu], mig_strategy: str) -> set[str] | None:
-    """The profiles of the MIG devices the strategy labels (None: it labels none)."""
+def _mig_profiles(gpus: list[Gpu], mig_strategy: str) -> set[str]:
+    """The profiles of the MIG devices the strategy labels."""
     if mig_strategy == "none":
-        return None
+        return set()
     return {d.profile for gpu in gpus if gpu.mig and gpu.mig.enabled for d in gpu.mig.devices}
 
 

@@ -110,22 +110,18 @@ def _unused_patterns(
 def unused_entries(
     config: Config,
     gpu_names: Collection[str],
-    mig_profiles: Collection[str] | None,
+    mig_profiles: Collection[str],
     resources: Collection[str],
 ) -> list[str]:
     """The config entries that apply to nothing on this node, each named: a ``resources``
-    pattern that names no device (a GPU name, or a MIG profile when ``mig_profiles`` is
-    not None), and a sharing entry for a resource the node does not have.  The labels do
+    pattern that names no device, and a sharing entry for a resource the node does not
+    have.  MIG patterns are judged only where MIG devices are labelled (``mig_profiles``
+    not empty): MIG mode is switched at run time (mig-manager), so a config names profiles
+    for the days a node is in MIG mode.  The labels do
     not change; the caller says so once, since a config that does nothing looks like one
     that works."""
     unused = _unused_patterns(config.gpu_patterns, gpu_names, "resources.gpus", "GPU")
-    if mig_profiles is None:
-        unused.extend(
-            f"resources.mig[{i}]: pattern {describe(rule.pattern)} names no MIG device: "
-            "--mig-strategy none labels no MIG device"
-            for i, rule in enumerate(config.mig_patterns)
-        )
-    else:
+    if mig_profiles:
         unused.extend(
             _unused_patterns(config.mig_patterns, mig_profiles, "resources.mig", "MIG profile")
         )
