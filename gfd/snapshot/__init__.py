@@ -19,14 +19,21 @@ from typing import TYPE_CHECKING, Any
 from gfd.documents import parse_yaml, read_text
 from gfd.echo import clip_path, describe
 from gfd.errors import SnapshotError
-from gfd.snapshot.fields import Flow, HexInt, Reader, parse_text, read_record, write_record
+from gfd.snapshot.fields import (
+    MAX_STRING_CHARS,
+    Flow,
+    HexInt,
+    Reader,
+    parse_text,
+    read_record,
+    write_record,
+)
 from gfd.snapshot.model import (
     DISCOVERY_KINDS,
     MAX_GPUS,
     MAX_MIG_DEVICES,
     MAX_MIG_DEVICES_PER_GPU,
     MAX_NVLINKS,
-    MAX_STRING_CHARS,
     MAX_TOPOLOGY_GPUS,
     MAX_TOPOLOGY_NUMBER,
     MAX_VGPU_DEVICES,

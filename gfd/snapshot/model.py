@@ -16,7 +16,6 @@ from gfd.errors import SnapshotError
 from gfd.snapshot.fields import (
     BOOL,
     COUNT,
-    MAX_STRING_CHARS,
     TEXT,
     UINT32_MAX,
     HexInt,
@@ -32,37 +31,6 @@ from gfd.snapshot.fields import (
     parse_int,
     parse_text,
 )
-
-__all__ = [
-    "DISCOVERY_KINDS",
-    "MAX_GPUS",
-    "MAX_MIG_DEVICES",
-    "MAX_MIG_DEVICES_PER_GPU",
-    "MAX_NVLINKS",
-    "MAX_STRING_CHARS",
-    "MAX_TOPOLOGY_GPUS",
-    "MAX_TOPOLOGY_NUMBER",
-    "MAX_VGPU_DEVICES",
-    "NVLINK_REMOTES",
-    "PCIE_LEVELS",
-    "PCIE_ROOT",
-    "ComputeCapability",
-    "Driver",
-    "Fabric",
-    "Gpu",
-    "GpuPair",
-    "GpuTopology",
-    "LostGpu",
-    "Mig",
-    "MigDevice",
-    "MigEngines",
-    "MigSlices",
-    "NvLink",
-    "Snapshot",
-    "Topology",
-    "Vgpu",
-    "VgpuDevice",
-]
 
 # Bounds on what a snapshot may hold (README "Limits").  Every number must fit the NVML
 # type it comes from, so nothing published is ever a cut or wrapped number.
