@@ -231,31 +231,47 @@ def build(
             continue
         gpus.append(gpu)
     if gpus:
-        if snapshot.driver is None:
-            raise LabelError("the snapshot lists GPUs but no driver version")
-        if config.sharing.strategy == "mps" and any(gpu.mig_enabled for gpu in gpus):
-            raise ConfigError("sharing.mps: MPS sharing is not supported for MIG devices")
-        labels.update(node.driver_labels(snapshot.driver))
-        labels[keys.MIG_CAPABLE] = node.bool_label(any(gpu.mig_capable for gpu in gpus))
-        if mig_strategy != "none":
-            labels[keys.MIG_STRATEGY] = mig_strategy
-        labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
-        labels.update(node.clique_label(tuple(gpus), warnings))
-        if topology_labels:
-            # the interconnect's modules (and decimal) load only with --topology-labels
-            from gfd.labels import partitions, topology
-
-            graph = partitions.link_graph(snapshot)
-            table = partitions.partition_table(snapshot, config.partitions)
-            labels.update(topology.topology_labels(snapshot, graph, table))
-        resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
-        warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
-        unused = unused_entries(
-            config, {gpu.name for gpu in gpus}, _mig_profiles(gpus, mig_strategy), resources
+        gpu_labels, unused = _gpu_labels(
+            snapshot, gpus, mig_strategy, config, topology_labels, warnings
         )
-        for resource in sorted(resources):
-            for suffix, value in resources[resource].items():
-                labels[keys.resource_key(resource, suffix)] = value
-
+        labels.update(gpu_labels)
     published = _publishable(labels, warnings)
     return LabelSet(published, tuple(warnings), tuple(notes), tuple(unused))
+
+
+def _gpu_labels(
+    snapshot: Snapshot,
+    gpus: list[Gpu],
+    mig_strategy: str,
+    config: Config,
+    topology_labels: bool,
+    warnings: list[str],
+) -> tuple[dict[str, str], list[str]]:
+    """The labels of a node with GPUs to label (short keys, before they are checked), and the
+    config entries that apply to nothing on it."""
+    if snapshot.driver is None:
+        raise LabelError("the snapshot lists GPUs but no driver version")
+    if config.sharing.strategy == "mps" and any(gpu.mig_enabled for gpu in gpus):
+        raise ConfigError("sharing.mps: MPS sharing is not supported for MIG devices")
+    labels = node.driver_labels(snapshot.driver)
+    labels[keys.MIG_CAPABLE] = node.bool_label(any(gpu.mig_capable for gpu in gpus))
+    if mig_strategy != "none":
+        labels[keys.MIG_STRATEGY] = mig_strategy
+    labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
+    labels.update(node.clique_label(tuple(gpus), warnings))
+    if topology_labels:
+        # the interconnect's modules (and decimal) load only with --topology-labels
+        from gfd.labels import partitions, topology
+
+        graph = partitions.link_graph(snapshot)
+        table = partitions.partition_table(snapshot, config.partitions)
+        labels.update(topology.topology_labels(snapshot, graph, table))
+    resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
+    warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
+    unused = unused_entries(
+        config, {gpu.name for gpu in gpus}, _mig_profiles(gpus, mig_strategy), resources
+    )
+    for resource in sorted(resources):
+        for suffix, value in resources[resource].items():
+            labels[keys.resource_key(resource, suffix)] = value
+    return labels, unused
