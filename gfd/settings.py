@@ -67,8 +67,10 @@ MAX_REPLICAS = 2**31 - 1
 #: the most entries in one ``sharing.*.resources`` list
 MAX_SHARED_RESOURCES = 1000
 
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no"}
+# Go's strconv.ParseBool words (upstream reads flags and variables with it; its upper-case
+# forms pass through lower()), and gfd's own yes/no
+_TRUE = {"true", "t", "1", "yes"}
+_FALSE = {"false", "f", "0", "no"}
 
 
 # ----------------------------------------------------------------- value parsers
@@ -83,7 +85,7 @@ def parse_bool(value: Any) -> bool:
         return True
     if isinstance(value, str) and value.strip().lower() in _FALSE:
         return False
-    raise ValueError("expected true/false, 1/0 or yes/no")
+    raise ValueError("expected true/false, t/f, 1/0 or yes/no")
 
 
 def _parse_str(value: Any) -> str:
