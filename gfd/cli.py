@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gfd import __version__
@@ -79,9 +79,7 @@ def _build_command() -> click.Command:
         help="discover once (or read --snapshot-file), print the GPU partition table as "
         "Koordinator's JSON and exit",
     )
-    @click.version_option(
-        __version__, "-v", "--version", prog_name=PROG, message="%(prog)s %(version)s"
-    )
+    @click.version_option(__version__, "--version", prog_name=PROG, message="%(prog)s %(version)s")
     def command(dump_snapshot: bool, cleanup: bool, dump_partitions: bool, **values: Any) -> int:
         return _invoke(
             dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions, **values
@@ -136,30 +134,14 @@ def run(
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     configure_logging(settings.log_format, settings.log_level)
-    log = get_logger()
     node_label = None
     if settings.config_file_srcdir and not dump_snapshot:
-        # the node's entry is chosen before anything else, as upstream's config-manager
-        # init container does: it may select the output, the MIG strategy, ...
-        from gfd.errors import PublishError
-        from gfd.nodeconfig import NodeLabelReader, choose_for
-
-        try:
-            node_label = NodeLabelReader(settings)
-            choice = choose_for(settings, node_label())
-            settings = load(choice)
-        except UsageError as exc:
-            return _fail(str(exc), EXIT_USAGE)
-        except PublishError as exc:
-            return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
-        log.info(
-            "node config chosen",
-            entry=choice.entry,
-            reason=choice.reason,
-            path=settings.config_file,
-        )
+        chosen = _choose_node_config(settings, load)
+        if isinstance(chosen, int):
+            return chosen
+        settings, node_label = chosen
     for warning in settings.warnings:
-        log.warning("config warning", detail=warning)
+        get_logger().warning("config warning", detail=warning)
 
     preloaded = None
     if settings.snapshot_file:
@@ -171,17 +153,7 @@ def run(
             return _fail(str(exc), EXIT_USAGE)
 
     if dump_snapshot or dump_partitions or cleanup:
-        from gfd import signals
-
-        # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
-        signals.attach(signals.ignore_reload)
-    if dump_snapshot:
-        return _dump_snapshot(settings, preloaded)
-    if dump_partitions:
-        return _dump_partitions(settings, preloaded)
-    if cleanup:
-        return _cleanup(settings)
-
+        return _one_off(settings, preloaded)
     try:
         agent = Agent(settings, load, snapshot=preloaded, node_label=node_label)
     except UsageError as exc:
@@ -196,6 +168,44 @@ def run(
     if status != 0 and settings.oneshot and agent.last_error:
         return _fail(agent.last_error, status)
     return status
+
+
+def _choose_node_config(
+    settings: Settings, load: Callable[[ConfigChoice | None], Settings]
+) -> tuple[Settings, Any] | int:
+    """The node's entry of --config-file-srcdir, chosen before anything else as upstream's
+    config-manager init container does (it may select the output, the MIG strategy, ...):
+    the settings with it and the node label reader, or the exit status."""
+    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
+    from gfd.errors import PublishError
+    from gfd.nodeconfig import NodeLabelReader, choose_for
+    from gfd.observability import get_logger
+
+    try:
+        node_label = NodeLabelReader(settings)
+        choice = choose_for(settings, node_label())
+        settings = load(choice)
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except PublishError as exc:
+        return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
+    get_logger().info(
+        "node config chosen", entry=choice.entry, reason=choice.reason, path=settings.config_file
+    )
+    return settings, node_label
+
+
+def _one_off(settings: Settings, preloaded: Snapshot | None) -> int:
+    """--dump-snapshot, --dump-partitions or --cleanup: one action, then exit."""
+    from gfd import signals
+
+    # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
+    signals.attach(signals.ignore_reload)
+    if settings.dump_snapshot:
+        return _dump_snapshot(settings, preloaded)
+    if settings.dump_partitions:
+        return _dump_partitions(settings, preloaded)
+    return _cleanup(settings)
 
 
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:

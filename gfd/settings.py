@@ -290,8 +290,8 @@ OPTIONS: tuple[Option, ...] = (
         None,
         _parse_optional_str,
         f"write the labels to this file instead of the NodeFeature API ('' or - for stdout; "
-        f"with --use-node-feature-api=false and not set: stdout with --oneshot, else "
-        f"{NFD_FEATURES_FILE})",
+        f"not set: {NFD_FEATURES_FILE} where the API is turned off, stdout for a --oneshot "
+        f"that chooses no output)",
         short="-o",
         aliases=("--output",),
     ),
@@ -1033,10 +1033,15 @@ def _choose_output(
     over a default: ``--use-node-labels``, ``--output-file`` (``-`` for stdout) and
     ``--oneshot`` (which prints to stdout, as ``make run`` and every preview rely on) each
     turn the default off, and so do the actions that publish nothing (``--dump-snapshot``,
-    ``--dump-partitions``).  ``--use-node-feature-api`` set explicitly keeps the API:
+    ``--dump-partitions``).  ``--use-node-feature-api=false`` set explicitly writes
+    upstream's features file, oneshot or not, unless an output file is named.
+    ``--use-node-feature-api`` set explicitly keeps the API:
     with ``--use-node-labels`` as well that is a usage error (output_kind_of), and an
     ``--output-file`` beside it is ignored, as upstream ignores it, with a warning."""
     if "use_node_feature_api" in explicit:
+        if not values["use_node_feature_api"] and "output_file" not in explicit:
+            # upstream writes its features file whenever the API is turned off, oneshot too
+            values["output_file"] = NFD_FEATURES_FILE
         if values["use_node_feature_api"] and "output_file" in explicit:
             warnings.append(
                 "--output-file is ignored: --use-node-feature-api is set, so the labels go "
