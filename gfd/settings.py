@@ -982,6 +982,8 @@ def _from_env(option: Option, environ: Mapping[str, str]) -> tuple[str | None, A
     for env in option.envs:
         if env in environ:
             raw = environ[env]
+            if option.is_bool and raw == "":
+                return env, False  # urfave/cli: a variable set empty turns a boolean off
             try:
                 return env, option.parse(raw)
             except ValueError as exc:
