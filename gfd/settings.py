@@ -104,7 +104,7 @@ def _parse_optional_str(value: Any) -> str | None:
 
 def _choice(*allowed: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
-        text = _parse_str(value).strip().lower()
+        text = _parse_str(value)  # compared as upstream compares it: exactly
         if text not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}")
         return text
@@ -123,7 +123,10 @@ def _parse_interval(value: Any) -> float | None:
         return check_seconds(float(value))
     if isinstance(value, float):
         return check_seconds(value)
-    return parse_duration(_parse_str(value))
+    text = _parse_str(value)
+    if text.strip().lower() == "infinite" and text != "infinite":
+        raise ValueError("not a duration (upstream's word is infinite, in lower case)")
+    return parse_duration(text)
 
 
 def _parse_horizon(value: Any) -> float:
@@ -189,10 +192,18 @@ def _parse_burst(value: Any) -> int:
     if isinstance(value, int):
         number = value
     else:
+        # Go's integer literals, as upstream's IntFlag reads them (strconv base 0): 16,
+        # 0x10, 0o20, 020 (octal, as in Go), 0b10000, 1_000
         text = _parse_str(value).strip()
-        if not re.fullmatch(r"[+-]?[0-9]{1,10}", text):
+        if not re.fullmatch(r"[+-]?(0[xXbBoO])?[0-9a-fA-F_]{1,40}", text):
             raise ValueError("expected a whole number")
-        number = int(text)
+        sign, digits = ("-", text[1:]) if text[0] == "-" else ("", text.lstrip("+"))
+        if re.fullmatch(r"0[0-7_]+", digits):
+            digits = "0o" + digits[1:]
+        try:
+            number = int(sign + digits, 0)
+        except ValueError:
+            raise ValueError("expected a whole number") from None
     if number < 0 or number > 2**31 - 1:
         raise ValueError("must be from 0 to 2147483647")
     return number
