@@ -67,10 +67,10 @@ MAX_REPLICAS = 2**31 - 1
 #: the most entries in one ``sharing.*.resources`` list
 MAX_SHARED_RESOURCES = 1000
 
-# Go's strconv.ParseBool words (upstream reads flags and variables with it; its upper-case
-# forms pass through lower()), and gfd's own yes/no
-_TRUE = {"true", "t", "1", "yes"}
-_FALSE = {"false", "f", "0", "no"}
+# Go's strconv.ParseBool words exactly (upstream reads flags and variables with it), and
+# gfd's own yes/no in any case
+_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 
 
 # ----------------------------------------------------------------- value parsers
@@ -81,9 +81,10 @@ _FALSE = {"false", "f", "0", "no"}
 def parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE:
+    text = value.strip() if isinstance(value, str) else None
+    if text in _TRUE or (text and text.lower() == "yes"):
         return True
-    if isinstance(value, str) and value.strip().lower() in _FALSE:
+    if text in _FALSE or (text and text.lower() == "no"):
         return False
     raise ValueError("expected true/false, t/f, 1/0 or yes/no")
 

@@ -109,6 +109,7 @@ CASES = {
     "bad-discovery-strategy": Case(["-oneshot", "-device-discovery-strategy=cuda", *FILE]),
     "bad-qps": Case(["-oneshot", "-kube-api-qps=fast", *FILE]),
     "bad-burst": Case(["-oneshot", "-kube-api-burst=2.5", *FILE]),
+    "bool-word-mixed-case": Case(["-oneshot=tRuE", *FILE]),
     "mig-strategy-case": Case(["-oneshot", "-mig-strategy=MIXED", *FILE]),
     "mig-strategy-empty": Case(["-oneshot", "-mig-strategy=", *FILE]),
     "duration-case": Case(["-oneshot", "-sleep-interval=INFINITE", *FILE]),
