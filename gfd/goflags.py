@@ -59,6 +59,9 @@ def to_click(args: Sequence[str], params: Sequence[Any]) -> list[str]:
     while position < len(args):
         arg = args[position]
         position += 1
+        if arg in ("help", "h"):  # urfave/cli's help command, after any flags
+            result.append("--help")
+            break
         if arg == "--" or not arg.startswith("-") or arg == "-":
             if bare_bool is not None and arg in _GO_BOOL_WORDS:
                 raise UsageError(
