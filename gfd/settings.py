@@ -81,7 +81,7 @@ _FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 def parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    text = value.strip() if isinstance(value, str) else None
+    text = value if isinstance(value, str) else None
     if text in _TRUE or (text and text.lower() == "yes"):
         return True
     if text in _FALSE or (text and text.lower() == "no"):
@@ -125,7 +125,9 @@ def _parse_interval(value: Any) -> float | None:
     if isinstance(value, float):
         return check_seconds(value)
     text = _parse_str(value)
-    if text.strip().lower() == "infinite" and text != "infinite":
+    if text != text.strip():  # Go's time.ParseDuration refuses them
+        raise ValueError("not a duration: spaces around it")
+    if text.lower() == "infinite" and text != "infinite":
         raise ValueError("not a duration (upstream's word is infinite, in lower case)")
     return parse_duration(text)
 
@@ -177,7 +179,9 @@ def _parse_qps(value: Any) -> float:
         number = float(value)
     else:
         try:
-            number = float(_parse_str(value).strip())
+            number = float(_parse_str(value))
+            if value != value.strip():  # Go's strconv.ParseFloat refuses them
+                raise ValueError
         except ValueError:
             raise ValueError("expected a number (requests per second)") from None
     if not math.isfinite(number):
@@ -195,7 +199,7 @@ def _parse_burst(value: Any) -> int:
     else:
         # Go's integer literals, as upstream's IntFlag reads them (strconv base 0): 16,
         # 0x10, 0o20, 020 (octal, as in Go), 0b10000, 1_000
-        text = _parse_str(value).strip()
+        text = _parse_str(value)
         if not re.fullmatch(r"[+-]?(0[xXbBoO])?[0-9a-fA-F_]{1,40}", text):
             raise ValueError("expected a whole number")
         sign, digits = ("-", text[1:]) if text[0] == "-" else ("", text.lstrip("+"))
