@@ -216,3 +216,15 @@ def test_deliberate_departures_are_real_and_as_documented(case: Case, tmp_path: 
     if not case.gfd_ok:
         assert gfd[1] == {} and gfd[2] == {}
         assert gfd_result.stderr.strip().splitlines()[-1].startswith("gfd: error:")
+
+
+def test_without_the_reference_folder_the_layer_skips_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Elsewhere (no ``../shared/nvidia-reference``) one line says what is missing; where the
+    folder exists, as in CI, nothing here skips (the rows above ran)."""
+    from tests import upstream_run
+
+    monkeypatch.setattr(upstream_run, "REFERENCE", tmp_path / "absent")
+    with pytest.raises(pytest.skip.Exception, match=r"absent/unpack\.sh"):
+        upstream_run.reference()
