@@ -140,8 +140,8 @@ OPTIONS: tuple[Option, ...] = (
         None,
         parse_optional_str,
         f"write the labels to this file instead of the NodeFeature API ('' or - for stdout; "
-        f"with --use-node-feature-api=false and not set: stdout with --oneshot, else "
-        f"{NFD_FEATURES_FILE})",
+        f"not set: {NFD_FEATURES_FILE} where the API is turned off, stdout for a --oneshot "
+        f"that chooses no output)",
         short="-o",
         aliases=("--output",),
     ),
