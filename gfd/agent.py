@@ -29,14 +29,14 @@ from gfd.errors import (
     UsageError,
 )
 from gfd.observability import Metrics, get_logger, start_metrics
+from gfd.output_kinds import output_identity, output_place
 from gfd.outputs import Output, make_output
-from gfd.outputs.registry import output_identity, output_place
-from gfd.outputs.topology import make_topology_outputs
+from gfd.outputs.topology_extras import make_topology_outputs
 from gfd.settings import Settings, capped_warnings
 from gfd.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from gfd.nodeconfig import ConfigChoice
+    from gfd.config_choice import ConfigChoice
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1

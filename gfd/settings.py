@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from gfd.config_choice import check_label_key, parse_fallbacks
 from gfd.documents import as_list, parse_yaml, read_text
 from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
@@ -27,11 +28,11 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
-from gfd.outputs.registry import output_kind_of
+from gfd.output_kinds import output_kind_of
 
 if TYPE_CHECKING:
-    from gfd.nodeconfig import ConfigChoice
-    from gfd.partitions import PartitionTable
+    from gfd.config_choice import ConfigChoice
+    from gfd.partition_table import PartitionTable
 
 # gfd.durations and gfd.nodeconfig are imported where a value is parsed or checked: a run
 # that gives no duration and no config directory (every plain oneshot) never loads them.
@@ -133,8 +134,6 @@ def _parse_horizon(value: Any) -> float:
 
 
 def _parse_label_key(value: Any) -> str:
-    from gfd.nodeconfig import check_label_key
-
     text = _parse_str(value).strip()
     problem = check_label_key(text)
     if problem:
@@ -143,8 +142,6 @@ def _parse_label_key(value: Any) -> str:
 
 
 def _parse_fallbacks(value: Any) -> tuple[str, ...]:
-    from gfd.nodeconfig import parse_fallbacks
-
     if isinstance(value, (list, tuple)):
         return parse_fallbacks([_parse_str(item) for item in value])
     return parse_fallbacks(_parse_str(value))
@@ -839,7 +836,7 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
         return None
     try:
         # decimal and the table's types load only for a config that has a `partitions:`
-        from gfd.partitions import parse_table
+        from gfd.partition_table import parse_table
 
         return parse_table(value, "partitions")
     except ValueError as exc:

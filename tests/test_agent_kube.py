@@ -15,7 +15,7 @@ import pytest
 from gfd import labels as labelling
 from gfd import snapshot
 from gfd.agent import Agent
-from gfd.outputs.kube import retry_budget
+from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.settings import Config, Settings, resolve
 from tests.fakes.fake_apiserver import FakeApiServer

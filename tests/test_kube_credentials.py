@@ -15,9 +15,9 @@ import pytest
 
 from gfd import redaction
 from gfd.errors import PublishError, UsageError
-from gfd.outputs import credentials
-from gfd.outputs.credentials import CredentialError, FileToken
-from gfd.outputs.kube import KubeClient
+from gfd.kube import credentials
+from gfd.kube.client import KubeClient
+from gfd.kube.credentials import CredentialError, FileToken
 from tests.execplugin import EXEC_API, exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, write_kubeconfig
 

@@ -1,6 +1,6 @@
 """Destinations for labels.  Every output implements the small :class:`Output` protocol;
 ``make_output(settings)`` builds the one the settings select, as declared in
-:mod:`gfd.outputs.registry`.  The Kubernetes outputs are imported only when selected, so the
+:mod:`gfd.output_kinds`.  The Kubernetes outputs are imported only when selected, so the
 file and stdout paths never pay for the client."""
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ class Output(Protocol):
 
 
 def make_output(settings: Settings) -> Output:
-    """The output the settings select (see :mod:`gfd.outputs.registry`)."""
-    from gfd.outputs.registry import output_kind_of
+    """The output the settings select (see :mod:`gfd.output_kinds`)."""
+    from gfd.output_kinds import output_kind_of
 
     output: Output = output_kind_of(settings).build(settings)
     return output

@@ -17,8 +17,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gfd.observability import get_logger
-from gfd.outputs.kube import (
+from gfd.kube.client import (
     JSON,
     KubeClient,
     KubeError,
@@ -27,6 +26,7 @@ from gfd.outputs.kube import (
     retry_budget,
     string_map,
 )
+from gfd.observability import get_logger
 
 if TYPE_CHECKING:
     from gfd.settings import Settings

@@ -28,9 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.labels.keys import can_produce
-from gfd.observability import get_logger
-from gfd.outputs.kube import (
+from gfd.kube.client import (
     JSON,
     MERGE_PATCH,
     KubeClient,
@@ -39,6 +37,8 @@ from gfd.outputs.kube import (
     retry_budget,
     string_map,
 )
+from gfd.labels.keys import can_produce
+from gfd.observability import get_logger
 
 if TYPE_CHECKING:
     from gfd.settings import Settings

@@ -42,9 +42,10 @@ from gfd import __version__, interrupt, redaction
 from gfd.documents import _yaml_problem
 from gfd.echo import clip, describe, one_line
 from gfd.errors import PublishError, UsageError
+from gfd.kube import credentials
+from gfd.kube.limits import MIN_REQUEST_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SECONDS
+from gfd.kube.ratelimit import RateLimiter
 from gfd.observability import get_logger
-from gfd.outputs import credentials
-from gfd.outputs.ratelimit import RateLimiter
 from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 
 T = TypeVar("T")
@@ -52,10 +53,6 @@ JSON = dict[str, Any]
 
 #: most seconds one operation may take (requests and waits) when the interval allows it
 MAX_BUDGET_SECONDS = 30.0
-#: most seconds one request may take, from connecting to the last byte of the answer
-REQUEST_TIMEOUT_SECONDS = 10.0
-#: shortest timeout a request is given, however little budget is left
-MIN_REQUEST_TIMEOUT_SECONDS = 0.1
 #: first wait between attempts, and the most any wait may grow to
 INITIAL_WAIT_SECONDS = 0.1
 MAX_WAIT_SECONDS = 5.0

@@ -51,6 +51,7 @@ from gfd import interrupt, redaction
 from gfd.documents import read_text
 from gfd.echo import clip, describe, one_line
 from gfd.errors import UsageError
+from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 from gfd.observability import get_logger
 
 #: how long a token read from a file is used before the file is read again (client-go:
@@ -76,7 +77,7 @@ class CredentialError(UsageError):
     """A credential cannot be had.  Its message never contains a credential.
 
     At start it is a usage error (exit 2); while running, the API client turns it into the
-    failure of one request (gfd.outputs.kube)."""
+    failure of one request (gfd.kube.client)."""
 
 
 def unsafe_header_value(value: str) -> bool:
@@ -284,8 +285,6 @@ class ExecPlugin(CredentialSource):
         return json.dumps(request, default=str)  # a YAML date in an extension, say
 
     def _run(self, deadline: float | None) -> tuple[str, tuple[str, str] | None, float | None]:
-        from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS
-
         if deadline is None:
             deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
         what = f"exec plugin {describe(self._name)} ({self._where})"
