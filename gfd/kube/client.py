@@ -43,6 +43,8 @@ from gfd.documents import _yaml_problem
 from gfd.echo import clip, describe, one_line
 from gfd.errors import PublishError, UsageError
 from gfd.kube import credentials
+from gfd.kube.credential_source import CredentialError
+from gfd.kube.exec_plugin import CertificateFiles
 from gfd.kube.limits import MIN_REQUEST_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SECONDS
 from gfd.kube.ratelimit import RateLimiter
 from gfd.observability import get_logger
@@ -215,7 +217,7 @@ class KubeClient:
         try:
             # the client's own loaders, with gfd's bounded token files and exec plugins
             self._credentials = credentials.load(kubeconfig, configuration)
-        except credentials.CredentialError as exc:
+        except CredentialError as exc:
             raise UsageError(f"{where}: {exc}") from None
         except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
             hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
@@ -239,7 +241,7 @@ class KubeClient:
             self._credentials.install(
                 configuration, lambda: self._request_deadline, self._use_certificate
             )
-        self._certificate_files = credentials.CertificateFiles()
+        self._certificate_files = CertificateFiles()
         self._api: Any = client.ApiClient(configuration)
         self._api.user_agent = f"gfd/{__version__}"
         # every read of the socket honours the request's total deadline
@@ -317,7 +319,7 @@ class KubeClient:
         try:
             with interrupt.interruptible():
                 return call(timeout)
-        except credentials.CredentialError as exc:
+        except CredentialError as exc:
             raise KubeError(str(exc), credential=True) from None
         except ApiException as exc:
             raise _from_api_exception(exc, self.server) from None
