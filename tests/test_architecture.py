@@ -165,7 +165,6 @@ LONG_FUNCTIONS_TO_SHORTEN: frozenset[str] = frozenset(
         "gfd.settings.resolve",
         "gfd.snapshot.from_dict",
         "gfd.agent.Agent.run_pass",
-        "gfd.kube.credentials.load",
     }
 )
 

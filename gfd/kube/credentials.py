@@ -63,13 +63,7 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
     Auth Provider found"), and the Python client's would fetch tokens from the network
     without a timeout or write the kubeconfig back."""
     if not kubeconfig:
-        from kubernetes.config import incluster_config
-
-        incluster: Any = incluster_config  # untyped
-        incluster.load_incluster_config(client_configuration=configuration)
-        service_account = FileToken(incluster.SERVICE_TOKEN_FILENAME, "the service account token")
-        service_account.token()  # as the client's loader: no token at start is an error at start
-        return service_account
+        return _in_cluster(configuration)
 
     from kubernetes.config import config_exception
     from kubernetes.config import kube_config as untyped
@@ -88,33 +82,7 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
     source: CredentialSource | None = None
     where = f"users[name={clip(str(user_name), 60)}].user"
     if isinstance(user, dict):
-        base = os.path.dirname(os.path.abspath(entry.path)) if entry and entry.path else ""
-        provider = user.get("auth-provider")
-        if provider:
-            name = provider.get("name") if isinstance(provider, dict) else None
-            raise CredentialError(
-                f"{where}.auth-provider: auth provider {clip(str(name), 60)!r} is not supported "
-                "(as in upstream gpu-feature-discovery); use an exec credential plugin"
-            )
-        _remember_static(user_name, user)
-        token_file = user.pop("tokenFile", None)
-        exec_config = user.pop("exec", None)
-        static_token = user.get("token") if isinstance(user.get("token"), str) else None
-        if token_file:
-            path = os.path.join(base, str(token_file))
-            file_token = FileToken(path, f"{where}.tokenFile", fallback=static_token)
-            file_token.token()  # as client-go: a token file that cannot be read is a config error
-            source = file_token
-        elif exec_config is not None and not static_token:
-            if not isinstance(exec_config, dict):
-                raise CredentialError(f"{where}.exec: expected a mapping")
-            cluster = merger.config["clusters"].get_with_name(cluster_name, safe=True)
-            source = ExecPlugin(
-                exec_config,
-                f"{where}.exec",
-                cwd=base,
-                cluster=(cluster.value.get("cluster") if cluster is not None else None),
-            )
+        source = _user_source(user, user_name, entry, where, (merger, cluster_name))
     loader.load_and_set(configuration)
     if configuration.cert_file and configuration.key_file:
         check_key_pair(
@@ -123,15 +91,69 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
             f"{where}: its client certificate and key",
         )
     if source is None:
-        value = configuration.api_key.get("BearerToken")
-        if isinstance(value, str):
-            redaction.remember(f"kubeconfig user {user_name} header", value)
-            if unsafe_header_value(value):
-                raise CredentialError(
-                    f"{where}: its token or password contains a line break or another control "
-                    "character (not shown)"
-                )
+        _check_static(configuration, user_name, where)
     return source
+
+
+def _in_cluster(configuration: Any) -> CredentialSource:
+    """The in-cluster service account: the client's loader, and its token file re-read."""
+    from kubernetes.config import incluster_config
+
+    incluster: Any = incluster_config  # untyped
+    incluster.load_incluster_config(client_configuration=configuration)
+    service_account = FileToken(incluster.SERVICE_TOKEN_FILENAME, "the service account token")
+    service_account.token()  # as the client's loader: no token at start is an error at start
+    return service_account
+
+
+def _user_source(
+    user: dict[str, Any], user_name: Any, entry: Any, where: str, cluster_ref: tuple[Any, Any]
+) -> CredentialSource | None:
+    """The source for a kubeconfig user's ``tokenFile`` or ``exec``, both taken out of the
+    user so the client's loaders never see them; an auth provider is refused."""
+    source: CredentialSource | None = None
+    base = os.path.dirname(os.path.abspath(entry.path)) if entry and entry.path else ""
+    provider = user.get("auth-provider")
+    if provider:
+        name = provider.get("name") if isinstance(provider, dict) else None
+        raise CredentialError(
+            f"{where}.auth-provider: auth provider {clip(str(name), 60)!r} is not supported "
+            "(as in upstream gpu-feature-discovery); use an exec credential plugin"
+        )
+    _remember_static(user_name, user)
+    token_file = user.pop("tokenFile", None)
+    exec_config = user.pop("exec", None)
+    static_token = user.get("token") if isinstance(user.get("token"), str) else None
+    if token_file:
+        path = os.path.join(base, str(token_file))
+        file_token = FileToken(path, f"{where}.tokenFile", fallback=static_token)
+        file_token.token()  # as client-go: a token file that cannot be read is a config error
+        source = file_token
+    elif exec_config is not None and not static_token:
+        if not isinstance(exec_config, dict):
+            raise CredentialError(f"{where}.exec: expected a mapping")
+        merger, cluster_name = cluster_ref
+        cluster = merger.config["clusters"].get_with_name(cluster_name, safe=True)
+        source = ExecPlugin(
+            exec_config,
+            f"{where}.exec",
+            cwd=base,
+            cluster=(cluster.value.get("cluster") if cluster is not None else None),
+        )
+    return source
+
+
+def _check_static(configuration: Any, user_name: Any, where: str) -> None:
+    """The static token or password the client loaded: kept out of every message, refused
+    when it could not be sent as one header line."""
+    value = configuration.api_key.get("BearerToken")
+    if isinstance(value, str):
+        redaction.remember(f"kubeconfig user {user_name} header", value)
+        if unsafe_header_value(value):
+            raise CredentialError(
+                f"{where}: its token or password contains a line break or another control "
+                "character (not shown)"
+            )
 
 
 def _remember_static(user_name: Any, user: Mapping[str, Any]) -> None:
