@@ -164,7 +164,6 @@ LONG_FUNCTIONS_TO_SHORTEN: frozenset[str] = frozenset(
         "gfd.settings._parse_replicated",
         "gfd.settings.resolve",
         "gfd.snapshot.from_dict",
-        "gfd.agent.Agent.run_pass",
     }
 )
 
