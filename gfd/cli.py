@@ -22,7 +22,7 @@ from gfd.settings import Settings, resolve
 if TYPE_CHECKING:
     import click
 
-    from gfd.nodeconfig import ConfigChoice
+    from gfd.config_choice import ConfigChoice
     from gfd.snapshot import Snapshot
 
 PROG = "gfd"
@@ -230,10 +230,10 @@ def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
 
 
 def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
-    from gfd import partitions
+    from gfd import partition_table as partitions
     from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
     from gfd.errors import ConfigError, DiscoveryError, NvmlUnavailableError
-    from gfd.labels.partitions import partition_table
+    from gfd.labels.partitioning import partition_table
     from gfd.observability import NullMetrics, get_logger
 
     found = preloaded
@@ -299,7 +299,7 @@ def _cleanup(settings: Settings) -> int:
     from gfd.errors import PublishError
     from gfd.observability import get_logger
     from gfd.outputs import make_output
-    from gfd.outputs.topology import make_topology_outputs
+    from gfd.outputs.topology_extras import make_topology_outputs
 
     try:
         output = make_output(settings)

@@ -40,12 +40,12 @@ from gfd.options import NFD_FEATURES_FILE as NFD_FEATURES_FILE
 from gfd.options import OPTIONS as OPTIONS
 from gfd.options import OPTIONS_BY_NAME
 from gfd.options import Option as Option
-from gfd.outputs.registry import output_kind_of
+from gfd.output_kinds import output_kind_of
 from gfd.values import parse_bool as parse_bool
 from gfd.values import split_address as split_address
 
 if TYPE_CHECKING:
-    from gfd.nodeconfig import ConfigChoice
+    from gfd.config_choice import ConfigChoice
 
 # gfd.durations is imported where a value is checked: a run that gives no duration
 # never loads it.

@@ -73,15 +73,15 @@ NOT_FOR_A_FILE_ONESHOT = [
     "socketserver",
     "importlib.metadata",
     "gfd.metrics",
-    "gfd.outputs.kube",
+    "gfd.kube.client",
     "gfd.outputs.nodefeature",
     "gfd.outputs.nodelabels",
     # the interconnect (NVLink topology) is read and labelled only when asked for
     "gfd.outputs.koordlet",
-    "gfd.partitions",
-    "gfd.labels.partitions",
-    "gfd.labels.topology",
-    "gfd.discovery.topology",
+    "gfd.partition_table",
+    "gfd.labels.partitioning",
+    "gfd.labels.interconnect",
+    "gfd.discovery.gpu_links",
     # the per-node config is read only with --config-file-srcdir, durations only parsed when
     # one is given, MIG profile names only looked up for MIG devices (none here)
     "gfd.nodeconfig",
