@@ -25,7 +25,7 @@ from gfd.errors import (
     PublishError,
     UsageError,
 )
-from gfd.labels.partitioning import partition_table
+from gfd.labels import partitioning
 from gfd.nodeconfig import NodeLabelReader, choose_for
 from gfd.observability import NullMetrics, configure_logging, get_logger
 from gfd.options import OPTIONS, Option
@@ -234,7 +234,7 @@ def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
     try:
         if found is None:
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
-        table = partition_table(found, settings.config.partitions)
+        table = partitioning.partition_table(found, settings.config.partitions)
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     except ConfigError as exc:
