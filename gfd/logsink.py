@@ -220,3 +220,27 @@ def _hold_with_devnull(fd: int) -> None:
     if devnull != fd:
         os.dup2(devnull, fd)
         os.close(devnull)
+
+
+#: lines a stream that is not a StderrSink refused (closed, a broken pipe)
+_refused = [0]
+
+
+def write_line(line: str) -> None:
+    """``line`` to the current ``sys.stderr``; a stream that refuses it (closed, EPIPE)
+    only costs the line, counted."""
+    stream = sys.stderr
+    try:
+        if stream is None:
+            raise ValueError("stderr is closed")
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        _refused[0] += 1
+
+
+def log_lines_dropped() -> int:
+    """Log lines (and other stderr text, counted by lines) that never reached stderr."""
+    stream = sys.stderr
+    sink = stream.dropped if isinstance(stream, StderrSink) else 0
+    return _refused[0] + sink
