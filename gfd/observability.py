@@ -16,9 +16,11 @@ returns the Prometheus implementation (imported lazily so oneshot never pays for
 
 from __future__ import annotations
 
+import logging
 import sys
+import warnings
 from collections.abc import MutableMapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from gfd import logsink
 
@@ -37,6 +39,73 @@ def configure_logging(log_format: str | None, log_level: str) -> None:
     structlog itself is imported and configured by the first record that passes the level
     filter, so that a quiet ``gfd --oneshot`` pays nothing for logging."""
     _config.update(format=log_format, level=_LEVELS.get(log_level, 20), renderer=None)
+    _adopt_library_messages()
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
+    get_logger().warning(
+        "library warning", category=category.__name__, message=str(message), origin=filename
+    )
+
+
+def _adopt_library_messages() -> None:
+    """Python's warnings and the ``logging`` records of the libraries gfd uses (urllib3, the
+    kubernetes client) become gfd's own records, in gfd's format: the log stream is gfd's."""
+    warnings.showwarning = _show_warning
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward()]
+    root.setLevel(logging.WARNING)
+    logging.lastResort = None
+
+
+class _Forward(logging.Handler):
+    """A library's ``logging`` record as a gfd record (its level, its logger's name)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = record.levelname.lower()
+        level = level if level in _LEVELS else ("error" if record.levelno > 40 else "debug")
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        getattr(get_logger(), level)("library log", logger=record.name, message=message)
+
+
+#: how long repeats of one record are counted instead of written
+COALESCE_SECONDS = 60.0
+#: records remembered for coalescing, at most (the oldest is forgotten first)
+COALESCE_KEYS = 256
+_seen: dict[str, list[float]] = {}
+
+
+def coalesce(_logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
+    """The processor that keeps a fast loop from flooding the log: a record equal to one
+    written less than :data:`COALESCE_SECONDS` ago (same level, event and fields) is dropped
+    and counted; the next equal record after that carries the count as ``repeated``."""
+    import time
+
+    import structlog
+
+    key = repr(sorted((str(k), repr(v)) for k, v in record.items()))
+    now = time.monotonic()
+    seen = _seen.get(key)
+    if seen is not None and now - seen[0] < COALESCE_SECONDS:
+        seen[1] += 1
+        raise structlog.DropEvent
+    if seen is not None and seen[1]:
+        record["repeated"] = int(seen[1])
+    _seen.pop(key, None)
+    if len(_seen) >= COALESCE_KEYS:
+        del _seen[next(iter(_seen))]
+    _seen[key] = [now, 0]
+    return record
 
 
 class _StderrLogger:
@@ -99,6 +168,7 @@ def use_structlog() -> Any:
         structlog.configure(
             processors=[
                 structlog.processors.add_log_level,
+                coalesce,
                 structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
                 structlog.processors.format_exc_info,
                 redact,
