@@ -231,7 +231,12 @@ class PrometheusMetrics:
             daemon=True,
         )
         # its threads (and those it starts per request) leave the signals to the main thread
-        start_thread(self._thread)
+        try:
+            start_thread(self._thread)
+        except RuntimeError:  # no thread can start (a pids limit): nothing is served
+            server.server_close()
+            self._server = None
+            raise
 
 
 class _LogLinesDropped(Collector):

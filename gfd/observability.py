@@ -40,6 +40,11 @@ def configure_logging(log_format: str | None, log_level: str) -> None:
     filter, so that a quiet ``gfd --oneshot`` pays nothing for logging."""
     _config.update(format=log_format, level=_LEVELS.get(log_level, 20), renderer=None)
     _adopt_library_messages()
+    signals = sys.modules.get("gfd.signals")
+    if signals is not None and signals.without_watchdog():
+        get_logger().warning(
+            "stop watchdog not started: no thread can start; a stop is not forced past a block"
+        )
 
 
 def _show_warning(
@@ -113,6 +118,11 @@ class _StderrLogger:
 
     def msg(self, line: str) -> None:
         logsink.write_line(line)
+        if logsink.writer_missing():
+            get_logger().warning(
+                "stderr writer thread not started: no thread can start; a log line is "
+                "written only when stderr takes it at once, else dropped and counted"
+            )
 
     debug = info = warning = error = critical = exception = msg
 
@@ -277,7 +287,15 @@ def start_metrics(settings: Settings) -> Metrics:
         return NullMetrics()
     from gfd.metrics import PrometheusMetrics
 
-    metrics = PrometheusMetrics(settings.metrics_address, settings.sleep_interval)
+    try:
+        metrics = PrometheusMetrics(settings.metrics_address, settings.sleep_interval)
+    except RuntimeError as exc:  # "can't start new thread": a pids limit; labelling goes on
+        get_logger().warning(
+            "metrics and health endpoints not served: no thread can start",
+            address=settings.metrics_address,
+            error=str(exc),
+        )
+        return NullMetrics()
     get_logger().info(
         "serving metrics and health endpoints",
         address=settings.metrics_address,
