@@ -30,9 +30,13 @@ import _thread
 import atexit
 import io
 import os
+import select
 import sys
+import threading
 from collections import deque
 from typing import TYPE_CHECKING
+
+from gfd.signals import start_thread
 
 if TYPE_CHECKING:
     import threading
@@ -140,14 +144,12 @@ class StderrSink(io.TextIOBase):
     # ----------------------------------------------------------------- the writer
 
     def _start(self) -> threading.Condition:
-        import threading
 
         with self._starting:
             if self._cond is None:
                 # reentrant: a signal handler that writes while the main thread is inside
                 # write() must not wait for itself
                 self._cond = threading.Condition(threading.RLock())
-                from gfd.signals import start_thread
 
                 try:
                     start_thread(
@@ -162,7 +164,6 @@ class StderrSink(io.TextIOBase):
         """Without a writer thread: ``data`` to fd 2 only when it can take it without
         waiting (a pipe with room: a write of up to PIPE_BUF bytes is then whole); the
         lines lost."""
-        import select
 
         try:
             _, ready, _ = select.select([], [self._fd], [], 0)
@@ -197,7 +198,6 @@ class StderrSink(io.TextIOBase):
                 written = os.write(self._fd, view)
             except BlockingIOError:
                 # someone else made the shared description non-blocking: wait for room
-                import select
 
                 select.select([], [self._fd], [], 1.0)
                 continue

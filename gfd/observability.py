@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 import warnings
 from collections.abc import MutableMapping
 from typing import IO, TYPE_CHECKING, Any, Protocol
@@ -94,7 +95,6 @@ def coalesce(_logger: Any, method: str, record: MutableMapping[str, Any]) -> Any
     """The processor that keeps a fast loop from flooding the log: a record equal to one
     written less than :data:`COALESCE_SECONDS` ago (same level, event and fields) is dropped
     and counted; the next equal record after that carries the count as ``repeated``."""
-    import time
 
     import structlog
 
@@ -285,6 +285,7 @@ def start_metrics(settings: Settings) -> Metrics:
     """The metrics sink the settings ask for (a served Prometheus registry, or nothing)."""
     if not settings.metrics_address:
         return NullMetrics()
+    # prometheus_client and the HTTP server load only where metrics are served
     from gfd.metrics import PrometheusMetrics
 
     try:

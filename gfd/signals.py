@@ -46,6 +46,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from gfd import interrupt
+
 RELOAD = signal.SIGHUP
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 HANDLED = (RELOAD, *STOPS)
@@ -148,7 +150,6 @@ def attach(receiver: Receiver) -> None:
 def ignore_reload(signum: int) -> None:
     """A receiver for one-off actions (``--cleanup``, the dumps): SIGHUP changes nothing;
     a stop ends blocking API work (:mod:`gfd.interrupt`), and the action fails with one line."""
-    from gfd import interrupt
 
     if signum != RELOAD:
         interrupt.request_stop(signal.Signals(signum).name)
