@@ -318,7 +318,10 @@ def test_the_nfd_outputs_install_on_every_server(
     with started(server) as plane:
         plane.apply_all([c for c in nfd.crds() if c["spec"]["names"]["kind"] == "NodeFeature"])
         plane.create_node("gpu-node-1")
-        helm(helm_bin, plane, tmp_path, "install", RELEASE, str(CHART), "--create-namespace")
+        helm(
+            helm_bin, plane, tmp_path, "install", RELEASE, str(CHART), "--create-namespace",
+            *set_args({"output": "features-file"}),
+        )  # fmt: skip
         daemonset = plane.ok("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
         env = {
             e["name"]: e.get("value")
