@@ -66,6 +66,8 @@ DEVICE_PLUGIN = (
     f"/apis/apps/v1/namespaces/{UPSTREAM_NAMESPACE}/daemonsets/nvdp-nvidia-device-plugin"
 )
 TIMESTAMP = "nvidia.com/gfd.timestamp"
+#: README's commands name the user's registry as $REGISTRY (README, "Deploy")
+REGISTRY = "registry.example.com/team"
 
 
 def readme_cutover_commands() -> list[str]:
@@ -75,7 +77,7 @@ def readme_cutover_commands() -> list[str]:
     section = text.split("### Cut-over from upstream's chart", 1)[1]
     block = re.search(r"```sh\n(.*?)```", section, re.S)
     assert block, "README's cut-over section has no sh block"
-    joined = block.group(1).replace("\\\n", " ")
+    joined = block.group(1).replace("\\\n", " ").replace("$REGISTRY", REGISTRY)
     return [
         " ".join(line.split())
         for line in joined.splitlines()
