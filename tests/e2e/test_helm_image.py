@@ -9,6 +9,7 @@ current kube-apiserver and its DaemonSet runs the image `make push` pushed.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -63,7 +64,14 @@ def test_readme_deploy_pushes_what_the_chart_then_runs(helm_bin: Path, tmp_path:
     image = push[2].removeprefix("IMAGE=")
     assert image == f"{REGISTRY}/gfd:{VERSION}"
     # what `make push` runs (make -n: printed, not run)
-    done = subprocess.run(["make", "-n", *push[1:]], cwd=ROOT, capture_output=True, text=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-n", *push[1:]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert f"scripts/image.sh --push {image}" in done.stdout.splitlines()
     (install,) = [c for c in commands if c[:2] == ["helm", "install"]]
     with started() as plane:
