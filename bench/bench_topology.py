@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from gfd.config import Config  # noqa: E402
 from gfd.discovery import discover  # noqa: E402
 from gfd.labels import build  # noqa: E402
-from gfd.labels.partitions import partition_table  # noqa: E402
+from gfd.labels.partitioning import partition_table  # noqa: E402
 from gfd.outputs.file import format_labels  # noqa: E402
 from gfd.settings import Settings  # noqa: E402
 from gfd.snapshot import Snapshot, load  # noqa: E402

@@ -23,7 +23,7 @@ from gfd.grammar import (
 from gfd.values import parse_bool
 
 if TYPE_CHECKING:
-    from gfd.partitions import PartitionTable
+    from gfd.partition_table import PartitionTable
 
 #: the most ``resources.gpus`` or ``resources.mig`` patterns, and the longest one
 MAX_PATTERNS = 1000
@@ -319,7 +319,7 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
         return None
     try:
         # decimal and the table's types load only for a config that has a `partitions:`
-        from gfd.partitions import parse_table
+        from gfd.partition_table import parse_table
 
         return parse_table(value, "partitions")
     except ValueError as exc:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gfd.config_choice import check_label_key, parse_fallbacks
 from gfd.values import (
     choice,
     parse_address,
@@ -19,9 +20,6 @@ from gfd.values import (
     parse_qps,
     parse_str,
 )
-
-# gfd.nodeconfig is imported where a value is parsed: a run that gives no config
-# directory (every plain oneshot) never loads it.
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -38,8 +36,6 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _parse_label_key(value: Any) -> str:
-    from gfd.nodeconfig import check_label_key
-
     text = parse_str(value).strip()
     problem = check_label_key(text)
     if problem:
@@ -48,8 +44,6 @@ def _parse_label_key(value: Any) -> str:
 
 
 def _parse_fallbacks(value: Any) -> tuple[str, ...]:
-    from gfd.nodeconfig import parse_fallbacks
-
     if isinstance(value, (list, tuple)):
         return parse_fallbacks([parse_str(item) for item in value])
     return parse_fallbacks(parse_str(value))
@@ -140,8 +134,8 @@ OPTIONS: tuple[Option, ...] = (
         None,
         parse_optional_str,
         f"write the labels to this file instead of the NodeFeature API ('' or - for stdout; "
-        f"with --use-node-feature-api=false and not set: stdout with --oneshot, else "
-        f"{NFD_FEATURES_FILE})",
+        f"not set: {NFD_FEATURES_FILE} where the API is turned off, stdout for a --oneshot "
+        f"that chooses no output)",
         short="-o",
         aliases=("--output",),
     ),

@@ -40,12 +40,12 @@ from gfd.options import NFD_FEATURES_FILE as NFD_FEATURES_FILE
 from gfd.options import OPTIONS as OPTIONS
 from gfd.options import OPTIONS_BY_NAME
 from gfd.options import Option as Option
-from gfd.outputs.registry import output_kind_of
+from gfd.output_kinds import output_kind_of
 from gfd.values import parse_bool as parse_bool
 from gfd.values import split_address as split_address
 
 if TYPE_CHECKING:
-    from gfd.nodeconfig import ConfigChoice
+    from gfd.config_choice import ConfigChoice
 
 # gfd.durations is imported where a value is checked: a run that gives no duration
 # never loads it.
@@ -257,6 +257,8 @@ def _from_env(option: Option, environ: Mapping[str, str]) -> tuple[str | None, A
     for env in option.envs:
         if env in environ:
             raw = environ[env]
+            if option.is_bool and raw == "":
+                return env, False  # urfave/cli: a variable set empty turns a boolean off
             try:
                 return env, option.parse(raw)
             except ValueError as exc:
@@ -308,10 +310,15 @@ def _choose_output(
     over a default: ``--use-node-labels``, ``--output-file`` (``-`` for stdout) and
     ``--oneshot`` (which prints to stdout, as ``make run`` and every preview rely on) each
     turn the default off, and so do the actions that publish nothing (``--dump-snapshot``,
-    ``--dump-partitions``).  ``--use-node-feature-api`` set explicitly keeps the API:
+    ``--dump-partitions``).  ``--use-node-feature-api=false`` set explicitly writes
+    upstream's features file, oneshot or not, unless an output file is named.
+    ``--use-node-feature-api`` set explicitly keeps the API:
     with ``--use-node-labels`` as well that is a usage error (output_kind_of), and an
     ``--output-file`` beside it is ignored, as upstream ignores it, with a warning."""
     if "use_node_feature_api" in explicit:
+        if not values["use_node_feature_api"] and "output_file" not in explicit:
+            # upstream writes its features file whenever the API is turned off, oneshot too
+            values["output_file"] = NFD_FEATURES_FILE
         if values["use_node_feature_api"] and "output_file" in explicit:
             warnings.append(
                 "--output-file is ignored: --use-node-feature-api is set, so the labels go "

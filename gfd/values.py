@@ -13,18 +13,21 @@ from typing import Any
 #: the longest string any option takes (Linux's PATH_MAX)
 MAX_OPTION_CHARS = 4096
 
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no"}
+# Go's strconv.ParseBool words exactly (upstream reads flags and variables with it), and
+# gfd's own yes/no in any case
+_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
 
 
 def parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE:
+    text = value if isinstance(value, str) else None
+    if text in _TRUE or (text and text.lower() == "yes"):
         return True
-    if isinstance(value, str) and value.strip().lower() in _FALSE:
+    if text in _FALSE or (text and text.lower() == "no"):
         return False
-    raise ValueError("expected true/false, 1/0 or yes/no")
+    raise ValueError("expected true/false, t/f, 1/0 or yes/no")
 
 
 def parse_str(value: Any) -> str:
@@ -43,7 +46,7 @@ def parse_optional_str(value: Any) -> str | None:
 
 def choice(*allowed: str) -> Callable[[Any], str]:
     def parse(value: Any) -> str:
-        text = parse_str(value).strip().lower()
+        text = parse_str(value)  # compared as upstream compares it: exactly
         if text not in allowed:
             raise ValueError(f"must be one of {', '.join(allowed)}")
         return text
@@ -62,7 +65,12 @@ def parse_interval(value: Any) -> float | None:
         return check_seconds(float(value))
     if isinstance(value, float):
         return check_seconds(value)
-    return parse_duration(parse_str(value))
+    text = parse_str(value)
+    if text != text.strip():  # Go's time.ParseDuration refuses them
+        raise ValueError("not a duration: spaces around it")
+    if text.lower() == "infinite" and text != "infinite":
+        raise ValueError("not a duration (upstream's word is infinite, in lower case)")
+    return parse_duration(text)
 
 
 def parse_horizon(value: Any) -> float:
@@ -94,7 +102,9 @@ def parse_qps(value: Any) -> float:
         number = float(value)
     else:
         try:
-            number = float(parse_str(value).strip())
+            number = float(parse_str(value))
+            if value != value.strip():  # Go's strconv.ParseFloat refuses them
+                raise ValueError
         except ValueError:
             raise ValueError("expected a number (requests per second)") from None
     if not math.isfinite(number):
@@ -110,10 +120,18 @@ def parse_burst(value: Any) -> int:
     if isinstance(value, int):
         number = value
     else:
-        text = parse_str(value).strip()
-        if not re.fullmatch(r"[+-]?[0-9]{1,10}", text):
+        # Go's integer literals, as upstream's IntFlag reads them (strconv base 0): 16,
+        # 0x10, 0o20, 020 (octal, as in Go), 0b10000, 1_000
+        text = parse_str(value)
+        if not re.fullmatch(r"[+-]?(0[xXbBoO])?[0-9a-fA-F_]{1,40}", text):
             raise ValueError("expected a whole number")
-        number = int(text)
+        sign, digits = ("-", text[1:]) if text[0] == "-" else ("", text.lstrip("+"))
+        if re.fullmatch(r"0[0-7_]+", digits):
+            digits = "0o" + digits[1:]
+        try:
+            number = int(sign + digits, 0)
+        except ValueError:
+            raise ValueError("expected a whole number") from None
     if number < 0 or number > 2**31 - 1:
         raise ValueError("must be from 0 to 2147483647")
     return number

@@ -16,7 +16,7 @@ from gfd import labels as labelling
 from gfd import snapshot
 from gfd.agent import Agent
 from gfd.config import Config
-from gfd.outputs.kube import retry_budget
+from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.settings import Settings, resolve
 from tests.fakes.fake_apiserver import FakeApiServer

@@ -361,7 +361,7 @@ def test_special_in_cluster_token(
     from kubernetes.config import incluster_config
 
     from gfd.errors import UsageError
-    from gfd.outputs.kube import KubeClient
+    from gfd.kube.client import KubeClient
 
     token = short_dir / "token"
     if kind != "missing":

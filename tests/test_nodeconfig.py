@@ -19,9 +19,9 @@ import pytest
 from structlog.testing import capture_logs
 
 from gfd.agent import Agent
+from gfd.config_choice import ConfigChoice
 from gfd.errors import PublishError, UsageError
 from gfd.nodeconfig import (
-    ConfigChoice,
     NodeConfigError,
     choose,
     choose_for,

@@ -84,13 +84,17 @@ def test_first_listed_env_var_wins() -> None:
         ("false", False),
         ("0", False),
         ("no", False),
+        ("T", True),
+        ("f", False),
+        # urfave/cli: a boolean variable set empty is false (flag_bool.go:122-127 at v2.27.7)
+        ("", False),
     ],
 )
 def test_env_booleans(raw: str, value: bool) -> None:
     assert resolve({}, {"GFD_ONESHOT": raw, **NODE}).oneshot is value
 
 
-@pytest.mark.parametrize("raw", ["maybe", "", "2", "on"])
+@pytest.mark.parametrize("raw", ["maybe", "2", "on", "tRuE"])
 def test_bad_env_boolean_names_the_variable(raw: str) -> None:
     with pytest.raises(UsageError, match=f"GFD_NO_TIMESTAMP={raw!r}"):
         resolve({}, {"GFD_NO_TIMESTAMP": raw})

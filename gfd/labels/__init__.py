@@ -261,7 +261,8 @@ def _gpu_labels(
     labels.update(node.clique_label(tuple(gpus), warnings))
     if topology_labels:
         # the interconnect's modules (and decimal) load only with --topology-labels
-        from gfd.labels import partitions, topology
+        from gfd.labels import interconnect as topology
+        from gfd.labels import partitioning as partitions
 
         graph = partitions.link_graph(snapshot)
         table = partitions.partition_table(snapshot, config.partitions)
