@@ -152,7 +152,7 @@ OPTIONS: tuple[Option, ...] = (
         "/sys/class/dmi/id/product_name",
         parse_str,
         "file holding the machine type",
-        config_paths=PathRule(may_name=("/sys/class/dmi/id",), values=("",)),
+        config_paths=PathRule(may_name=("/sys/class/dmi/id",), values=("",), confined=True),
     ),
     Option(
         "config_file",
@@ -312,7 +312,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         parse_optional_str,
         "label this snapshot instead of discovering through NVML",
-        config_paths=PathRule(),
+        config_paths=PathRule(confined=True),
     ),
     Option(
         "metrics_address",

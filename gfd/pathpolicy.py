@@ -43,6 +43,9 @@ class PathRule:
     may_name: tuple[str, ...] = ()
     #: values that are not paths at all ("" for off, "-" for stdout)
     values: tuple[str, ...] = ()
+    #: only ``may_name`` may be named (none: the file may not set the option at all), for
+    #: an option whose file's content is published or shown (the machine type, a snapshot)
+    confined: bool = False
 
 
 def _forms(path: str) -> set[str]:
@@ -74,6 +77,14 @@ def refusal(rule: PathRule, value: str, credentials: Iterable[str] = ()) -> str 
     for form in forms:
         if any(_under(form, tree) for tree in allowed):
             continue
+        if rule.confined:
+            where = ", ".join(rule.may_name)
+            return (
+                f"leads outside {where}, and a config file may not name another place for it"
+                if where
+                else "a config file may not name one (set it on the command line or in "
+                "the environment)"
+            )
         if any(_under(form, tree) for tree in secrets) or any(
             part.startswith(EXEC_CREDENTIAL_PREFIX) for part in form.split("/")
         ):
