@@ -102,9 +102,7 @@ def test_a_config_file_naming_a_forbidden_path_is_refused(
 
 
 @pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda option: option.name)
-def test_the_pod_spec_may_name_what_the_config_file_may_not(
-    option: Option, here: Path
-) -> None:
+def test_the_pod_spec_may_name_what_the_config_file_may_not(option: Option, here: Path) -> None:
     """The command line wins, and the file's value is then not judged: flags and the
     environment are the pod spec, trusted with the node."""
     assert option.config_key is not None
