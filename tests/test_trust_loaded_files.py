@@ -19,9 +19,8 @@ LOADER_NAMES = {"CDLL", "PyDLL", "LoadLibrary", "dlopen", "cdll", "pydll", "Libr
 def _loads(path: Path) -> list[int]:
     lines = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Attribute) and node.attr in LOADER_NAMES:
-            lines.append(node.lineno)
-        elif isinstance(node, ast.Name) and node.id in LOADER_NAMES:
+        name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
+        if name in LOADER_NAMES:
             lines.append(node.lineno)
     return lines
 
