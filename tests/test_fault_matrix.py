@@ -1144,12 +1144,17 @@ def _dangling(path: Path) -> None:
     path.symlink_to(path.parent / "gone" / path.name)
 
 
+def _loop(path: Path) -> None:
+    path.symlink_to(path.name)  # itself: following it never ends
+
+
 LIBRARY_FAULTS: dict[str, Callable[[Path], None]] = {
     "fifo": SPECIAL["fifo"],
     "dev-zero": SPECIAL["dev-zero"],
     "directory": SPECIAL["directory"],
     "over-size": _oversize,
     "dangling-link": _dangling,
+    "symlink-loop": _loop,
 }
 
 

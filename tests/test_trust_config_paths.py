@@ -66,6 +66,8 @@ TARGETS: dict[str, Callable[[Path], str]] = {
     "symlink-to-proc": lambda here: str(here / "to-environ"),
     "symlink-to-token": lambda here: str(here / "to-token"),
     "traversal": lambda here: str(here) + "/.." * 40 + "/proc/self/environ",
+    # relative to the working directory, whatever it is
+    "relative-traversal": lambda here: "../" * 40 + "proc/self/environ",
 }
 
 
