@@ -14,6 +14,7 @@ import ast
 import os
 import signal
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -216,23 +217,32 @@ def test_a_reloaded_config_naming_proc_is_reported_and_the_previous_kept(here: P
 # ------------------------------------------------------------ what a machine-type file holds
 
 
-@pytest.mark.parametrize(
-    "content",
-    [f"TRUST={CANARY}\0HOME=/root\0", f"line one\n{CANARY}\n", "eyJ" + CANARY * 40],
-    ids=["environ-like", "two-lines", "token-like"],
-)
-def test_a_machine_type_that_is_no_product_name_is_unknown_and_never_shown(
-    content: str, tmp_path: Path
-) -> None:
-    """Even a path the pod spec names: its content reaches the label only as a product
-    name (one line of printable text, bounded), and never a log line."""
+def test_a_machine_type_file_is_never_shown_in_a_log_line(tmp_path: Path) -> None:
+    """Even a path the pod spec names: its content reaches the ``machine`` label only as
+    a product name (sanitised, cut to a label value) and no warning quotes it -- neither
+    the reader's (over its bound) nor the labeller's (a value cut to fit)."""
+    from gfd import labels as labelling
+    from gfd import snapshot as snapshot_io
+    from gfd.config import Config
+    from gfd.snapshot import MAX_STRING_CHARS
+
     path = tmp_path / "product_name"
-    path.write_text(content)
+    path.write_text(CANARY * (MAX_STRING_CHARS // len(CANARY) + 1))
     sysfs._warned.clear()
     with capture_logs() as logs:
         assert sysfs.read_machine_type(str(path)) is None
     assert logs and logs[0]["event"] == "machine type unknown"
     assert CANARY not in str(logs)
+
+    long_name = "eyJ" + CANARY * 10  # a token-like value: fits the bound, not a label
+    path.write_text(long_name)
+    machine = sysfs.read_machine_type(str(path))
+    snapshot = snapshot_io.load(DGX)
+    result = labelling.build(replace(snapshot, machine=machine), "none", Config(), None)
+    assert result.labels["nvidia.com/gpu.machine"].startswith("eyJ" + CANARY)
+    assert len(result.labels["nvidia.com/gpu.machine"]) <= 63
+    assert any("gpu.machine" in warning for warning in result.warnings)
+    assert CANARY not in str(result.warnings)
 
 
 # ------------------------------------------------------------ the invariants, by source

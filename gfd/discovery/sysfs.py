@@ -25,7 +25,7 @@ from typing import Any
 from gfd.echo import clip, clip_path
 from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
-from gfd.snapshot import Vgpu, VgpuDevice
+from gfd.snapshot import MAX_STRING_CHARS, Vgpu, VgpuDevice
 
 PCI_DEVICES = os.path.join("bus", "pci", "devices")
 NVIDIA_VENDOR_ID = "0x10de"
@@ -47,8 +47,6 @@ HOST_DRIVER_BRANCH_LENGTH = 10
 ATTRIBUTE_MAX_BYTES = 4096
 #: DMI's product_name is a short line; more than this is not a machine type
 MACHINE_TYPE_MAX_BYTES = 4096
-#: a machine type is a product name: SMBIOS strings are at most 255 bytes
-MACHINE_TYPE_MAX_CHARS = 256
 
 
 def _log() -> Any:
@@ -185,16 +183,11 @@ def read_machine_type(path: str) -> str | None:
         _warn_once("machine type unknown", path=shown, error=exc.reason)
         return None
     text = data.decode("utf-8", errors="replace").strip()
-    if len(text) > MACHINE_TYPE_MAX_CHARS or not text.isprintable():
-        # whatever else the file holds is never shown: the path may have been named by
-        # the config file, and what it leads to may be anything readable
+    if len(text) > MAX_STRING_CHARS:
         _warn_once(
             "machine type unknown",
             path=shown,
-            error=(
-                "not a product name (one line of printable text, at most "
-                f"{MACHINE_TYPE_MAX_CHARS} characters)"
-            ),
+            error=f"longer than the limit of {MAX_STRING_CHARS} characters",
         )
         return None
     return text
