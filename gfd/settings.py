@@ -286,7 +286,9 @@ def _check_config_paths(
     """Refuse a path the config file names where its option's rule forbids (gfd.pathpolicy):
     the one place a value from the file (or the node's entry) is judged as a path.  A value
     the command line or the environment set wins over the file's, which is then not used."""
-    credentials = str(values.get("kubeconfig") or "").split(os.pathsep)
+    # the kubeconfig files in use, and the running user's kubectl folder
+    credentials = [*str(values.get("kubeconfig") or "").split(os.pathsep), "~/.kube"]
+    credentials = [os.path.expanduser(path) for path in credentials if path]
     for option in OPTIONS:
         rule = option.config_paths
         if rule is None or option.name not in from_file:
