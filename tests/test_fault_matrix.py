@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes.util
 import http.server
 import os
 import resource
@@ -46,6 +47,7 @@ import yaml
 
 from gfd.discovery import sysfs
 from gfd.documents import MAX_DOCUMENT_BYTES
+from gfd.files import LIBRARY_MAX_BYTES
 from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
@@ -1134,8 +1136,6 @@ DRIVER_LIBRARIES = {"libnvidia-ml.so.1": "nvml", "libcuda.so.1": "tegra"}
 
 
 def _oversize(path: Path) -> None:
-    from gfd.files import LIBRARY_MAX_BYTES
-
     with path.open("wb") as handle:
         handle.truncate(LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
 
@@ -1166,8 +1166,6 @@ def _driver_root_with(fault: str, library: str, directory: Path) -> Path:
 
 
 def _no_driver_on_this_machine() -> bool:
-    import ctypes.util
-
     return (
         ctypes.util.find_library("nvidia-ml") is None and ctypes.util.find_library("cuda") is None
     )

@@ -21,7 +21,10 @@ import pytest
 import yaml
 from structlog.testing import capture_logs
 
+from gfd import labels as labelling
+from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
+from gfd.config import Config
 from gfd.config_choice import ConfigChoice
 from gfd.discovery import sysfs
 from gfd.errors import ConfigError
@@ -29,6 +32,7 @@ from gfd.options import OPTIONS, Option
 from gfd.outputs.file import split_features_file
 from gfd.pathpolicy import EXEC_CREDENTIAL_PREFIX, refusal
 from gfd.settings import Settings, resolve
+from gfd.snapshot import MAX_STRING_CHARS
 from tests.process import ROOT, Daemon, assert_refused, run_gfd
 
 CANARY = "canary-3f9c1e7a5b"
@@ -221,11 +225,6 @@ def test_a_machine_type_file_is_never_shown_in_a_log_line(tmp_path: Path) -> Non
     """Even a path the pod spec names: its content reaches the ``machine`` label only as
     a product name (sanitised, cut to a label value) and no warning quotes it -- neither
     the reader's (over its bound) nor the labeller's (a value cut to fit)."""
-    from gfd import labels as labelling
-    from gfd import snapshot as snapshot_io
-    from gfd.config import Config
-    from gfd.snapshot import MAX_STRING_CHARS
-
     path = tmp_path / "product_name"
     path.write_text(CANARY * (MAX_STRING_CHARS // len(CANARY) + 1))
     sysfs._warned.clear()
