@@ -312,7 +312,9 @@ OPTIONS: tuple[Option, ...] = (
         None,
         parse_optional_str,
         "label this snapshot instead of discovering through NVML",
-        config_paths=PathRule(confined=True),
+        # SPEC names flags.gfd.snapshotFile: the config file may name a snapshot anywhere
+        # but the kernel's trees and the credentials, as it may name the outputs
+        config_paths=PathRule(),
     ),
     Option(
         "metrics_address",

@@ -303,7 +303,7 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         "device_discovery_strategy": ("nvml", "nvml"),
         "driver_root_ctr_path": ("/host", "/host"),
         "use_node_labels": (False, False),
-        "snapshot_file": ("/tmp/s.yaml", ConfigError),  # the pod spec's alone
+        "snapshot_file": ("/tmp/s.yaml", "/tmp/s.yaml"),
         "metrics_address": (":9400", ":9400"),
         "topology_labels": (True, True),
         "koordlet_device_infos_dir": ("/tmp/koord", "/tmp/koord"),
