@@ -14,7 +14,7 @@ the raw GPU features of gfd.labels.features, which the agent sets in ``features`
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.observability import get_logger
@@ -29,6 +29,7 @@ from gfd.outputs.kube import (
 )
 
 if TYPE_CHECKING:
+    from gfd.kube.watch import OwnedObject
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
@@ -96,11 +97,36 @@ class NodeFeatureOutput:
         namespace = path_segment(settings.namespace)
         self._collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
         self._path = f"{self._collection}/{path_segment(self.object_name)}"
+        # the labels last published or verified: what a change seen by the watch may undo
+        self._desired: dict[str, str] | None = None
+        self._owned = _owned_object(self, settings)
+
+    # ------------------------------------------------------------- the watch
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Watch the object (gfd.kube.watch) instead of re-reading it periodically:
+        ``wake()`` when a change undoes what was published."""
+        self.verify_interval = None
+        self._owned.start(wake, self._watch_refused)
+
+    def unwatch(self) -> None:
+        self._owned.stop()
+        self._watch_refused()
+
+    def _watch_refused(self) -> None:
+        self.verify_interval = type(self).verify_interval  # the periodic re-read again
+
+    def _undone(self, obj: JSON | None) -> bool:
+        desired = self._desired
+        if desired is None:
+            return False
+        return obj is None or self._differs(self._checked(obj), desired)
 
     # ------------------------------------------------------------- the Output protocol
 
     def publish(self, labels: Mapping[str, str]) -> None:
         desired = dict(sorted(labels.items()))
+        self._desired = desired
         self._client.run(
             f"publish NodeFeature {self.namespace}/{self.object_name}",
             lambda: self._reconcile(desired, self._get()),
@@ -108,6 +134,7 @@ class NodeFeatureOutput:
 
     def verify(self, labels: Mapping[str, str]) -> bool:
         desired = dict(sorted(labels.items()))
+        self._desired = desired
         wrote = False
 
         def check() -> None:
@@ -292,6 +319,24 @@ class NodeFeatureOutput:
                 },
             ]
         return self._owner_references
+
+
+def _owned_object(output: NodeFeatureOutput, settings: Settings) -> OwnedObject:
+    from gfd.kube.watch import OwnedObject, watch_client
+
+    client = output._client
+    return OwnedObject(
+        lambda: watch_client(
+            settings.kubeconfig,
+            settings.kube_api_qps,
+            settings.kube_api_burst,
+            client.rate_limiter,
+        ),
+        output._collection,
+        output.object_name,
+        f"NodeFeature {output.namespace}/{output.object_name}",
+        output._undone,
+    )
 
 
 def _owner_keys(references: Any) -> list[tuple[Any, ...]]:

@@ -24,7 +24,7 @@ What keeps ownership honest:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
@@ -41,6 +41,7 @@ from gfd.outputs.kube import (
 )
 
 if TYPE_CHECKING:
+    from gfd.kube.watch import OwnedObject
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
@@ -118,6 +119,32 @@ class NodeLabelsOutput:
         self._nfd: frozenset[str] = frozenset()
         self._logged_left_out: frozenset[str] = frozenset()
         self._log = get_logger(output=self.kind, node=self.node_name)
+        # the labels last published or verified (those gfd may own): what the watch compares
+        self._desired: dict[str, str] | None = None
+        self._owned_object = _owned_object(self, settings)
+
+    # ------------------------------------------------------------- the watch
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Watch the Node (gfd.kube.watch) instead of re-reading it periodically:
+        ``wake()`` when a change undoes what was published."""
+        self.verify_interval = None
+        self._owned_object.start(wake, self._watch_refused)
+
+    def unwatch(self) -> None:
+        self._owned_object.stop()
+        self._watch_refused()
+
+    def _watch_refused(self) -> None:
+        self.verify_interval = type(self).verify_interval  # the periodic re-read again
+
+    def _undone(self, node: JSON | None) -> bool:
+        desired, owned = self._desired, self._owned
+        if desired is None or owned is None:
+            return False  # a write in flight, or nothing published yet
+        if node is None:
+            return True
+        return bool(self._differences(self._checked_node(node), desired, owned))
 
     # ------------------------------------------------------------- the Output protocol
 
@@ -130,6 +157,7 @@ class NodeLabelsOutput:
                 if not self._differences(node, desired, recorded | self._unconfirmed):
                     self._owned = frozenset(desired)
                     self._unconfirmed = frozenset()
+                    self._desired = desired
                     self._log.info("node labels already up to date", labels=len(desired))
                     return
                 self._patch(desired, recorded)
@@ -150,6 +178,7 @@ class NodeLabelsOutput:
             if not problems:
                 self._owned = frozenset(desired)
                 self._unconfirmed = frozenset()
+                self._desired = desired
                 return
             self._log.warning(
                 "node labels were removed or edited, publishing again", problems=problems
@@ -253,6 +282,7 @@ class NodeLabelsOutput:
         )
         self._owned = frozenset(desired)
         self._unconfirmed = frozenset()
+        self._desired = dict(desired)
         removed = sorted(owned - set(desired))
         self._log.info("patched node labels", labels=len(desired), removed=len(removed))
 
@@ -271,3 +301,21 @@ class NodeLabelsOutput:
         if annotations.get(MANAGED_LABELS_ANNOTATION) != (managed_labels_value(desired) or None):
             problems.append(f"annotation {MANAGED_LABELS_ANNOTATION} differs")
         return problems
+
+
+def _owned_object(output: NodeLabelsOutput, settings: Settings) -> OwnedObject:
+    from gfd.kube.watch import OwnedObject, watch_client
+
+    client = output._client
+    return OwnedObject(
+        lambda: watch_client(
+            settings.kubeconfig,
+            settings.kube_api_qps,
+            settings.kube_api_burst,
+            client.rate_limiter,
+        ),
+        "/api/v1/nodes",
+        output.node_name,
+        f"Node {output.node_name}",
+        output._undone,
+    )
