@@ -351,7 +351,10 @@ def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -
             if status == 410:
                 raise Gone()
             if status != 200:
-                raise KubeError("", status=status, reason=str(response.reason or "")[:60])
+                error = KubeError("", status=status, reason=str(response.reason or "")[:60])
+                if status in REFUSED_STATUSES:
+                    raise Refused(error.describe())
+                raise error
             encoding = str(response.headers.get("Content-Encoding") or "identity").lower()
             if encoding.strip() != "identity":
                 raise bad_answer("a compressed watch stream, which gfd never asks for")
