@@ -211,6 +211,7 @@ class ObjectWatch:
 
     def _loop(self) -> None:
         failures = 0
+        warned = False  # the failures since the last healthy stream were reported
         listed = False  # the last list was answered and no stream has run since
         while not self._stopping.is_set():
             started = self._clock()
@@ -228,13 +229,15 @@ class ObjectWatch:
                 failures += 1  # gone right after a list: wait before listing again
             except (KubeError, PublishError) as exc:
                 failures += 1
-                if failures == 1:
+                if not warned:  # one line for a run of failures, not one per attempt
+                    warned = True
                     self._log.warning(
                         f"watch of {self.what} interrupted; reconnecting", error=_text(exc)
                     )
             else:
                 if self._clock() - started >= HEALTHY_STREAM_SECONDS:
                     failures = 0
+                    warned = False
                 else:
                     failures += 1  # ended early: never a tight loop against a flaky server
             if self._stopping.is_set():
