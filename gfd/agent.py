@@ -509,6 +509,8 @@ class Agent:
 
     def run(self) -> int:
         self._watch(self.output)
+        if self._node_label is not None:  # the reader the CLI made to choose the first entry
+            self._watch_node_label(self._node_label)
         try:
             while True:
                 if self._signals.stop:  # came before the first pass: nothing to finish
