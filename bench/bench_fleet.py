@@ -168,8 +168,10 @@ class Fleet:
 # ----------------------------------------------------------------- the audit log
 
 
-def audit_requests(plane: ControlPlane, mark: int) -> list[dict[str, Any]]:
-    """One record per request (by audit ID) after ``mark``: user, verb, received (epoch)."""
+def audit_requests(plane: ControlPlane, mark: int, since: float) -> list[dict[str, Any]]:
+    """One record per request (by audit ID) received after ``since`` (epoch seconds; the
+    log is read from ``mark``): user, verb, received.  A watch opened earlier whose last
+    stage is logged later is not a request of the window."""
     seen: dict[str, dict[str, Any]] = {}
     for event in plane.audit_events(mark):
         user = (event.get("user") or {}).get("username", "")
@@ -178,6 +180,8 @@ def audit_requests(plane: ControlPlane, mark: int) -> list[dict[str, Any]]:
         received = datetime.datetime.fromisoformat(
             event["requestReceivedTimestamp"].replace("Z", "+00:00")
         ).timestamp()
+        if received < since:
+            continue
         seen.setdefault(
             event["auditID"],
             {"user": user, "verb": event.get("verb"), "received": received},
@@ -306,12 +310,12 @@ class Figures:
 
 def steady(fleet: Fleet, figures: Figures, seconds: float) -> None:
     plane = fleet.plane
-    mark = plane.audit_mark()
+    mark, wall = plane.audit_mark(), time.time()
     started = time.monotonic()
     cpu_before = {n.name: cpu_seconds(n.process.pid) for n in fleet.nodes if n.process}
     time.sleep(seconds)
     elapsed = time.monotonic() - started
-    by_side = counts(audit_requests(plane, mark))
+    by_side = counts(audit_requests(plane, mark, wall))
     n = len(fleet.side("gfd"))
     for side in SIDES:
         requests, writes = by_side[side]
@@ -327,10 +331,15 @@ def steady(fleet: Fleet, figures: Figures, seconds: float) -> None:
 
 
 def repair(fleet: Fleet, figures: Figures) -> None:
+    deleted = {}
     for node in fleet.nodes:
         fleet.plane.delete(node.object_path)
-    deleted = time.monotonic()
-    back = fleet.wait_right(deleted, 150)
+        deleted[node.name] = time.monotonic()
+    first = min(deleted.values())
+    back = {
+        name: seconds + first - deleted[name]
+        for name, seconds in fleet.wait_right(first, 150).items()
+    }
     for side in SIDES:
         times = [back[node.name] for node in fleet.side(side) if node.name in back]
         missing = len(fleet.side(side)) - len(times)
@@ -343,12 +352,12 @@ def repair(fleet: Fleet, figures: Figures) -> None:
 
 def rollout(fleet: Fleet, figures: Figures, settle: float) -> None:
     plane = fleet.plane
-    mark = plane.audit_mark()
+    mark, wall = plane.audit_mark(), time.time()
     fleet.stop(fleet.nodes)
     for node in fleet.nodes:
         fleet.start(node)
     time.sleep(settle)  # every process's first pass (at start) is long done
-    by_side = counts(audit_requests(plane, mark))
+    by_side = counts(audit_requests(plane, mark, wall))
     n = len(fleet.side("gfd"))
     for side in SIDES:
         requests, writes = by_side[side]
@@ -369,7 +378,7 @@ def outage(fleet: Fleet, figures: Figures, down: float, after: float) -> None:
     remaining = after - (time.monotonic() - back)
     if remaining > 0:
         time.sleep(remaining)
-    records = audit_requests(plane, mark)
+    records = audit_requests(plane, mark, back_wall - down)
     one, five = peaks(records, back_wall, 1.0), peaks(records, back_wall, 5.0)
     for side in SIDES:
         figures.outage_peak[side] = (one[side], five[side])

@@ -97,8 +97,10 @@ class NodeFeatureOutput:
         namespace = path_segment(settings.namespace)
         self._collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
         self._path = f"{self._collection}/{path_segment(self.object_name)}"
-        # the labels last published or verified: what a change seen by the watch may undo
+        # the labels last published or verified: what a change seen by the watch may undo;
+        # and the version gfd's own last write made (its own event undoes nothing)
         self._desired: dict[str, str] | None = None
+        self._written: str | None = None
         self._owned = _owned_object(self, settings)
 
     # ------------------------------------------------------------- the watch
@@ -118,7 +120,7 @@ class NodeFeatureOutput:
 
     def _undone(self, obj: JSON | None) -> bool:
         desired = self._desired
-        if desired is None:
+        if desired is None or (obj is not None and _version(obj) == self._written):
             return False
         return obj is None or self._differs(self._checked(obj), desired)
 
@@ -126,15 +128,14 @@ class NodeFeatureOutput:
 
     def publish(self, labels: Mapping[str, str]) -> None:
         desired = dict(sorted(labels.items()))
-        self._desired = desired
         self._client.run(
             f"publish NodeFeature {self.namespace}/{self.object_name}",
             lambda: self._reconcile(desired, self._get()),
         )
+        self._desired = desired
 
     def verify(self, labels: Mapping[str, str]) -> bool:
         desired = dict(sorted(labels.items()))
-        self._desired = desired
         wrote = False
 
         def check() -> None:
@@ -150,6 +151,7 @@ class NodeFeatureOutput:
             wrote = self._reconcile(desired, current) or wrote
 
         self._client.run(f"verify NodeFeature {self.namespace}/{self.object_name}", check)
+        self._desired = desired
         return wrote
 
     def offer(self, snapshot: Snapshot) -> bool:
@@ -239,7 +241,9 @@ class NodeFeatureOutput:
             }
             if owners:
                 body["metadata"]["ownerReferences"] = owners
-            self._checked(self._client.request("POST", self._collection, body))
+            self._written = _version(
+                self._checked(self._client.request("POST", self._collection, body))
+            )
             self._log.info(
                 "created NodeFeature object", object=self.object_name, labels=len(desired)
             )
@@ -259,7 +263,7 @@ class NodeFeatureOutput:
         updated.setdefault("status", {})
         # metadata.resourceVersion stays as read: a concurrent write answers 409 and the
         # retry policy re-runs the whole read-compare-write
-        self._checked(self._client.request("PUT", self._path, updated))
+        self._written = _version(self._checked(self._client.request("PUT", self._path, updated)))
         self._log.info("updated NodeFeature object", object=self.object_name, labels=len(desired))
         return True
 
@@ -337,6 +341,11 @@ def _owned_object(output: NodeFeatureOutput, settings: Settings) -> OwnedObject:
         f"NodeFeature {output.namespace}/{output.object_name}",
         output._undone,
     )
+
+
+def _version(obj: JSON) -> str | None:
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
 
 
 def _owner_keys(references: Any) -> list[tuple[Any, ...]]:

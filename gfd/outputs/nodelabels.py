@@ -121,6 +121,7 @@ class NodeLabelsOutput:
         self._log = get_logger(output=self.kind, node=self.node_name)
         # the labels last published or verified (those gfd may own): what the watch compares
         self._desired: dict[str, str] | None = None
+        self._written: str | None = None  # the node's version after gfd's own last patch
         self._owned_object = _owned_object(self, settings)
 
     # ------------------------------------------------------------- the watch
@@ -144,6 +145,8 @@ class NodeLabelsOutput:
             return False  # a write in flight, or nothing published yet
         if node is None:
             return True
+        if (node.get("metadata") or {}).get("resourceVersion") == self._written:
+            return False  # gfd's own patch
         return bool(self._differences(self._checked_node(node), desired, owned))
 
     # ------------------------------------------------------------- the Output protocol
@@ -277,9 +280,10 @@ class NodeLabelsOutput:
         # until the answer arrives, what this write sets may or may not be on the node
         self._unconfirmed = owned | frozenset(desired)
         self._owned = None
-        self._checked_node(
+        answer = self._checked_node(
             self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
         )
+        self._written = (answer.get("metadata") or {}).get("resourceVersion")
         self._owned = frozenset(desired)
         self._unconfirmed = frozenset()
         self._desired = dict(desired)
