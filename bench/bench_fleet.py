@@ -43,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ class Node:
     kubeconfig: Path = Path()
     log: Path = Path()
     process: subprocess.Popen[bytes] | None = None
+    stopped: bool = False  # stopped on purpose: the kubelet stand-in leaves it
+    crashes: int = 0
+    restart_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -116,13 +120,31 @@ class Fleet:
             argv = [sys.executable, "-m", "gfd", *common, "--log-format", "json"]
         else:
             argv = [str(self.reference / "gpu-feature-discovery"), *common]
+        node.stopped = False
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
                 argv, stdout=log, stderr=log, env=env, cwd=ROOT, stdin=subprocess.DEVNULL
             )
 
+    def supervise(self) -> None:
+        """What the kubelet does for a pod whose container exits (upstream exits on an API
+        error: main.go "failed to get NodeFeature object"): start it again after 10 s, 20 s,
+        40 s, ... at most 300 s (CrashLoopBackOff)."""
+        now = time.monotonic()
+        for node in self.nodes:
+            process = node.process
+            if node.stopped or process is None or process.poll() is None:
+                continue
+            if node.restart_at is None:
+                node.crashes += 1
+                node.restart_at = now + min(300.0, 10.0 * 2 ** (node.crashes - 1))
+            elif now >= node.restart_at:
+                node.restart_at = None
+                self.start(node)
+
     def stop(self, nodes: list[Node]) -> None:
         for node in nodes:
+            node.stopped = True
             if node.process is not None and node.process.poll() is None:
                 node.process.send_signal(signal.SIGTERM)
         for node in nodes:
@@ -203,17 +225,24 @@ def counts(records: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
     return {side: (value[0], value[1]) for side, value in result.items()}
 
 
-def peaks(records: list[dict[str, Any]], since: float, window: float) -> dict[str, int]:
-    """The most requests of each side in any ``window`` seconds after ``since``."""
+def peaks(
+    records: list[dict[str, Any]], since: float, window: float, nodes: bool = False
+) -> dict[str, int]:
+    """The most requests (``nodes``: distinct nodes sending) of each side in any
+    ``window`` seconds after ``since``."""
     result = {}
     for side in SIDES:
-        times = sorted(r["received"] for r in records if side_of(r["user"]) == side)
-        times = [t for t in times if t >= since]
+        mine = sorted(
+            (r["received"], r["user"])
+            for r in records
+            if side_of(r["user"]) == side and r["received"] >= since
+        )
         best, start = 0, 0
-        for end, t in enumerate(times):
-            while t - times[start] >= window:
+        for end, (t, _) in enumerate(mine):
+            while t - mine[start][0] >= window:
                 start += 1
-            best = max(best, end - start + 1)
+            inside = mine[start : end + 1]
+            best = max(best, len({u for _, u in inside}) if nodes else len(inside))
         result[side] = best
     return result
 
@@ -299,7 +328,7 @@ class Figures:
     cpu: dict[str, float] = field(default_factory=dict)
     repair: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     rollout: dict[str, tuple[float, float]] = field(default_factory=dict)
-    outage_peak: dict[str, tuple[int, int]] = field(default_factory=dict)
+    outage_peak: dict[str, tuple[int, int, int]] = field(default_factory=dict)
     outage_recovery: dict[str, float] = field(default_factory=dict)
     latency: dict[str, tuple[float, float]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -380,8 +409,9 @@ def outage(fleet: Fleet, figures: Figures, down: float, after: float) -> None:
         time.sleep(remaining)
     records = audit_requests(plane, mark, back_wall - down)
     one, five = peaks(records, back_wall, 1.0), peaks(records, back_wall, 5.0)
+    spread = peaks(records, back_wall, 1.0, nodes=True)
     for side in SIDES:
-        figures.outage_peak[side] = (one[side], five[side])
+        figures.outage_peak[side] = (one[side], five[side], spread[side])
         times = [recovered.get(node.name) for node in fleet.side(side)]
         done = [t for t in times if t is not None]
         figures.outage_recovery[side] = max(done) if len(done) == len(times) else float("inf")
@@ -448,10 +478,21 @@ def run(args: argparse.Namespace) -> Figures:
             fleet = fleet_of(plane, args.nodes, workdir, reference)
             for node in fleet.nodes:
                 fleet.start(node)
+            done = threading.Event()
+
+            def kubelet() -> None:
+                while not done.wait(0.5):
+                    fleet.supervise()
+
+            threading.Thread(target=kubelet, daemon=True).start()
             try:
                 phases(fleet, figures, args)
             finally:
+                done.set()
                 fleet.stop(fleet.nodes)
+                for side in SIDES:
+                    crashes = sum(node.crashes for node in fleet.side(side))
+                    figures.notes.append(f"{side}: {crashes} process exits restarted (kubelet)")
                 if args.keep_logs:
                     for node in fleet.nodes:
                         target = Path(args.keep_logs) / node.log.name
@@ -501,9 +542,9 @@ def report(figures: Figures) -> None:
     row("roll-out: requests / writes", f"{g4[0]:.1f} / {g4[1]:.1f}", f"{u4[0]:.1f} / {u4[1]:.1f}")
     g5, u5 = figures.outage_peak["gfd"], figures.outage_peak["upstream"]
     row(
-        "after a 30 s outage: fleet peak requests in 1 s / 5 s",
-        f"{g5[0]} / {g5[1]}",
-        f"{u5[0]} / {u5[1]}",
+        "after a 30 s outage: fleet peak requests in 1 s / in 5 s / nodes in 1 s",
+        f"{g5[0]} / {g5[1]} / {g5[2]}",
+        f"{u5[0]} / {u5[1]} / {u5[2]}",
     )
     row(
         "after a 30 s outage: s until every object is right",

@@ -60,7 +60,7 @@ EVENT_BURST = 100
 EVENTS_PER_SECOND = 10.0
 #: the first wait before reconnecting after a failure, and the longest
 RECONNECT_INITIAL_SECONDS = 1.0
-RECONNECT_MAX_SECONDS = 60.0
+RECONNECT_MAX_SECONDS = 30.0
 #: a stream that lasted this long was healthy: the next failure waits the shortest time again
 HEALTHY_STREAM_SECONDS = 60.0
 #: statuses that mean "you may not watch this": give up and re-read periodically
