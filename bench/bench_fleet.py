@@ -20,8 +20,9 @@ gfd's counters.  Phases, in order:
    (timeoutSeconds 1800-2250), past any window: that renewal is added as 3600/2025 an hour;
 2. repair: every NodeFeature deleted at once (an NFD reinstall); seconds until each is back
    with its content (median and slowest over the nodes);
-3. roll-out: every process stopped and started again; requests and writes per node until
-   all have published;
+3. roll-out: every process stopped and started again, one node after another over 60 s
+   (a rolling update; it also leaves the nodes' passes out of step, as in a real fleet);
+   requests and writes per node until all have published;
 4. outage: the API server killed for 30 s, every NodeFeature deleted from etcd meanwhile;
    after it is back, the fleet's peak requests per second (1 s and 5 s windows) and the
    seconds until every node's object is right again;
@@ -379,12 +380,17 @@ def repair(fleet: Fleet, figures: Figures) -> None:
         )
 
 
-def rollout(fleet: Fleet, figures: Figures, settle: float) -> None:
+def rollout(fleet: Fleet, figures: Figures, settle: float, spread: float) -> None:
+    """A DaemonSet's rolling update: one node's pod after another (``spread`` seconds for
+    a side), both sides at once; what they send until all have published."""
     plane = fleet.plane
     mark, wall = plane.audit_mark(), time.time()
-    fleet.stop(fleet.nodes)
-    for node in fleet.nodes:
-        fleet.start(node)
+    pairs = list(zip(fleet.side("gfd"), fleet.side("upstream"), strict=True))
+    for gfd, upstream in pairs:
+        fleet.stop([gfd, upstream])
+        fleet.start(gfd)
+        fleet.start(upstream)
+        time.sleep(spread / len(pairs))
     time.sleep(settle)  # every process's first pass (at start) is long done
     by_side = counts(audit_requests(plane, mark, wall))
     n = len(fleet.side("gfd"))
@@ -516,7 +522,7 @@ def phases(fleet: Fleet, figures: Figures, args: argparse.Namespace) -> None:
     repair(fleet, figures)
     time.sleep(5)
     say("roll-out")
-    rollout(fleet, figures, args.settle)
+    rollout(fleet, figures, args.settle, args.spread)
     say("outage")
     outage(fleet, figures, 30.0, args.after)
     say("GET loop")
@@ -567,6 +573,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=10, help="nodes a side")
     parser.add_argument("--steady", type=float, default=180.0, help="steady window, s")
     parser.add_argument("--settle", type=float, default=30.0, help="roll-out window, s")
+    parser.add_argument("--spread", type=float, default=60.0, help="roll-out duration, s")
     parser.add_argument("--after", type=float, default=90.0, help="window after the outage, s")
     parser.add_argument("--loop", type=float, default=20.0, help="each GET loop, s")
     parser.add_argument("--keep-logs", default="", help="copy every node's log here")
