@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from gfd.kube import watch
-from gfd.outputs.ratelimit import RateLimiter
+from gfd.kube.ratelimit import RateLimiter
 from gfd.settings import resolve
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import ROOT, Daemon

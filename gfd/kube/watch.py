@@ -43,8 +43,8 @@ from urllib.parse import urlencode
 
 from gfd import interrupt, signals
 from gfd.errors import PublishError
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer
 from gfd.observability import get_logger
-from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer
 
 JSON = dict[str, Any]
 

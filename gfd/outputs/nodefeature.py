@@ -17,8 +17,7 @@ import copy
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from gfd.observability import get_logger
-from gfd.outputs.kube import (
+from gfd.kube.client import (
     JSON,
     KubeClient,
     KubeError,
@@ -27,9 +26,11 @@ from gfd.outputs.kube import (
     retry_budget,
     string_map,
 )
+from gfd.kube.watch import OwnedObject, watch_client
+from gfd.observability import get_logger
+from gfd.outputs import Output
 
 if TYPE_CHECKING:
-    from gfd.kube.watch import OwnedObject
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
@@ -74,7 +75,10 @@ def _normalized_spec(spec: Any) -> JSON:
     return {"features": normalized, "labels": string_map(spec, "labels")}
 
 
-class NodeFeatureOutput:
+class NodeFeatureOutput(Output):
+    """Keeps the defaults for ``keep`` and ``on_exit``: the object does not age out, and it
+    outlives the pod (owner references and nfd-gc remove it)."""
+
     kind = "nodefeature"
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
@@ -168,12 +172,6 @@ class NodeFeatureOutput:
         if omitted:
             self._log.warning("NodeFeature instances left out to keep it small", omitted=omitted)
         return True
-
-    def keep(self, labels: Mapping[str, str]) -> None:
-        """Nothing: the object does not age out."""
-
-    def on_exit(self) -> None:
-        """Nothing: the object outlives the pod (owner references and nfd-gc remove it)."""
 
     def cleanup(self) -> None:
         def delete() -> None:
@@ -326,8 +324,6 @@ class NodeFeatureOutput:
 
 
 def _owned_object(output: NodeFeatureOutput, settings: Settings) -> OwnedObject:
-    from gfd.kube.watch import OwnedObject, watch_client
-
     client = output._client
     return OwnedObject(
         lambda: watch_client(
