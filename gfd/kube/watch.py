@@ -23,9 +23,9 @@ The stream is a channel from the API server and bounded as such:
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
 - anything that is not an event of this object ends the stream.
 
-A stream that ends early or fails is reconnected after a wait that doubles up to
-:data:`RECONNECT_MAX_SECONDS`, drawn at random in its upper half, so that a fleet whose API
-server came back does not reconnect in one second; every request also takes a token of the
+A stream that ends early or fails is reconnected after a wait drawn at random up to a bound
+that doubles up to :data:`RECONNECT_MAX_SECONDS` (as client-go's reflector), so that a fleet
+whose API server came back does not reconnect in one second; every request also takes a token of the
 client-side rate limit (``--kube-api-qps``/``--kube-api-burst``) the outputs use.  A watch
 the server refuses (403: RBAC without ``watch`` or ``list``; 405) is given up with one
 line, and the followers go back to re-reading the object periodically.
@@ -80,10 +80,11 @@ class Refused(Exception):
 
 
 def reconnect_wait(failures: int) -> float:
-    """Seconds before reconnecting after ``failures`` failures in a row: the doubling wait,
-    drawn in its upper half."""
+    """Seconds before reconnecting after ``failures`` failures in a row: drawn at random up
+    to the doubling wait ("full jitter": a fleet that lost its server comes back spread over
+    the whole of the last wait, not bunched in its upper half)."""
     base = min(RECONNECT_MAX_SECONDS, RECONNECT_INITIAL_SECONDS * 2 ** max(0, failures - 1))
-    return float(base / 2 + random.uniform(0, base / 2))
+    return float(random.uniform(0, base))
 
 
 class _EventBudget:
@@ -455,6 +456,14 @@ class OwnedObject:
     @property
     def running(self) -> bool:
         return self._watch is not None
+
+    def view(self) -> tuple[bool, JSON | None]:
+        """(True, the object as last seen, None: absent) while the watch follows it;
+        (False, None) before its first list, once refused, or when not watching."""
+        watch = self._watch
+        if watch is None or watch.refused or not watch.synced:
+            return False, None
+        return True, watch.current
 
     def start(self, wake: Callable[[], None], on_refused: Callable[[], None]) -> None:
         if self._watch is not None:

@@ -141,10 +141,17 @@ class NodeFeatureOutput(Output):
     def verify(self, labels: Mapping[str, str]) -> bool:
         desired = dict(sorted(labels.items()))
         wrote = False
+        # the object as the watch last saw it saves a read; a stale view only costs a write
+        # refused with 409 (AlreadyExists, or a resourceVersion conflict), after which the
+        # retry reads the object itself
+        watched, seen = self._owned.view()
 
         def check() -> None:
-            nonlocal wrote
-            current = self._get()
+            nonlocal wrote, watched
+            current = self._checked(copy.deepcopy(seen)) if watched and seen else None
+            if not watched:
+                current = self._get()
+            watched = False
             if current is not None and not self._differs(current, desired):
                 return
             self._log.warning(
