@@ -121,11 +121,11 @@ class Fleet:
             argv = [sys.executable, "-m", "gfd", *common, "--log-format", "json"]
         else:
             argv = [str(self.reference / "gpu-feature-discovery"), *common]
-        node.stopped = False
         with node.log.open("ab") as log:
             node.process = subprocess.Popen(
                 argv, stdout=log, stderr=log, env=env, cwd=ROOT, stdin=subprocess.DEVNULL
             )
+        node.stopped = False  # only now: the kubelet stand-in never sees the old process
 
     def supervise(self) -> None:
         """What the kubelet does for a pod whose container exits (upstream exits on an API

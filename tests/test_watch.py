@@ -163,8 +163,13 @@ def test_gone_relists_once_and_bookmarks_move_the_version(
 
 @pytest.mark.parametrize("status", [403, 405])
 def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
-    api: FakeApiServer, kubeconfig: str, status: int, capsys: pytest.CaptureFixture[str]
+    api: FakeApiServer,
+    kubeconfig: str,
+    status: int,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
     api.refuse_watches(status)
     seen = Seen()
     followed = watch.follow(
@@ -180,8 +185,26 @@ def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
     assert seen.refusals == 1 and followed.refused
     lines = [line for line in capsys.readouterr().err.splitlines() if "cannot watch" in line]
     assert len(lines) == 1 and str(status) in lines[0], lines
-    assert len(watch_queries(api)) == 1  # never tried again
+    # a few tries (a starting server refuses for a moment), then never again
+    assert len(watch_queries(api)) == watch.REFUSALS_BEFORE_GIVING_UP
     watch.unfollow(followed, seen)
+
+
+def test_a_refusal_after_the_watch_worked_is_a_server_starting_and_retried(
+    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted API server answers 403 until its authorizer has read RBAC: a few
+    refusals are retried, and the watch goes on once the server lets it."""
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.05)
+    followed, seen = node_watch
+    eventually(lambda: api.open_watches == 1, "the watch")
+    api.refuse_watches(403)
+    with api.down():
+        eventually(lambda: api.open_watches == 0, "the stream to end")
+    eventually(lambda: len(watch_queries(api)) >= 3, "refused attempts")
+    api.refuse_watches(None)
+    eventually(lambda: api.open_watches == 1, "the watch back")
+    assert not followed.refused and seen.refusals == 0
 
 
 def test_reconnect_waits_double_up_to_the_cap_and_are_spread() -> None:
@@ -297,8 +320,8 @@ def test_a_watch_refused_by_rbac_falls_back_with_one_line(
     api.refuse_watches(403)
     gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms")
     try:
-        gfd.wait_for("pass finished")
-        gfd.wait_for("pass finished", count=5)
+        gfd.wait_for("cannot watch Node n1; re-reading it periodically instead", limit=60)
+        gfd.wait_for("pass finished", count=5)  # it labels on
         assert gfd.stop(signal.SIGTERM) == 0
     finally:
         gfd.kill()

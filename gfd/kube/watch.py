@@ -27,8 +27,9 @@ A stream that ends early or fails is reconnected after a wait drawn at random up
 that doubles up to :data:`RECONNECT_MAX_SECONDS` (as client-go's reflector), so that a fleet
 whose API server came back does not reconnect in one second; every request also takes a token of the
 client-side rate limit (``--kube-api-qps``/``--kube-api-burst``) the outputs use.  A watch
-the server refuses (403: RBAC without ``watch`` or ``list``; 405) is given up with one
-line, and the followers go back to re-reading the object periodically.
+the server refuses (403: RBAC without ``watch`` or ``list``; 405) :data:`REFUSALS_BEFORE_GIVING_UP`
+times in a row is given up with one line, and the followers go back to re-reading the
+object periodically (fewer refusals are a server that is starting: retried as failures).
 """
 
 from __future__ import annotations
@@ -63,8 +64,11 @@ RECONNECT_INITIAL_SECONDS = 1.0
 RECONNECT_MAX_SECONDS = 30.0
 #: a stream that lasted this long was healthy: the next failure waits the shortest time again
 HEALTHY_STREAM_SECONDS = 60.0
-#: statuses that mean "you may not watch this": give up and re-read periodically
+#: statuses that mean "you may not watch this": give up and re-read periodically ...
 REFUSED_STATUSES = frozenset({403, 405})
+#: ... once they came this many times in a row: an API server that is starting answers 403
+#: for a few seconds, until its authorizer has read the RBAC objects
+REFUSALS_BEFORE_GIVING_UP = 5
 
 _READ_BYTES = 64 * 1024
 
@@ -212,6 +216,7 @@ class ObjectWatch:
 
     def _loop(self) -> None:
         failures = 0
+        refusals = 0  # 403 or 405 in a row
         warned = False  # the failures since the last healthy stream were reported
         listed = False  # the last list was answered and no stream has run since
         while not self._stopping.is_set():
@@ -228,6 +233,11 @@ class ObjectWatch:
                     continue
                 self.resource_version = None
                 failures += 1  # gone right after a list: wait before listing again
+            except Refused:
+                refusals += 1
+                if refusals >= REFUSALS_BEFORE_GIVING_UP:
+                    raise
+                failures += 1
             except (KubeError, PublishError) as exc:
                 failures += 1
                 if not warned:  # one line for a run of failures, not one per attempt
@@ -236,6 +246,7 @@ class ObjectWatch:
                         f"watch of {self.what} interrupted; reconnecting", error=_text(exc)
                     )
             else:
+                refusals = 0
                 if self._clock() - started >= HEALTHY_STREAM_SECONDS:
                     failures = 0
                     warned = False
