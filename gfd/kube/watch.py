@@ -45,6 +45,7 @@ from urllib.parse import urlencode
 from gfd import interrupt, signals
 from gfd.errors import PublishError
 from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer
+from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 from gfd.observability import get_logger
 
 JSON = dict[str, Any]
@@ -352,12 +353,19 @@ def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -
 
     def call(timeout: float) -> None:
         api = client.api_client
-        serialized = api.param_serialize(
-            method="GET",
-            resource_path=path,
-            header_params={"Accept": "application/json", "Accept-Encoding": "identity"},
-            auth_settings=["BearerToken"],
-        )
+        # the credential (a token file read, an exec plugin run) under an ordinary request's
+        # deadline, not the stream's half hour
+        stream_deadline = client._request_deadline
+        client._request_deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
+        try:
+            serialized = api.param_serialize(
+                method="GET",
+                resource_path=path,
+                header_params={"Accept": "application/json", "Accept-Encoding": "identity"},
+                auth_settings=["BearerToken"],
+            )
+        finally:
+            client._request_deadline = stream_deadline
         if not serialized[2].get("authorization"):
             serialized[2].pop("authorization", None)  # a client certificate alone
         response: Any = api.call_api(*serialized, _request_timeout=timeout).response
