@@ -29,6 +29,7 @@ import contextlib
 import copy
 import ctypes.util
 import http.server
+import json
 import os
 import resource
 import shutil
@@ -37,6 +38,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -486,6 +488,89 @@ def test_a_redirect_is_never_followed_with_the_credential(status: int, short_dir
 
 
 # =============================================================== runtime channels of a daemon
+
+
+# =============================================================== the watch stream
+
+
+def _flood() -> bytes:
+    event = {"type": "MODIFIED", "object": {"metadata": {"name": "n1", "resourceVersion": "7"}}}
+    return (json.dumps(event) + "\n").encode() * 1000
+
+
+#: what the server may send on a watch of gfd's Node instead of events of it
+WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
+    "huge": lambda: Fault(huge=8 * 1024 * 1024, watch=True, count=None),
+    "malformed": lambda: Fault(status=200, body=b"<html>\n" * 100, watch=True, count=None),
+    "wrong-type": lambda: Fault(
+        status=200, body=b'{"type": "ADDED", "object": [1]}\n', watch=True, count=None
+    ),
+    "flood": lambda: Fault(status=200, body=_flood(), watch=True, count=None),
+    "closed": lambda: Fault(drop=True, watch=True, count=None),
+    "missing": lambda: Fault(status=404, watch=True, count=None),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(WATCH_FAULTS))
+def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApiServer) -> None:
+    """A watch stream that is not a stream of this object's events: the stream ends, one
+    warning line (not one per attempt), the labels stay and the daemon labels on; once the
+    server behaves, the watch is back and a removed label is repaired at once; SIGTERM
+    ends it with 0."""
+    daemon = _api_daemon(short_dir, api)
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        daemon.wait_until(lambda: api.open_watches == 1, "the watch")
+        labels = api.node_labels("n1")
+        api.inject(WATCH_FAULTS[fault]())
+        with api.down():  # ends the stream in progress: the next ones meet the fault
+            daemon.wait_until(lambda: api.open_watches == 0, "the stream to end")
+        interrupted = daemon.wait_for("watch of Node n1 interrupted; reconnecting", limit=60)
+        assert len(str(interrupted[0].get("error", ""))) <= LONGEST_LINE
+        daemon.wait_until(lambda: api.watch_requests() >= 3, "attempts against the fault")
+        api.clear_faults()
+        daemon.wait_until(lambda: api.open_watches == 1, "the watch back", limit=90)
+        assert api.node_labels("n1") == labels
+        api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].clear())
+        daemon.wait_until(lambda: api.node_labels("n1") == labels, "the repair")
+        assert daemon.stop(signal.SIGTERM) == 0
+    finally:
+        daemon.kill()
+    assert daemon.log().count("interrupted; reconnecting") == 1
+    assert "Traceback" not in daemon.log()
+
+
+@pytest.mark.parametrize("fault", ["hung", "stalled"])
+def test_a_watch_that_never_answers_or_stalls_ends_by_its_deadline(
+    fault: str, api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No headers at all, or headers and then silence: the request's total deadline
+    (timeoutSeconds and a grace) ends it and the watch reconnects (in-process, with the
+    watch's seconds shortened: at their real length the test would wait half an hour)."""
+    from gfd.kube import watch
+
+    monkeypatch.setattr(watch, "WATCH_SECONDS", 1)
+    monkeypatch.setattr(watch, "STALL_GRACE_SECONDS", 0.5)
+    api.add_node("n1")
+    if fault == "hung":
+        api.inject(Fault(hang=True, watch=True, count=None))
+    else:
+        api.stall_watches()
+    kubeconfig = str(api.write_kubeconfig(tmp_path / "kube.cfg"))
+    client = watch.watch_client(kubeconfig, -1, 0)
+    followed = watch.ObjectWatch(client, "/api/v1/nodes", "n1", "Node n1")
+    followed.follow(lambda obj: None, lambda: None)
+    followed.start()
+    try:
+        deadline = time.monotonic() + 60
+        while api.watch_requests() < 2:  # the first ended by its deadline, then another
+            assert time.monotonic() < deadline, "the stalled stream was never ended"
+            time.sleep(0.05)
+        assert not followed.refused
+    finally:
+        followed.stop()
+        api.clear_faults()
+        api.stall_watches(False)
 
 
 @dataclass
