@@ -1,0 +1,107 @@
+"""gfd's real NVML path gives upstream GFD v0.20.0's labels on NVIDIA's mock NVML.
+
+For each of the mock's seven GPU profiles and each MIG strategy, upstream's binary and
+``python -m gfd`` run as real processes on the same mock ``libnvidia-ml.so.1`` (pynvml's
+ctypes calls into it), the same machine-type file and the same faked PCI tree (see
+``tests/upstream_labels.py``), and their label files must be equal (both without the
+timestamp).  The shipped profiles have MIG disabled; a copy of each MIG-capable profile with
+MIG enabled is compared too.  The mock enables MIG mode but never hands out a MIG device
+(k8s-test-infra 3b2b865 ``pkg/gpu/mocknvml/engine/device.go:1805``: every
+``nvmlDeviceGetMigDeviceHandleByIndex`` is NOT_FOUND), so those cases are MIG-enabled GPUs
+with no MIG device: upstream's single strategy then labels ``<product>-MIG-INVALID`` with
+count 0, and gfd must do the same.  MIG devices with real profiles are compared in
+``tests/test_upstream_gfd.py`` (upstream's own end-to-end expectations) instead.
+
+Without ``../shared/nvidia-reference`` the tests skip with one line saying what is missing
+(unless the bench script's build is at hand); with it they fail rather than skip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.upstream_labels import (
+    CLASS_3D,
+    CLASS_VGA,
+    PROFILES,
+    SHARED,
+    STRATEGIES,
+    Reference,
+    differences,
+    fake_pci_tree,
+    namespace_problem,
+    profile_bus_ids,
+    reference,
+    run_both,
+    with_mig_enabled,
+)
+
+#: the profiles of GPUs that have MIG (A100, Hopper, Blackwell); L40S and T4 have none
+MIG_CAPABLE = ("a100", "b200", "gb200", "gb300", "h100")
+#: the T4 runs with its GPUs as VGA controllers, so that gpu.mode=graphics is compared too
+GRAPHICS = ("t4",)
+
+
+@pytest.fixture(scope="session")
+def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    # The folder above every xdist worker's own: all workers share one unpack.
+    shared_cache = tmp_path_factory.getbasetemp().parent / "nvidia-reference"
+    found = reference(shared_cache)
+    if isinstance(found, str):
+        if SHARED.is_dir():
+            pytest.fail(found)
+        pytest.skip(found)
+    problem = namespace_problem()
+    if problem is not None:
+        pytest.fail(problem) if SHARED.is_dir() else pytest.skip(problem)
+    return found
+
+
+def compare(ref: Reference, profile: Path, strategy: str, pci_class: str, work: Path) -> dict:  # type: ignore[type-arg]
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
+    upstream, ours = run_both(ref, profile, strategy, tree, work)
+    assert not differences(upstream.labels, ours.labels), (
+        "\n".join(differences(upstream.labels, ours.labels))
+        + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
+    )
+    labels = ours.labels
+    # The comparison means something only if both really read the mock and the fake tree.
+    assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-")
+    assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-Test-920-23687-2530-000"
+    mode = "graphics" if pci_class == CLASS_VGA else "compute"
+    assert labels["nvidia.com/gpu.mode"] == mode
+    assert "nvidia.com/gfd.timestamp" not in labels
+    return labels
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_shipped_profile_labels_equal_upstream(
+    mock_reference: Reference, profile: str, strategy: str, tmp_path: Path
+) -> None:
+    pci_class = CLASS_VGA if profile in GRAPHICS else CLASS_3D
+    path = mock_reference.profile(profile)
+    labels = compare(mock_reference, path, strategy, pci_class, tmp_path)
+    assert labels["nvidia.com/gpu.count"] == str(len(profile_bus_ids(path)))
+    assert (strategy == "none") is ("nvidia.com/mig.strategy" not in labels)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("profile", MIG_CAPABLE)
+def test_mig_enabled_profile_labels_equal_upstream(
+    mock_reference: Reference, profile: str, strategy: str, tmp_path: Path
+) -> None:
+    path = with_mig_enabled(mock_reference.profile(profile), tmp_path / f"mig-{profile}.yaml")
+    labels = compare(mock_reference, path, strategy, CLASS_3D, tmp_path)
+    assert labels["nvidia.com/mig.capable"] == "true"
+    if strategy == "single":
+        # every GPU MIG-enabled and empty: upstream's invalid single-strategy node
+        assert labels["nvidia.com/gpu.product"].endswith("-MIG-INVALID")
+        assert labels["nvidia.com/gpu.count"] == "0"
+    else:
+        # none: whole GPUs whatever their MIG mode; mixed: the full GPUs stay (no MIG
+        # resources: there are no MIG devices)
+        assert not any(key.startswith("nvidia.com/mig-") for key in labels)

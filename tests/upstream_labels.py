@@ -1,0 +1,258 @@
+"""Upstream GFD v0.20.0 and gfd side by side on NVIDIA's mock NVML: the reference programs,
+the mock's profiles, and one oneshot of each program as a real process.
+
+The reference programs (upstream's binary, the mock ``libnvidia-ml.so.1`` and its profiles)
+come from ``<repo>/../shared/nvidia-reference`` when that folder exists (its ``unpack.sh``,
+run once per test run into a folder every xdist worker shares), else from the cache of
+``scripts/bench-nvml-tools.sh`` (built there when Go is at hand).  :func:`reference` says
+which, or why neither: a test skips with that line only when the shared folder is absent.
+
+What the mock cannot fake is made the same for both programs:
+
+- ``/sys/bus/pci/devices``: the mock answers NVML only; both programs read each GPU's PCI
+  class from sysfs (``nvidia.com/gpu.mode``), and upstream's reader dereferences nothing
+  when the bus id names a non-NVIDIA function of the host (k8s-device-plugin v0.20.0
+  ``internal/resource/nvml-device.go:98-102``).  So both run in a private mount namespace
+  (``unshare``) where a folder made from the profile's bus ids is bound over that path:
+  every GPU an NVIDIA function with the class the case chooses.
+- the machine type: both read ``--machine-type-file`` pointing at one file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from tests.process import ROOT, clean_env
+
+SHARED = Path(ROOT).parent / "shared" / "nvidia-reference"
+BENCH_TOOLS = Path(ROOT) / "scripts" / "bench-nvml-tools.sh"
+PROFILES = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
+STRATEGIES = ("none", "single", "mixed")
+PCI_DEVICES = "/sys/bus/pci/devices"
+NVIDIA_VENDOR = "0x10de"
+#: PCI class of a 3D controller (upstream: gpu.mode=compute) and of a VGA one (graphics)
+CLASS_3D = "0x030200"
+CLASS_VGA = "0x030000"
+CONFIG_SPACE = bytes(256)  # no capability list: not a vGPU, for both programs' scans
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where the reference programs are."""
+
+    upstream: Path  # gpu-feature-discovery v0.20.0
+    library_dir: Path  # holds the mock libnvidia-ml.so.1
+    profiles: Path  # holds mock-nvml-config-<profile>.yaml
+
+    def profile(self, name: str) -> Path:
+        return self.profiles / f"mock-nvml-config-{name}.yaml"
+
+
+def unpack_shared(into: Path) -> Reference:
+    """The shared folder's programs, unpacked once into ``into`` (a lock keeps xdist
+    workers from unpacking over each other; unpack.sh keeps files whose checksum holds)."""
+    into.mkdir(parents=True, exist_ok=True)
+    with open(into / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(
+            ["sh", str(SHARED / "unpack.sh"), str(into)], capture_output=True, text=True
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{SHARED}/unpack.sh failed ({done.returncode}): {done.stderr}")
+    return Reference(into / "gpu-feature-discovery", into, into)
+
+
+def bench_tools() -> Reference | str:
+    """The bench script's cached build (made when Go is at hand), or why there is none."""
+
+    def path_of(name: str) -> Path:
+        done = subprocess.run(
+            [str(BENCH_TOOLS), "path", name], capture_output=True, text=True, check=True
+        )
+        return Path(done.stdout.strip())
+
+    mock, upstream = path_of("mock-nvml"), path_of("upstream")
+    if not ((mock / "libnvidia-ml.so.1").exists() and upstream.exists()):
+        go = os.environ.get("GO", "/usr/local/go/bin/go")
+        if not os.access(go, os.X_OK):
+            return f"no {SHARED}, no Go at {go} to build the mock NVML and upstream GFD"
+        done = subprocess.run([str(BENCH_TOOLS)], capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"no {SHARED}; {BENCH_TOOLS.name} failed: {done.stderr.strip()[-300:]}"
+    return Reference(upstream, mock, mock / "configs")
+
+
+def reference(shared_cache: Path) -> Reference | str:
+    """The reference programs, or one line saying what is missing."""
+    if SHARED.is_dir():
+        return unpack_shared(shared_cache)
+    return bench_tools()
+
+
+# ------------------------------------------------------------------------ mock profiles
+
+
+def profile_bus_ids(profile: Path) -> list[str]:
+    """The sysfs names (``0000:1a:00.0``) of the profile's GPUs."""
+    document = yaml.safe_load(profile.read_text())
+    ids = [str(device["pci"]["bus_id"]) for device in document["devices"]]
+    return [sysfs_name(bus_id) for bus_id in ids]
+
+
+def sysfs_name(bus_id: str) -> str:
+    domain, bus, rest = bus_id.split(":")
+    return f"{int(domain, 16):04x}:{bus.lower()}:{rest.lower()}"
+
+
+def with_mig_enabled(profile: Path, into: Path) -> Path:
+    """A copy of ``profile`` with MIG enabled on every GPU (the mock's ``mig:`` of
+    ``device_defaults``; its per-device overrides do not carry ``mig``)."""
+    text = profile.read_text()
+    edited, count = re.subn(
+        r'(mode_(?:current|pending): )"disabled"', r'\1"enabled"', text, count=2
+    )
+    if count != 2:
+        raise AssertionError(f"{profile.name}: no mig mode_current/mode_pending to enable")
+    into.write_text(edited)
+    return into
+
+
+def fake_pci_tree(bus_ids: list[str], pci_class: str, into: Path) -> Path:
+    """A ``/sys/bus/pci/devices`` holding one NVIDIA function per bus id: the files
+    upstream's go-nvlib requires (vendor, class, device, numa_node, resource) and the
+    256-byte config space both programs' vGPU scans read."""
+    for bus_id in bus_ids:
+        device = into / bus_id
+        device.mkdir(parents=True)
+        for name, value in (
+            ("vendor", NVIDIA_VENDOR),
+            ("device", "0x2330"),
+            ("class", pci_class),
+            ("numa_node", "-1"),
+            ("subsystem_vendor", NVIDIA_VENDOR),
+            ("subsystem_device", "0x16c1"),
+            ("resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000"),
+        ):
+            (device / name).write_text(value + "\n")
+        (device / "config").write_bytes(CONFIG_SPACE)
+    return into
+
+
+# ------------------------------------------------------------------------ running both
+
+
+def namespace_prefix(pci_tree: Path) -> list[str]:
+    """argv prefix running a command with ``pci_tree`` bound over /sys/bus/pci/devices in
+    a private mount namespace (a user namespace too, so that no root is needed)."""
+    script = 'mount --bind "$0" /sys/bus/pci/devices && exec "$@"'
+    return ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", script, str(pci_tree)]
+
+
+def namespace_problem() -> str | None:
+    """Why a private mount namespace cannot be made here; None when it can."""
+    if shutil.which("unshare") is None:
+        return "no unshare (util-linux) to give both programs the same /sys/bus/pci/devices"
+    with tempfile.TemporaryDirectory() as empty:
+        probe = subprocess.run(
+            [*namespace_prefix(Path(empty)), "true"], capture_output=True, text=True, timeout=30
+        )
+    if probe.returncode != 0:
+        return f"unshare cannot make a private mount namespace: {probe.stderr.strip()}"
+    return None
+
+
+@dataclass(frozen=True)
+class Run:
+    labels: dict[str, str]
+    log: str
+
+
+def mock_env(ref: Reference, profile: Path) -> dict[str, str]:
+    extra = {"LD_LIBRARY_PATH": str(ref.library_dir), "MOCK_NVML_CONFIG": str(profile)}
+    env = {k: v for k, v in clean_env(extra).items() if not k.startswith("MOCK_NVML_")}
+    env.update(extra)
+    return env
+
+
+def read_labels(path: Path) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in path.read_text().splitlines() if line)
+    return {key: value for key, value in pairs}
+
+
+def oneshot(argv: list[str], env: dict[str, str], output: Path) -> Run:
+    """One oneshot to completion; it must succeed and write ``output``."""
+    done = subprocess.run(
+        argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
+    log = done.stdout + done.stderr
+    if done.returncode != 0 or not output.exists():
+        raise AssertionError(f"{argv[len(argv) - 12 :]} exit {done.returncode}:\n{log[-3000:]}")
+    return Run(read_labels(output), log)
+
+
+def run_both(
+    ref: Reference, profile: Path, strategy: str, pci_tree: Path, work: Path
+) -> tuple[Run, Run]:
+    """(upstream, gfd): each program's oneshot on ``profile`` with MIG strategy
+    ``strategy``, the same machine-type file and the same faked PCI tree."""
+    machine_type = work / "machine-type"
+    machine_type.write_text("NVIDIA DGX Test 920-23687-2530-000\n")
+    env = mock_env(ref, profile)
+    prefix = namespace_prefix(pci_tree)
+    upstream_out, gfd_out = work / "upstream.labels", work / "gfd.labels"
+    upstream = oneshot(
+        [
+            *prefix,
+            str(ref.upstream),
+            "-oneshot",
+            "-no-timestamp",
+            "-use-node-feature-api=false",
+            "-output-file",
+            str(upstream_out),
+            "-mig-strategy",
+            strategy,
+            "-machine-type-file",
+            str(machine_type),
+        ],
+        env,
+        upstream_out,
+    )
+    ours = oneshot(
+        [
+            *prefix,
+            sys.executable,
+            "-m",
+            "gfd",
+            "--oneshot",
+            "--no-timestamp",
+            "--use-node-feature-api=false",
+            "--output-file",
+            str(gfd_out),
+            "--mig-strategy",
+            strategy,
+            "--machine-type-file",
+            str(machine_type),
+        ],
+        env,
+        gfd_out,
+    )
+    return upstream, ours
+
+
+def differences(upstream: dict[str, str], gfd: dict[str, str]) -> list[str]:
+    """One line per label that differs: missing on one side, or another value."""
+    return [
+        f"{key}: upstream {upstream.get(key)!r}, gfd {gfd.get(key)!r}"
+        for key in sorted(upstream.keys() | gfd.keys())
+        if upstream.get(key) != gfd.get(key)
+    ]
