@@ -59,7 +59,9 @@ def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return found
 
 
-def compare(ref: Reference, profile: Path, strategy: str, pci_class: str, work: Path) -> dict:  # type: ignore[type-arg]
+def compare(
+    ref: Reference, profile: Path, strategy: str, pci_class: str, work: Path
+) -> dict[str, str]:
     bus_ids = profile_bus_ids(profile)
     tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
     upstream, ours = run_both(ref, profile, strategy, tree, work)
