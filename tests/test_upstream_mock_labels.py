@@ -35,6 +35,7 @@ from tests.upstream_labels import (
     profile_bus_ids,
     reference,
     run_both,
+    succeeded,
     with_mig_enabled,
 )
 
@@ -65,11 +66,11 @@ def compare(
     bus_ids = profile_bus_ids(profile)
     tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
     upstream, ours = run_both(ref, profile, strategy, tree, work)
-    assert not differences(upstream.labels, ours.labels), (
-        "\n".join(differences(upstream.labels, ours.labels))
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), (
+        "\n".join(differences(theirs, labels))
         + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
     )
-    labels = ours.labels
     # The comparison means something only if both really read the mock and the fake tree.
     assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-")
     assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-Test-920-23687-2530-000"
@@ -107,3 +108,46 @@ def test_mig_enabled_profile_labels_equal_upstream(
         # none: whole GPUs whatever their MIG mode; mixed: the full GPUs stay (no MIG
         # resources: there are no MIG devices)
         assert not any(key.startswith("nvidia.com/mig-") for key in labels)
+
+
+def test_gpus_of_differing_classes_label_mode_unknown_like_upstream(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    profile = mock_reference.profile("h100")
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    (tree / bus_ids[-1] / "class").write_text(CLASS_VGA + "\n")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/gpu.mode"] == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "pci_class", "mode"),
+    [
+        ("0x8086", CLASS_3D, "compute"),  # not NVIDIA's: gfd reads only the class
+        ("0x10de", "0x068000", "unknown"),  # NVIDIA's, but a bridge, not a GPU
+    ],
+)
+def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
+    mock_reference: Reference, vendor: str, pci_class: str, mode: str, tmp_path: Path
+) -> None:
+    """A documented difference, upstream being at fault: its GetPCIClass reads ``.Class``
+    through the nil go-nvlib returns for a function that is not an NVIDIA GPU
+    (k8s-device-plugin v0.20.0 ``internal/resource/nvml-device.go:102``; vendored
+    ``go-nvlib/pkg/nvpci/nvpci.go:250`` and ``:298``), so a oneshot panics and labels
+    nothing.  gfd labels the node; only gpu.mode depends on the odd function."""
+    profile = mock_reference.profile("h100")
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    (tree / bus_ids[3] / "vendor").write_text(vendor + "\n")
+    (tree / bus_ids[3] / "class").write_text(pci_class + "\n")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    assert upstream.returncode != 0
+    assert upstream.labels is None
+    assert "invalid memory address or nil pointer dereference" in upstream.log
+    assert "internal/resource/nvml-device.go:102" in upstream.log
+    labels = succeeded(ours, "gfd")
+    assert labels["nvidia.com/gpu.mode"] == mode
+    assert labels["nvidia.com/gpu.count"] == str(len(bus_ids))

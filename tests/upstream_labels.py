@@ -10,9 +10,11 @@ which, or why neither: a test skips with that line only when the shared folder i
 What the mock cannot fake is made the same for both programs:
 
 - ``/sys/bus/pci/devices``: the mock answers NVML only; both programs read each GPU's PCI
-  class from sysfs (``nvidia.com/gpu.mode``), and upstream's reader dereferences nothing
-  when the bus id names a non-NVIDIA function of the host (k8s-device-plugin v0.20.0
-  ``internal/resource/nvml-device.go:98-102``).  So both run in a private mount namespace
+  class from sysfs (``nvidia.com/gpu.mode``), so the label would follow whatever the host
+  has at the mock's bus ids, and upstream crashes when one of them is not an NVIDIA GPU
+  (k8s-device-plugin v0.20.0 ``internal/resource/nvml-device.go:102`` reads ``.Class``
+  through the nil that vendored go-nvlib ``pkg/nvpci/nvpci.go:250`` and ``:298`` return
+  for a non-GPU or non-NVIDIA function).  So both run in a private mount namespace
   (``unshare``) where a folder made from the profile's bus ids is bound over that path:
   every GPU an NVIDIA function with the class the case chooses.
 - the machine type: both read ``--machine-type-file`` pointing at one file.
@@ -173,7 +175,8 @@ def namespace_problem() -> str | None:
 
 @dataclass(frozen=True)
 class Run:
-    labels: dict[str, str]
+    returncode: int
+    labels: dict[str, str] | None  # None: no output file written
     log: str
 
 
@@ -190,14 +193,21 @@ def read_labels(path: Path) -> dict[str, str]:
 
 
 def oneshot(argv: list[str], env: dict[str, str], output: Path) -> Run:
-    """One oneshot to completion; it must succeed and write ``output``."""
+    """One oneshot to its end."""
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
     )
-    log = done.stdout + done.stderr
-    if done.returncode != 0 or not output.exists():
-        raise AssertionError(f"{argv[len(argv) - 12 :]} exit {done.returncode}:\n{log[-3000:]}")
-    return Run(read_labels(output), log)
+    labels = read_labels(output) if output.exists() else None
+    return Run(done.returncode, labels, done.stdout + done.stderr)
+
+
+def succeeded(run: Run, who: str) -> dict[str, str]:
+    """The labels of a run that must have succeeded."""
+    if run.returncode != 0 or run.labels is None:
+        raise AssertionError(
+            f"{who} exit {run.returncode}, labels {run.labels}:\n{run.log[-3000:]}"
+        )
+    return run.labels
 
 
 def run_both(
@@ -210,42 +220,28 @@ def run_both(
     env = mock_env(ref, profile)
     prefix = namespace_prefix(pci_tree)
     upstream_out, gfd_out = work / "upstream.labels", work / "gfd.labels"
-    upstream = oneshot(
-        [
-            *prefix,
-            str(ref.upstream),
-            "-oneshot",
-            "-no-timestamp",
-            "-use-node-feature-api=false",
-            "-output-file",
-            str(upstream_out),
-            "-mig-strategy",
-            strategy,
-            "-machine-type-file",
-            str(machine_type),
-        ],
-        env,
-        upstream_out,
-    )
-    ours = oneshot(
-        [
-            *prefix,
-            sys.executable,
-            "-m",
-            "gfd",
-            "--oneshot",
-            "--no-timestamp",
-            "--use-node-feature-api=false",
-            "--output-file",
-            str(gfd_out),
-            "--mig-strategy",
-            strategy,
-            "--machine-type-file",
-            str(machine_type),
-        ],
-        env,
-        gfd_out,
-    )
+    flags = {
+        "oneshot": None,
+        "no-timestamp": None,
+        "use-node-feature-api": "false",
+        "output-file": "",
+        "mig-strategy": strategy,
+        "machine-type-file": str(machine_type),
+    }
+
+    def argv(dashes: str, output: Path) -> list[str]:
+        words = []
+        for name, value in flags.items():
+            if name == "use-node-feature-api":
+                words.append(f"{dashes}{name}={value}")
+            elif value is None:
+                words.append(dashes + name)
+            else:
+                words += [dashes + name, value or str(output)]
+        return words
+
+    upstream = oneshot([*prefix, str(ref.upstream), *argv("-", upstream_out)], env, upstream_out)
+    ours = oneshot([*prefix, sys.executable, "-m", "gfd", *argv("--", gfd_out)], env, gfd_out)
     return upstream, ours
 
 
