@@ -163,7 +163,7 @@ def _host_snapshot(
 
 
 def _with_numa_nodes(topology: Topology, gpus: tuple[Gpu, ...], settings: Settings) -> Topology:
-    from gfd.discovery import topology as topology_source
+    from gfd.discovery import gpu_links as topology_source
 
     return topology_source.with_numa_nodes(topology, gpus, settings.sysfs_root)
 

@@ -190,7 +190,7 @@ def read(nvml: Any) -> NvmlReading:
 def read_with_topology(nvml: Any) -> tuple[NvmlReading, Topology | None]:
     """:func:`read` plus the interconnect, in the same NVML session (never fails on it:
     None when it could not be read at all)."""
-    from gfd.discovery.topology import TopologyReader
+    from gfd.discovery.gpu_links import TopologyReader
 
     with session(nvml):
         reading = _NvmlReader(nvml).read()

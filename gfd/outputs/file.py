@@ -26,11 +26,10 @@ from gfd.echo import clip_path
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, open_regular, read_bounded
 from gfd.observability import get_logger
-from gfd.outputs import Labels
+from gfd.outputs import Labels, Output
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
-    from gfd.snapshot import Snapshot
 
 #: NFD skips feature files larger than this; fail loudly instead of being ignored quietly
 MAX_FEATURES_FILE_BYTES = 64 * 1024
@@ -169,9 +168,8 @@ def _write_with_stall_limit(fd: int, data: bytes, name: str, *, wait_for_room: b
             )
 
 
-class StdoutOutput:
+class StdoutOutput(Output):
     kind = "stdout"
-    verify_interval: float | None = None
 
     def publish(self, labels: Labels) -> None:
         if sys.stdout is None:  # started with stdout closed
@@ -191,23 +189,8 @@ class StdoutOutput:
         except OSError as exc:
             raise PublishError(f"cannot write labels to stdout: {exc.strerror or exc}") from None
 
-    def verify(self, labels: Labels) -> bool:
-        return False
 
-    def offer(self, snapshot: Snapshot) -> bool:
-        return False
-
-    def keep(self, labels: Labels) -> None:
-        pass
-
-    def on_exit(self) -> None:
-        pass
-
-    def cleanup(self) -> None:
-        pass
-
-
-class FileOutput:
+class FileOutput(Output):
     kind = "file"
     #: checking the file is a local stat and read, so it is done every pass: a file removed
     #: or edited by someone else is put back, and a lapsing expiry renewed, at the next pass
@@ -256,9 +239,6 @@ class FileOutput:
             )
             return False
         return True
-
-    def offer(self, snapshot: Snapshot) -> bool:
-        return False
 
     def keep(self, labels: Labels) -> None:
         """A failed pass still renews the expiry: only a gfd that stopped running lets

@@ -8,10 +8,10 @@ keys are the partition sizes as strings ("1", "2", ...), each partition has ``mi
 ``allocationScore`` (a JSON int: Go's ``int`` rejects a string).  This module holds the
 value types, the quantity text, the JSON form and the validation of an operator's own table
 (config file ``partitions:``).  The table computed from the topology is in
-:mod:`gfd.labels.partitions`.
+:mod:`gfd.labels.partitioning`.
 
 gfd publishes the table under its own Node annotation ``nvidia.com/gfd.gpu-partitions``
-(:mod:`gfd.outputs.topology`), never under Koordinator's
+(:mod:`gfd.outputs.topology_extras`), never under Koordinator's
 ``scheduling.koordinator.sh/gpu-partitions``: that key lives on koordlet's ``Device``
 object, which koordlet rewrites (:mod:`gfd.outputs.koordlet` is the way in).
 """

@@ -18,9 +18,9 @@ from gfd.grammar import PREFIX
 from gfd.observability import get_logger
 
 if TYPE_CHECKING:
+    from gfd.kube.client import KubeClient
     from gfd.outputs.koordlet import KoordletDeviceInfos
-    from gfd.outputs.kube import KubeClient
-    from gfd.partitions import PartitionTable
+    from gfd.partition_table import PartitionTable
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
@@ -31,7 +31,7 @@ class PartitionsAnnotation:
     """The partition table as one gfd-owned annotation on the Node."""
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        from gfd.outputs.kube import KubeClient, retry_budget
+        from gfd.kube.client import KubeClient, retry_budget
 
         assert settings.node_name
         self.node_name = settings.node_name
@@ -46,7 +46,7 @@ class PartitionsAnnotation:
         self._log = get_logger(output="node-annotation", node=self.node_name)
 
     def publish(self, table: PartitionTable) -> bool:
-        from gfd.partitions import dumps
+        from gfd.partition_table import dumps
 
         value = dumps(table) if table else None
         if value == self._published:
@@ -62,7 +62,7 @@ class PartitionsAnnotation:
 
     def _current(self) -> str | None:
         """The annotation's value on the node now (None: absent)."""
-        from gfd.outputs.kube import string_map
+        from gfd.kube.client import string_map
 
         def read() -> str | None:
             node = self._client.request("GET", self._path)
@@ -72,7 +72,7 @@ class PartitionsAnnotation:
 
     def cleanup(self) -> None:
         """Remove the annotation if it is there (a node without it is not written to)."""
-        from gfd.outputs.kube import MERGE_PATCH, string_map
+        from gfd.kube.client import MERGE_PATCH, string_map
 
         def remove() -> None:
             node = self._client.request("GET", self._path)
@@ -84,7 +84,7 @@ class PartitionsAnnotation:
         self._published = None
 
     def _patch(self, value: str | None) -> None:
-        from gfd.outputs.kube import MERGE_PATCH
+        from gfd.kube.client import MERGE_PATCH
 
         patch: dict[str, Any] = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: value}}}
         self._client.run(
@@ -103,7 +103,7 @@ class TopologyOutputs:
         self.koordlet = koordlet
 
     def publish(self, snapshot: Snapshot, override: PartitionTable | None) -> None:
-        from gfd.labels.partitions import partition_table  # decimal: only when asked for
+        from gfd.labels.partitioning import partition_table  # decimal: only when asked for
 
         table = partition_table(snapshot, override)
         if self.annotation is not None:
