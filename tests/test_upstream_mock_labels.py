@@ -36,6 +36,7 @@ from tests.upstream_labels import (
     reference,
     run_both,
     succeeded,
+    vgpu_config_space,
     with_mig_enabled,
 )
 
@@ -121,6 +122,20 @@ def test_gpus_of_differing_classes_label_mode_unknown_like_upstream(
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
     assert labels["nvidia.com/gpu.mode"] == "unknown"
+
+
+def test_vgpu_guest_labels_equal_upstream(mock_reference: Reference, tmp_path: Path) -> None:
+    """GPUs whose config space carries the vGPU capability: both scans find the host
+    driver's version and branch there."""
+    profile = mock_reference.profile("l40s")
+    config = vgpu_config_space("550.54.16", "r550_00")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/vgpu.present"] == "true"
+    assert labels["nvidia.com/vgpu.host-driver-version"] == "550.54.16"
+    assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_00"
 
 
 @pytest.mark.parametrize(

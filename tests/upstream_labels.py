@@ -129,7 +129,22 @@ def with_mig_enabled(profile: Path, into: Path) -> Path:
     return into
 
 
-def fake_pci_tree(bus_ids: list[str], pci_class: str, into: Path) -> Path:
+def vgpu_config_space(version: str, branch: str) -> bytes:
+    """A 256-byte config space whose capability list holds NVIDIA's vendor-specific vGPU
+    capability ("VF") with its host-driver record (id 0: 10 bytes of version, 10 of
+    branch), the layout both programs' vGPU scans walk."""
+    space = bytearray(256)
+    space[0x06] = 0x10  # status: capability list present
+    space[0x34] = 0x40  # first capability
+    record = bytes([0, 22]) + version.encode().ljust(10, b"\0") + branch.encode().ljust(10, b"\0")
+    capability = bytes([0x09, 0x00, 5 + len(record)]) + b"VF" + record
+    space[0x40 : 0x40 + len(capability)] = capability
+    return bytes(space)
+
+
+def fake_pci_tree(
+    bus_ids: list[str], pci_class: str, into: Path, config: bytes = CONFIG_SPACE
+) -> Path:
     """A ``/sys/bus/pci/devices`` holding one NVIDIA function per bus id: the files
     upstream's go-nvlib requires (vendor, class, device, numa_node, resource) and the
     256-byte config space both programs' vGPU scans read."""
@@ -146,7 +161,7 @@ def fake_pci_tree(bus_ids: list[str], pci_class: str, into: Path) -> Path:
             ("resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000"),
         ):
             (device / name).write_text(value + "\n")
-        (device / "config").write_bytes(CONFIG_SPACE)
+        (device / "config").write_bytes(config)
     return into
 
 
