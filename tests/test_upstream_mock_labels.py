@@ -62,11 +62,16 @@ def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
 
 
 def compare(
-    ref: Reference, profile: Path, strategy: str, pci_class: str, work: Path
+    ref: Reference,
+    profile: Path,
+    strategy: str,
+    pci_class: str,
+    work: Path,
+    config_file: Path | None = None,
 ) -> dict[str, str]:
     bus_ids = profile_bus_ids(profile)
     tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
-    upstream, ours = run_both(ref, profile, strategy, tree, work)
+    upstream, ours = run_both(ref, profile, strategy, tree, work, config_file)
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     assert not differences(theirs, labels), (
         "\n".join(differences(theirs, labels))
@@ -109,6 +114,52 @@ def test_mig_enabled_profile_labels_equal_upstream(
         # none: whole GPUs whatever their MIG mode; mixed: the full GPUs stay (no MIG
         # resources: there are no MIG devices)
         assert not any(key.startswith("nvidia.com/mig-") for key in labels)
+
+
+SHARING = {
+    "time-slicing": "timeSlicing:\n    renameByDefault: true\n",
+    "mps": "mps:\n",
+}
+
+
+def sharing_config(kind: str, replicas: int, into: Path) -> Path:
+    into.write_text(
+        f"version: v1\nsharing:\n  {SHARING[kind]}    resources:\n"
+        f"    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+    )
+    return into
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("kind", "mig_enabled"), [("time-slicing", False), ("mps", False), ("time-slicing", True)]
+)
+def test_sharing_config_labels_equal_upstream(
+    mock_reference: Reference, kind: str, mig_enabled: bool, strategy: str, tmp_path: Path
+) -> None:
+    """The same config file (GPU sharing) read by both: replicas, strategy and the
+    renamed product follow it alike."""
+    profile = mock_reference.profile("a100" if mig_enabled else "h100")
+    if mig_enabled:
+        profile = with_mig_enabled(profile, tmp_path / "mig-a100.yaml")
+    config = sharing_config(kind, 4, tmp_path / "config.yaml")
+    labels = compare(mock_reference, profile, strategy, CLASS_3D, tmp_path, config)
+    if not mig_enabled:
+        assert labels["nvidia.com/gpu.replicas"] == "4"
+        assert labels["nvidia.com/gpu.sharing-strategy"] == kind
+
+
+def test_mps_on_mig_enabled_gpus_is_refused_by_both(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    profile = with_mig_enabled(mock_reference.profile("a100"), tmp_path / "mig-a100.yaml")
+    config = sharing_config("mps", 2, tmp_path / "config.yaml")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
+    assert upstream.returncode != 0 and upstream.labels is None
+    assert "MPS sharing is not supported for mig devices" in upstream.log
+    assert ours.returncode != 0 and ours.labels is None
+    assert "MPS sharing is not supported for MIG devices" in ours.log
 
 
 def test_gpus_of_differing_classes_label_mode_unknown_like_upstream(

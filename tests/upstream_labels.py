@@ -226,10 +226,16 @@ def succeeded(run: Run, who: str) -> dict[str, str]:
 
 
 def run_both(
-    ref: Reference, profile: Path, strategy: str, pci_tree: Path, work: Path
+    ref: Reference,
+    profile: Path,
+    strategy: str,
+    pci_tree: Path,
+    work: Path,
+    config_file: Path | None = None,
 ) -> tuple[Run, Run]:
     """(upstream, gfd): each program's oneshot on ``profile`` with MIG strategy
-    ``strategy``, the same machine-type file and the same faked PCI tree."""
+    ``strategy``, the same machine-type file, the same faked PCI tree and, when given, the
+    same config file."""
     machine_type = work / "machine-type"
     machine_type.write_text("NVIDIA DGX Test 920-23687-2530-000\n")
     env = mock_env(ref, profile)
@@ -243,6 +249,8 @@ def run_both(
         "mig-strategy": strategy,
         "machine-type-file": str(machine_type),
     }
+    if config_file is not None:
+        flags["config-file"] = str(config_file)
 
     def argv(dashes: str, output: Path) -> list[str]:
         words = []
