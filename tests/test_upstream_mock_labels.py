@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gfd.labels.sanitize import is_valid_label_value
 from tests.upstream_labels import (
     CLASS_3D,
     CLASS_VGA,
@@ -217,3 +218,53 @@ def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
     labels = succeeded(ours, "gfd")
     assert labels["nvidia.com/gpu.mode"] == mode
     assert labels["nvidia.com/gpu.count"] == str(len(bus_ids))
+
+
+#: machine types whose sanitised form (k8s-device-plugin v0.20.0 internal/lm/resource.go:318)
+#: is a valid label value: both label them alike
+MACHINE_TYPES_ALIKE = [
+    ("  DGX A100  \n", "DGX-A100"),
+    ("ProLiant DL380 Gen10 (P12345)\n", "ProLiant-DL380-Gen10-P12345"),
+    ("a/b\\c:d*e\n", "abcde"),
+    ("line1\nline2\n", "line1line2"),
+    ("a  b\tc\n", "a-bc"),
+    ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server"),
+    ("\n", ""),
+]
+#: machine types whose sanitised form is not a valid label value: upstream writes it anyway
+#: (internal/lm/machine-type.go:38 labels ``sanitise(machineType)`` unchecked, and NFD or the
+#: API server then refuses the label); gfd cuts it to 63 characters and trims it to
+#: alphanumeric ends (SPEC 5.4), so the label is published.  (raw, upstream's, gfd's)
+MACHINE_TYPES_DIFFERING = [
+    ("x" * 80 + "\n", "x" * 80, "x" * 63),
+    ("PowerEdge R750xa.\n", "PowerEdge-R750xa.", "PowerEdge-R750xa"),
+    ("-lead_trail-\n", "-lead_trail-", "lead_trail"),
+    ("...\n", "...", ""),
+]
+
+
+@pytest.mark.parametrize(("raw", "value"), MACHINE_TYPES_ALIKE)
+def test_machine_type_labels_equal_upstream(
+    mock_reference: Reference, raw: str, value: str, tmp_path: Path
+) -> None:
+    profile = mock_reference.profile("t4")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/gpu.machine"] == value
+
+
+@pytest.mark.parametrize(("raw", "theirs_value", "our_value"), MACHINE_TYPES_DIFFERING)
+def test_machine_type_upstream_labels_invalid_gfd_makes_valid(
+    mock_reference: Reference, raw: str, theirs_value: str, our_value: str, tmp_path: Path
+) -> None:
+    profile = mock_reference.profile("t4")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert differences(theirs, labels) == [
+        f"nvidia.com/gpu.machine: upstream {theirs_value!r}, gfd {our_value!r}"
+    ]
+    assert not is_valid_label_value(theirs_value)
+    assert is_valid_label_value(our_value)

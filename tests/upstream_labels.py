@@ -232,12 +232,13 @@ def run_both(
     pci_tree: Path,
     work: Path,
     config_file: Path | None = None,
+    machine_type: str = "NVIDIA DGX Test 920-23687-2530-000\n",
 ) -> tuple[Run, Run]:
     """(upstream, gfd): each program's oneshot on ``profile`` with MIG strategy
     ``strategy``, the same machine-type file, the same faked PCI tree and, when given, the
     same config file."""
-    machine_type = work / "machine-type"
-    machine_type.write_text("NVIDIA DGX Test 920-23687-2530-000\n")
+    machine_type_file = work / "machine-type"
+    machine_type_file.write_text(machine_type)
     env = mock_env(ref, profile)
     prefix = namespace_prefix(pci_tree)
     upstream_out, gfd_out = work / "upstream.labels", work / "gfd.labels"
@@ -247,7 +248,7 @@ def run_both(
         "use-node-feature-api": "false",
         "output-file": "",
         "mig-strategy": strategy,
-        "machine-type-file": str(machine_type),
+        "machine-type-file": str(machine_type_file),
     }
     if config_file is not None:
         flags["config-file"] = str(config_file)
