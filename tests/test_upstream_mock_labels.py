@@ -39,6 +39,7 @@ from tests.upstream_labels import (
     succeeded,
     vgpu_config_space,
     with_mig_enabled,
+    with_name,
 )
 
 #: the profiles of GPUs that have MIG (A100, Hopper, Blackwell); L40S and T4 have none
@@ -268,3 +269,58 @@ def test_machine_type_upstream_labels_invalid_gfd_makes_valid(
     ]
     assert not is_valid_label_value(theirs_value)
     assert is_valid_label_value(our_value)
+
+
+LONG_NAME = "NVIDIA A100-SXM4-40GB " + "Extra-Long-Qualifier " * 3
+LONG_PRODUCT = "NVIDIA-A100-SXM4-40GB" + "-Extra-Long-Qualifier" * 3
+#: (GPU name, MIG enabled, strategy, upstream's gpu.product, gfd's gpu.product)
+PRODUCT_NAMES = [
+    ("NVIDIA TITAN X (Pascal)", False, "mixed", "NVIDIA-TITAN-X-Pascal", None),
+    ("NVIDIA TITAN X (Pascal)", True, "single", "NVIDIA-TITAN-X-Pascal-MIG-INVALID", None),
+    ("  NVIDIA  Spaced  ", False, "none", "NVIDIA-Spaced", None),
+    ("(NVIDIA)", True, "single", "NVIDIA-MIG-INVALID", None),
+    ("NVIDIA Test.", True, "single", "NVIDIA-Test.-MIG-INVALID", None),
+    # Below, upstream's value is no valid label value (longer than 63 characters, or not
+    # ending alphanumeric): k8s-device-plugin v0.20.0 internal/lm/resource.go:167 and
+    # mig-strategy.go:256 label getProductName (resource.go:189-206) unchecked, and NFD or
+    # the API server refuses the label.  gfd shortens the model part only, keeping the
+    # qualifiers whole (SPEC 5.4; gfd.labels.sanitize.fit_name).
+    ("NVIDIA Test.", False, "none", "NVIDIA-Test.", "NVIDIA-Test"),
+    (LONG_NAME, False, "none", LONG_PRODUCT, LONG_PRODUCT[:63]),
+    (
+        LONG_NAME,
+        True,
+        "single",
+        LONG_PRODUCT + "-MIG-INVALID",
+        "NVIDIA-A100-SXM4-40GB-Extra-Long-Qualifier-Extra-Lo-MIG-INVALID",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "mig_enabled", "strategy", "theirs", "ours"), PRODUCT_NAMES)
+def test_product_name_labels_against_upstream(
+    mock_reference: Reference,
+    name: str,
+    mig_enabled: bool,
+    strategy: str,
+    theirs: str,
+    ours: str | None,
+    tmp_path: Path,
+) -> None:
+    """GPU names sanitised alike; where upstream's product value is invalid, the one
+    difference is gfd's valid value in its place."""
+    profile = with_name(mock_reference.profile("a100"), name, tmp_path / "named.yaml")
+    if mig_enabled:
+        profile = with_mig_enabled(profile, tmp_path / "named-mig.yaml")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, mine = run_both(mock_reference, profile, strategy, tree, tmp_path)
+    their_labels, labels = succeeded(upstream, "upstream"), succeeded(mine, "gfd")
+    assert their_labels["nvidia.com/gpu.product"] == theirs
+    if ours is None:
+        assert not differences(their_labels, labels), "\n".join(differences(their_labels, labels))
+    else:
+        assert differences(their_labels, labels) == [
+            f"nvidia.com/gpu.product: upstream {theirs!r}, gfd {ours!r}"
+        ]
+        assert not is_valid_label_value(theirs)
+        assert is_valid_label_value(ours)

@@ -142,6 +142,16 @@ def vgpu_config_space(version: str, branch: str) -> bytes:
     return bytes(space)
 
 
+def with_name(profile: Path, name: str, into: Path) -> Path:
+    """A copy of ``profile`` whose GPUs report ``name`` (``device_defaults.name``)."""
+    text = profile.read_text()
+    edited, count = re.subn(r'(?m)^(  name: )".*"$', lambda m: f'{m[1]}"{name}"', text, count=1)
+    if count != 1:
+        raise AssertionError(f"{profile.name}: no device_defaults name to replace")
+    into.write_text(edited)
+    return into
+
+
 def fake_pci_tree(
     bus_ids: list[str], pci_class: str, into: Path, config: bytes = CONFIG_SPACE
 ) -> Path:
