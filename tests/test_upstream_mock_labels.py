@@ -38,6 +38,7 @@ from tests.upstream_labels import (
     run_both,
     succeeded,
     vgpu_config_space,
+    with_devices_renamed,
     with_mig_enabled,
     with_name,
 )
@@ -324,3 +325,34 @@ def test_product_name_labels_against_upstream(
         ]
         assert not is_valid_label_value(theirs)
         assert is_valid_label_value(ours)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("others", [range(4, 8), range(0, 1)])
+def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
+    mock_reference: Reference, others: range, strategy: str, tmp_path: Path
+) -> None:
+    """A documented difference, upstream being non-deterministic: with two GPU models,
+    upstream builds one labeler per model from a Go map (k8s-device-plugin v0.20.0
+    ``internal/lm/mig-strategy.go:137-177``, the map ranged over at :170) and the last one
+    ranged over wins, so gpu.product, gpu.count and gpu.memory are one model's, picked
+    at random.  gfd counts every GPU and leaves out what the models disagree on (SPEC 5.3).
+    Everything else is equal."""
+    profile = with_devices_renamed(
+        mock_reference.profile("h100"), others, "NVIDIA H100 PCIe", 40 << 30, tmp_path / "p.yaml"
+    )
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, strategy, tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    models = {
+        "NVIDIA-H100-80GB-HBM3": (str(8 - len(others)), "81920"),
+        "NVIDIA-H100-PCIe": (str(len(others)), "40960"),
+    }
+    picked = theirs["nvidia.com/gpu.product"]
+    assert (theirs["nvidia.com/gpu.count"], theirs["nvidia.com/gpu.memory"]) == models[picked]
+    assert labels["nvidia.com/gpu.count"] == "8"
+    assert "nvidia.com/gpu.product" not in labels
+    assert "nvidia.com/gpu.memory" not in labels
+    apart = {"nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory"}
+    alike = {key: value for key, value in theirs.items() if key not in apart}
+    assert {key: value for key, value in labels.items() if key not in apart} == alike

@@ -152,12 +152,32 @@ def with_name(profile: Path, name: str, into: Path) -> Path:
     return into
 
 
+def with_devices_renamed(
+    profile: Path, indices: range, name: str, memory_bytes: int, into: Path
+) -> Path:
+    """A copy of ``profile`` where the GPUs at ``indices`` are another model: ``name`` with
+    ``memory_bytes`` of memory (per-device overrides of the mock)."""
+    document = yaml.safe_load(profile.read_text())
+    for index in indices:
+        device = document["devices"][index]
+        device["name"] = name
+        device["memory"] = {
+            "total_bytes": memory_bytes,
+            "reserved_bytes": 0,
+            "free_bytes": memory_bytes,
+            "used_bytes": 0,
+        }
+    into.write_text(yaml.safe_dump(document))
+    return into
+
+
 def fake_pci_tree(
     bus_ids: list[str], pci_class: str, into: Path, config: bytes = CONFIG_SPACE
 ) -> Path:
     """A ``/sys/bus/pci/devices`` holding one NVIDIA function per bus id: the files
     upstream's go-nvlib requires (vendor, class, device, numa_node, resource) and the
     256-byte config space both programs' vGPU scans read."""
+    into.mkdir(parents=True, exist_ok=True)
     for bus_id in bus_ids:
         device = into / bus_id
         device.mkdir(parents=True)
