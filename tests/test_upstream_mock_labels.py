@@ -39,6 +39,7 @@ from tests.upstream_labels import (
     succeeded,
     vgpu_config_space,
     with_devices_renamed,
+    with_fabric,
     with_mig_enabled,
     with_name,
 )
@@ -356,3 +357,43 @@ def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
     apart = {"nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory"}
     alike = {key: value for key, value in theirs.items() if key not in apart}
     assert {key: value for key, value in labels.items() if key not in apart} == alike
+
+
+CLUSTER = "00000000-0000-0000-0000-000000000001"
+#: (fabric of every GPU, fabric of GPU 1 alone or None, gpu.clique or None)
+FABRICS = [
+    ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "completed"}, None, f"{CLUSTER}.7"),
+    (
+        {"cluster_uuid": "ABCDEF01-2345-6789-abcd-ef0123456789", "clique_id": 4294967295},
+        None,
+        "abcdef01-2345-6789-abcd-ef0123456789.4294967295",
+    ),
+    ({"cluster_uuid": "00000000-0000-0000-0000-000000000000", "clique_id": 0}, None, None),
+    ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "in_progress"}, None, None),
+    (None, None, None),
+    (
+        {"cluster_uuid": CLUSTER, "clique_id": 0, "state": "auto"},
+        {"cluster_uuid": CLUSTER, "clique_id": 3, "state": "auto"},
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("fabric", "one_gpu", "clique"), FABRICS)
+def test_fabric_clique_labels_equal_upstream(
+    mock_reference: Reference,
+    fabric: dict[str, object] | None,
+    one_gpu: dict[str, object] | None,
+    clique: str | None,
+    tmp_path: Path,
+) -> None:
+    """NVLink fabric attachment (GB200): the clique label when every GPU is attached to
+    one cluster and clique, none otherwise, alike."""
+    profile = with_fabric(mock_reference.profile("gb200"), fabric, tmp_path / "fabric.yaml")
+    if one_gpu is not None:
+        profile = with_fabric(profile, one_gpu, tmp_path / "fabric-1.yaml", device=1)
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels.get("nvidia.com/gpu.clique") == clique

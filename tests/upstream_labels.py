@@ -152,6 +152,21 @@ def with_name(profile: Path, name: str, into: Path) -> Path:
     return into
 
 
+def with_fabric(
+    profile: Path, fabric: dict[str, object] | None, into: Path, device: int | None = None
+) -> Path:
+    """A copy of ``profile`` with another ``fabric:`` (None: none) for every GPU, or, with
+    ``device``, for that GPU only."""
+    document = yaml.safe_load(profile.read_text())
+    target = document["device_defaults"] if device is None else document["devices"][device]
+    if fabric is None:
+        target.pop("fabric", None)
+    else:
+        target["fabric"] = fabric
+    into.write_text(yaml.safe_dump(document))
+    return into
+
+
 def with_devices_renamed(
     profile: Path, indices: range, name: str, memory_bytes: int, into: Path
 ) -> Path:
