@@ -3,14 +3,25 @@
 For each of the mock's seven GPU profiles and each MIG strategy, upstream's binary and
 ``python -m gfd`` run as real processes on the same mock ``libnvidia-ml.so.1`` (pynvml's
 ctypes calls into it), the same machine-type file and the same faked PCI tree (see
-``tests/upstream_labels.py``), and their label files must be equal (both without the
-timestamp).  The shipped profiles have MIG disabled; a copy of each MIG-capable profile with
-MIG enabled is compared too.  The mock enables MIG mode but never hands out a MIG device
+``tests/upstream_labels.py``: both in a private mount namespace, so gpu.mode and the vGPU
+scan read what the case chose, never the host's PCI bus), and their label files must be
+equal (both without the timestamp).  Then variations of the profiles, each compared the
+same way: MIG enabled, GPU names, machine types, sharing configs, vGPU, fabric, two models.
+
+The shipped profiles have MIG disabled; a copy of each MIG-capable profile with MIG enabled
+is compared too.  The mock enables MIG mode but never hands out a MIG device
 (k8s-test-infra 3b2b865 ``pkg/gpu/mocknvml/engine/device.go:1805``: every
-``nvmlDeviceGetMigDeviceHandleByIndex`` is NOT_FOUND), so those cases are MIG-enabled GPUs
-with no MIG device: upstream's single strategy then labels ``<product>-MIG-INVALID`` with
-count 0, and gfd must do the same.  MIG devices with real profiles are compared in
-``tests/test_upstream_gfd.py`` (upstream's own end-to-end expectations) instead.
+``nvmlDeviceGetMigDeviceHandleByIndex`` is NOT_FOUND; its per-device overrides do not carry
+``mig``), so those cases are MIG-enabled GPUs with no MIG device: upstream's single strategy
+then labels ``<product>-MIG-INVALID`` with count 0, and gfd does the same.  MIG devices with
+real profiles are compared in ``tests/test_upstream_gfd.py`` (upstream's own end-to-end
+expectations) instead.
+
+Where the two differ, upstream is at fault and the difference is asserted exactly:
+- a value that is no valid label value (product or machine type over 63 characters, or not
+  ending alphanumeric): upstream writes it, gfd makes it valid (SPEC 5.4);
+- two GPU models: upstream labels one picked at random, gfd what all agree on (SPEC 5.3);
+- a GPU bus id naming a function that is not an NVIDIA GPU: upstream panics.
 
 Without ``../shared/nvidia-reference`` the tests skip with one line saying what is missing
 (unless the bench script's build is at hand); with it they fail rather than skip.
@@ -18,6 +29,7 @@ Without ``../shared/nvidia-reference`` the tests skip with one line saying what 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -52,8 +64,10 @@ GRAPHICS = ("t4",)
 
 @pytest.fixture(scope="session")
 def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    # The folder above every xdist worker's own: all workers share one unpack.
-    shared_cache = tmp_path_factory.getbasetemp().parent / "nvidia-reference"
+    # Under xdist, the folder above every worker's own (this run's): all workers share
+    # one unpack.  Never a folder earlier runs left behind.
+    base = tmp_path_factory.getbasetemp()
+    shared_cache = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "nvidia-ref"
     found = reference(shared_cache)
     if isinstance(found, str):
         if SHARED.is_dir():

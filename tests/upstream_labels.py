@@ -90,7 +90,8 @@ def bench_tools() -> Reference | str:
             return f"no {SHARED}, no Go at {go} to build the mock NVML and upstream GFD"
         done = subprocess.run([str(BENCH_TOOLS)], capture_output=True, text=True)
         if done.returncode != 0:
-            return f"no {SHARED}; {BENCH_TOOLS.name} failed: {done.stderr.strip()[-300:]}"
+            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            return f"no {SHARED}; {BENCH_TOOLS.name} failed: {last}"
     return Reference(upstream, mock, mock / "configs")
 
 
