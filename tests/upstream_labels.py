@@ -230,7 +230,8 @@ def namespace_problem() -> str | None:
             [*namespace_prefix(Path(empty)), "true"], capture_output=True, text=True, timeout=30
         )
     if probe.returncode != 0:
-        return f"unshare cannot make a private mount namespace: {probe.stderr.strip()}"
+        first = (probe.stderr.strip().splitlines() or ["no message"])[0]
+        return f"unshare cannot make a private mount namespace: {first}"
     return None
 
 
