@@ -167,6 +167,48 @@ def test_sharing_config_labels_equal_upstream(
         assert labels["nvidia.com/gpu.sharing-strategy"] == kind
 
 
+#: more config files, each with its expected (gpu.product suffix, replicas, sharing strategy)
+SHARING_VARIANTS = {
+    "time-slicing, not renamed": (
+        "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
+        ("-SHARED", "3", "time-slicing"),
+    ),
+    "time-slicing, renamed": (
+        "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+        "      rename: nvidia.com/gpu.shared\n      replicas: 3\n",
+        ("-SHARED", "3", "time-slicing"),
+    ),
+    "time-slicing, failRequestsGreaterThanOne": (
+        "timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 2\n",
+        ("-SHARED", "2", "time-slicing"),
+    ),
+    "mps, renameByDefault": (
+        "mps:\n    renameByDefault: true\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 2\n",
+        ("", "2", "mps"),
+    ),
+    "time-slicing of another resource": (
+        "timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n",
+        ("", "1", "none"),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SHARING_VARIANTS))
+def test_sharing_config_variants_label_equal_upstream(
+    mock_reference: Reference, variant: str, tmp_path: Path
+) -> None:
+    text, (suffix, replicas, strategy) = SHARING_VARIANTS[variant]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"version: v1\nsharing:\n  {text}")
+    profile = mock_reference.profile("h100")
+    labels = compare(mock_reference, profile, "none", CLASS_3D, tmp_path, config)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" + suffix
+    assert labels["nvidia.com/gpu.replicas"] == replicas
+    assert labels["nvidia.com/gpu.sharing-strategy"] == strategy
+
+
 def test_mps_on_mig_enabled_gpus_is_refused_by_both(
     mock_reference: Reference, tmp_path: Path
 ) -> None:
