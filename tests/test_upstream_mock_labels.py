@@ -22,6 +22,7 @@ Where the two differ, upstream is at fault and the difference is asserted exactl
   ending alphanumeric): upstream writes it, gfd makes it valid (SPEC 5.4);
 - two GPU models: upstream labels one picked at random, gfd what all agree on (SPEC 5.3);
 - a GPU bus id naming a function that is not an NVIDIA GPU: upstream panics.
+And one on purpose: a config's ``resources`` section names gfd's resource; upstream ignores it.
 
 Without ``../shared/nvidia-reference`` the tests skip with one line saying what is missing
 (unless the bench script's build is at hand); with it they fail rather than skip.
@@ -453,3 +454,26 @@ def test_fabric_clique_labels_equal_upstream(
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
     assert labels.get("nvidia.com/gpu.clique") == clique
+
+
+def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_path: Path) -> None:
+    """A documented difference, on purpose: upstream ignores a config's ``resources``
+    (k8s-device-plugin v0.20.0 ``api/config/v1/config.go:83-95``,
+    DisableResourceNamingInConfig, with one warning) while gfd names the resource from it
+    (SPEC 5.3).  The resource's labels are upstream's under the new name, nothing else."""
+    profile = mock_reference.profile("h100")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        'version: v1\nresources:\n  gpus:\n  - pattern: "NVIDIA H100*"\n    name: h100\n'
+    )
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert "not yet supported in the config. Ignoring" in upstream.log
+    # gpu.clique is the node's (its NVLink fabric), not the resource's: it keeps its name
+    renamed = {
+        key if key == "nvidia.com/gpu.clique" else key.replace("/gpu.", "/h100."): value
+        for key, value in theirs.items()
+    }
+    assert labels == renamed
+    assert labels["nvidia.com/h100.count"] == "8"
