@@ -51,10 +51,12 @@ from tests.upstream_labels import (
     run_both,
     succeeded,
     vgpu_config_space,
+    with_device_defaults,
     with_devices_renamed,
     with_fabric,
     with_mig_enabled,
     with_name,
+    with_system,
 )
 
 #: the profiles of GPUs that have MIG (A100, Hopper, Blackwell); L40S and T4 have none
@@ -339,12 +341,16 @@ PRODUCT_NAMES = [
     ("  NVIDIA  Spaced  ", False, "none", "NVIDIA-Spaced", None),
     ("(NVIDIA)", True, "single", "NVIDIA-MIG-INVALID", None),
     ("NVIDIA Test.", True, "single", "NVIDIA-Test.-MIG-INVALID", None),
+    ("NVIDIA\tTab", False, "none", "NVIDIATab", None),
+    ("\u00dcn\u00efc\u00f6d\u00e9 GPU", False, "none", "ncd-GPU", None),
     # Below, upstream's value is no valid label value (longer than 63 characters, or not
     # ending alphanumeric): k8s-device-plugin v0.20.0 internal/lm/resource.go:167 and
     # mig-strategy.go:256 label getProductName (resource.go:189-206) unchecked, and NFD or
     # the API server refuses the label.  gfd shortens the model part only, keeping the
     # qualifiers whole (SPEC 5.4; gfd.labels.sanitize.fit_name).
     ("NVIDIA Test.", False, "none", "NVIDIA-Test.", "NVIDIA-Test"),
+    ("NVIDIA_Under_", False, "none", "NVIDIA_Under_", "NVIDIA_Under"),
+    ("-", False, "none", "-", ""),
     (LONG_NAME, False, "none", LONG_PRODUCT, LONG_PRODUCT[:63]),
     (
         LONG_NAME,
@@ -477,3 +483,73 @@ def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_pa
     }
     assert labels == renamed
     assert labels["nvidia.com/h100.count"] == "8"
+
+
+#: NVML facts of the whole node or of every GPU: (system keys, device keys, labels expected)
+NVML_FACTS = {
+    "driver X.Y": ({"driver_version": "560.28"}, {}, {"nvidia.com/cuda.driver.rev": ""}),
+    "driver 470, CUDA 11.4": (
+        {"driver_version": "470.256.02", "cuda_version_major": 11, "cuda_version_minor": 4},
+        {},
+        {"nvidia.com/cuda.runtime-version.full": "11.4"},
+    ),
+    "CUDA 12.10": (
+        {"cuda_version_major": 12, "cuda_version_minor": 10},
+        {},
+        {"nvidia.com/cuda.runtime-version.full": "12.10"},
+    ),
+    **{
+        f"compute {major}.{minor}": (
+            {},
+            {"compute_capability": {"major": major, "minor": minor}},
+            {"nvidia.com/gpu.family": family},
+        )
+        for major, minor, family in [
+            (3, 7, "kepler"),
+            (5, 2, "maxwell"),
+            (6, 0, "pascal"),
+            (7, 0, "volta"),
+            (7, 5, "turing"),
+            (8, 9, "ada-lovelace"),
+            (10, 0, "blackwell"),
+            (12, 0, "blackwell"),
+            (14, 0, "undefined"),
+        ]
+    },
+    "memory not whole MiB": (
+        {},
+        {"memory": {"total_bytes": 85899346043, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": "81920"},
+    ),
+    "memory under 1 MiB": (
+        {},
+        {"memory": {"total_bytes": 1048575, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": None},  # 0 MiB: no memory label on either
+    ),
+}
+
+
+@pytest.mark.parametrize("fact", sorted(NVML_FACTS))
+def test_nvml_facts_label_equal_upstream(
+    mock_reference: Reference, fact: str, tmp_path: Path
+) -> None:
+    system, defaults, expected = NVML_FACTS[fact]
+    profile = with_system(mock_reference.profile("h100"), tmp_path / "system.yaml", **system)
+    profile = with_device_defaults(profile, tmp_path / "profile.yaml", **defaults)
+    labels = compare(mock_reference, profile, "none", CLASS_3D, tmp_path)
+    assert {key: labels.get(key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("version", ["555.42.06.01", "abc"])
+def test_driver_version_upstream_cannot_parse_is_refused_by_both(
+    mock_reference: Reference, version: str, tmp_path: Path
+) -> None:
+    profile = with_system(
+        mock_reference.profile("h100"), tmp_path / "p.yaml", driver_version=version
+    )
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    assert upstream.returncode != 0 and upstream.labels is None
+    assert f'Version "{version}" does not match format' in upstream.log
+    assert ours.returncode != 0 and ours.labels is None
+    assert f"driver version '{version}' is not of the form X.Y or X.Y.Z" in ours.log

@@ -45,7 +45,10 @@ NVIDIA_VENDOR = "0x10de"
 #: PCI class of a 3D controller (upstream: gpu.mode=compute) and of a VGA one (graphics)
 CLASS_3D = "0x030200"
 CLASS_VGA = "0x030000"
-CONFIG_SPACE = bytes(256)  # no capability list: not a vGPU, for both programs' scans
+CONFIG_SPACE = bytes(256)
+MOCK_REFUSED_PROFILE = (
+    "Failed to load YAML config"  # no capability list: not a vGPU, for both programs' scans
+)
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,35 @@ def with_name(profile: Path, name: str, into: Path) -> Path:
     return into
 
 
+class _QuotingDumper(yaml.SafeDumper):
+    """Every string double-quoted: the mock reads YAML 1.1 through Go, where an unquoted
+    ``0421819085498`` (a serial PyYAML leaves bare) is a number and the profile is refused."""
+
+
+_QuotingDumper.add_representer(
+    str, lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style='"')
+)
+
+
+def dump_profile(document: object, into: Path) -> Path:
+    into.write_text(yaml.dump(document, Dumper=_QuotingDumper))
+    return into
+
+
+def with_system(profile: Path, into: Path, **system: object) -> Path:
+    """A copy of ``profile`` with these ``system:`` keys (driver and CUDA versions)."""
+    document = yaml.safe_load(profile.read_text())
+    document["system"].update(system)
+    return dump_profile(document, into)
+
+
+def with_device_defaults(profile: Path, into: Path, **defaults: object) -> Path:
+    """A copy of ``profile`` with these ``device_defaults:`` keys for every GPU."""
+    document = yaml.safe_load(profile.read_text())
+    document["device_defaults"].update(defaults)
+    return dump_profile(document, into)
+
+
 def with_fabric(
     profile: Path, fabric: dict[str, object] | None, into: Path, device: int | None = None
 ) -> Path:
@@ -164,8 +196,7 @@ def with_fabric(
         target.pop("fabric", None)
     else:
         target["fabric"] = fabric
-    into.write_text(yaml.safe_dump(document))
-    return into
+    return dump_profile(document, into)
 
 
 def with_devices_renamed(
@@ -183,8 +214,7 @@ def with_devices_renamed(
             "free_bytes": memory_bytes,
             "used_bytes": 0,
         }
-    into.write_text(yaml.safe_dump(document))
-    return into
+    return dump_profile(document, into)
 
 
 def fake_pci_tree(
@@ -259,6 +289,9 @@ def oneshot(argv: list[str], env: dict[str, str], output: Path) -> Run:
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
     )
+    if MOCK_REFUSED_PROFILE in done.stderr:
+        # the mock falls back to its default node: a comparison there would prove nothing
+        raise AssertionError(f"the mock refused {env['MOCK_NVML_CONFIG']}: {done.stderr[:500]}")
     labels = read_labels(output) if output.exists() else None
     return Run(done.returncode, labels, done.stdout + done.stderr)
 
