@@ -289,7 +289,6 @@ MACHINE_TYPES_ALIKE = [
     ("ProLiant DL380 Gen10 (P12345)\n", "ProLiant-DL380-Gen10-P12345"),
     ("a/b\\c:d*e\n", "abcde"),
     ("line1\nline2\n", "line1line2"),
-    ("a  b\tc\n", "a-bc"),
     ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server"),
     ("\n", ""),
 ]
@@ -391,8 +390,10 @@ def test_product_name_labels_against_upstream(
         assert is_valid_label_value(ours)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-@pytest.mark.parametrize("others", [range(4, 8), range(0, 1)])
+@pytest.mark.parametrize(
+    ("others", "strategy"),
+    [*((range(4, 8), strategy) for strategy in STRATEGIES), (range(0, 1), "none")],
+)
 def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
     mock_reference: Reference, others: range, strategy: str, tmp_path: Path
 ) -> None:
@@ -506,12 +507,8 @@ NVML_FACTS = {
         )
         for major, minor, family in [
             (3, 7, "kepler"),
-            (5, 2, "maxwell"),
-            (6, 0, "pascal"),
-            (7, 0, "volta"),
             (7, 5, "turing"),
             (8, 9, "ada-lovelace"),
-            (10, 0, "blackwell"),
             (12, 0, "blackwell"),
             (14, 0, "undefined"),
         ]
