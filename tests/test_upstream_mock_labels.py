@@ -550,3 +550,18 @@ def test_driver_version_upstream_cannot_parse_is_refused_by_both(
     assert f'Version "{version}" does not match format' in upstream.log
     assert ours.returncode != 0 and ours.labels is None
     assert f"driver version '{version}' is not of the form X.Y or X.Y.Z" in ours.log
+
+
+def test_mig_pending_only_is_mig_disabled_like_upstream(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    """MIG enabled at the next reset only (current disabled, pending enabled): whole GPUs
+    for both, even under the single strategy."""
+    profile = with_device_defaults(
+        mock_reference.profile("a100"),
+        tmp_path / "pending.yaml",
+        mig={"mode_current": "disabled", "mode_pending": "enabled", "max_gpu_instances": 7},
+    )
+    labels = compare(mock_reference, profile, "single", CLASS_3D, tmp_path)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels["nvidia.com/gpu.count"] == "8"
