@@ -252,6 +252,37 @@ def test_vgpu_guest_labels_equal_upstream(mock_reference: Reference, tmp_path: P
     assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_00"
 
 
+@pytest.mark.parametrize("length", [0, 64, 255])
+def test_short_config_space_leaves_out_vgpu_labels_like_upstream(
+    mock_reference: Reference, length: int, tmp_path: Path
+) -> None:
+    """Fewer than 256 bytes of config space (an unprivileged read gives 64): neither scan
+    can tell, and both leave every vgpu label out rather than say false."""
+    profile = mock_reference.profile("t4")
+    config = vgpu_config_space("550.54.16", "r550_00")[:length]
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert not [key for key in labels if key.startswith("nvidia.com/vgpu.")]
+    assert labels["nvidia.com/gpu.count"] == str(len(profile_bus_ids(profile)))
+
+
+def test_vgpu_capability_on_any_nvidia_function_counts_like_upstream(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    """Both scans walk every NVIDIA function on the bus, not only the GPUs NVML lists: a
+    bridge (class 0x0680) carrying the vGPU capability marks the node a vGPU guest."""
+    profile = mock_reference.profile("t4")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    fake_pci_tree(["0000:ff:00.0"], "0x068000", tree, vgpu_config_space("1.2", "r1"))
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/vgpu.present"] == "true"
+    assert labels["nvidia.com/vgpu.host-driver-version"] == "1.2"
+
+
 @pytest.mark.parametrize(
     ("vendor", "pci_class", "mode"),
     [
