@@ -22,7 +22,9 @@ Where the two differ, upstream is at fault and the difference is asserted exactl
   ending alphanumeric): upstream writes it, gfd makes it valid (SPEC 5.4);
 - two GPU models: upstream labels one picked at random, gfd what all agree on (SPEC 5.3);
 - a GPU bus id naming a function that is not an NVIDIA GPU: upstream panics.
-And one on purpose: a config's ``resources`` section names gfd's resource; upstream ignores it.
+And two on purpose: a config's ``resources`` section names gfd's resource (upstream ignores
+it); a GPU on the PCI bus that NVML does not list fails gfd's oneshot as lost (upstream labels
+the others).
 
 Without ``../shared/nvidia-reference`` the tests skip with one line saying what is missing
 (unless the bench script's build is at hand); with it they fail rather than skip.
@@ -596,3 +598,32 @@ def test_mig_pending_only_is_mig_disabled_like_upstream(
     labels = compare(mock_reference, profile, "single", CLASS_3D, tmp_path)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
     assert labels["nvidia.com/gpu.count"] == "8"
+
+
+@pytest.mark.parametrize("driver", [None, "nvidia", "vfio-pci"])
+def test_gpu_on_the_bus_nvml_does_not_list(
+    mock_reference: Reference, driver: str | None, tmp_path: Path
+) -> None:
+    """One more NVIDIA 3D controller on the bus than NVML lists.  Bound to vfio-pci (a
+    passthrough GPU NVML never lists) both label NVML's GPUs alike.  Unbound or bound to
+    nvidia, it is a lost GPU to gfd: a documented difference, on purpose (README "A lost
+    GPU"): a oneshot fails (exit 1, nothing written) where upstream, which never compares
+    NVML's list with the bus (k8s-device-plugin v0.20.0 ``internal/lm/mig-strategy.go:114-145``
+    counts the devices NVML lists), labels the GPUs that answer."""
+    profile = mock_reference.profile("t4")
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    fake_pci_tree(["0000:fe:00.0"], CLASS_3D, tree)
+    if driver is not None:
+        (tmp_path / "drivers" / driver).mkdir(parents=True)
+        (tree / "0000:fe:00.0" / "driver").symlink_to(tmp_path / "drivers" / driver)
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs = succeeded(upstream, "upstream")
+    assert theirs["nvidia.com/gpu.count"] == str(len(bus_ids))
+    if driver == "vfio-pci":
+        labels = succeeded(ours, "gfd")
+        assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    else:
+        assert ours.returncode == 1
+        assert ours.labels is None
+        assert "1 GPU(s) lost (on the PCI bus but not listed by NVML)" in ours.log

@@ -274,7 +274,12 @@ class Run:
 
 def mock_env(ref: Reference, profile: Path) -> dict[str, str]:
     extra = {"LD_LIBRARY_PATH": str(ref.library_dir), "MOCK_NVML_CONFIG": str(profile)}
-    env = {k: v for k, v in clean_env(extra).items() if not k.startswith("MOCK_NVML_")}
+    # NVIDIA_VISIBLE_DEVICES (set in GPU containers) narrows gfd's lost-GPU check: not here
+    env = {
+        k: v
+        for k, v in clean_env(extra).items()
+        if not k.startswith("MOCK_NVML_") and k != "NVIDIA_VISIBLE_DEVICES"
+    }
     env.update(extra)
     return env
 
