@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes.util
 import http.server
 import os
 import resource
@@ -46,6 +47,7 @@ import yaml
 
 from gfd.discovery import sysfs
 from gfd.documents import MAX_DOCUMENT_BYTES
+from gfd.files import LIBRARY_MAX_BYTES
 from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
@@ -1121,3 +1123,94 @@ def test_the_metrics_listener_under_hostile_clients(served: Daemon, fault: str) 
     assert served.get("/healthz")[0] == 200
     assert served.stop(signal.SIGTERM) == 0
     assert "Traceback" not in served.log()
+
+
+# ==================================================== driver libraries (loaded files)
+#
+# What gfd hands to the dynamic loader under --driver-root-ctr-path is a channel like
+# every file it reads: each special file, an over-size one and a dangling link in place
+# of each library gives one line and the minimal label set (--no-fail-on-init-error),
+# in a oneshot and in a daemon, never a loader blocked on a FIFO.
+
+DRIVER_LIBRARIES = {"libnvidia-ml.so.1": "nvml", "libcuda.so.1": "tegra"}
+
+
+def _oversize(path: Path) -> None:
+    with path.open("wb") as handle:
+        handle.truncate(LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "gone" / path.name)
+
+
+def _loop(path: Path) -> None:
+    path.symlink_to(path.name)  # itself: following it never ends
+
+
+LIBRARY_FAULTS: dict[str, Callable[[Path], None]] = {
+    "fifo": SPECIAL["fifo"],
+    "dev-zero": SPECIAL["dev-zero"],
+    "directory": SPECIAL["directory"],
+    "over-size": _oversize,
+    "dangling-link": _dangling,
+    "symlink-loop": _loop,
+}
+
+
+def _driver_root_with(fault: str, library: str, directory: Path) -> Path:
+    root = directory / "driver-root"
+    (root / "usr" / "lib64").mkdir(parents=True)
+    LIBRARY_FAULTS[fault](root / "usr" / "lib64" / library)
+    return root
+
+
+def _no_driver_on_this_machine() -> bool:
+    return (
+        ctypes.util.find_library("nvidia-ml") is None and ctypes.util.find_library("cuda") is None
+    )
+
+
+needs_no_driver = pytest.mark.skipif(
+    not _no_driver_on_this_machine(), reason="a driver library is found by name here"
+)
+
+
+@needs_no_driver
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("library", sorted(DRIVER_LIBRARIES))
+@pytest.mark.parametrize("fault", sorted(LIBRARY_FAULTS))
+def test_driver_library_fault_in_a_oneshot(fault: str, library: str, short_dir: Path) -> None:
+    root = _driver_root_with(fault, library, short_dir)
+    strategy = DRIVER_LIBRARIES[library]
+    args = ["--oneshot", "--no-timestamp", "--machine-type-file", "", "-o", "-"]
+    args += ["--device-discovery-strategy", strategy, "--driver-root-ctr-path", str(root)]
+    refused = run_gfd(*args, timeout=30)
+    line = assert_refused(refused, library.split(".")[0], status=1)
+    assert "is not loaded" in line or "could not be loaded" in line
+    tolerant = run_gfd(*args, "--no-fail-on-init-error", "--log-format", "json", timeout=30)
+    assert tolerant.returncode == 0, tolerant.stderr[-2000:]
+    assert tolerant.stdout == "nvidia.com/vgpu.present=false\n"
+    assert "Traceback" not in tolerant.stderr
+    assert len(tolerant.stderr.splitlines()) == 1, tolerant.stderr[-2000:]
+
+
+@needs_no_driver
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("library", sorted(DRIVER_LIBRARIES))
+@pytest.mark.parametrize("fault", ["fifo", "dev-zero", "over-size"])
+def test_driver_library_fault_in_a_daemon(fault: str, library: str, short_dir: Path) -> None:
+    root = _driver_root_with(fault, library, short_dir)
+    features = short_dir / "features"
+    daemon = _daemon(
+        "--no-fail-on-init-error", "--no-timestamp", "--machine-type-file", "",
+        "-o", str(features), "--device-discovery-strategy", DRIVER_LIBRARIES[library],
+        "--driver-root-ctr-path", str(root),
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished", count=2)
+        assert features.read_text().endswith("nvidia.com/vgpu.present=false\n")
+        assert library.split(".")[0] in daemon.log()
+    finally:
+        assert daemon.stop() == 0
+    assert "Traceback" not in daemon.log()
