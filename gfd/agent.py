@@ -30,7 +30,7 @@ from gfd.errors import (
     UsageError,
 )
 from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
-from gfd.observability import Metrics, get_logger, start_metrics
+from gfd.observability import Metrics, get_logger, restart_coalescing, start_metrics
 from gfd.output_kinds import output_identity, output_place
 from gfd.outputs import Output, make_output
 from gfd.outputs.topology_extras import make_topology_outputs
@@ -434,6 +434,7 @@ class Agent:
                 return False
             except interrupt.Interrupted:
                 return False  # the stop is recorded: the loop exits
+        restart_coalescing()
         for warning in new.warnings:
             self.log.warning("config warning", detail=warning)
         self.log.info("settings reloaded")
