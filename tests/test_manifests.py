@@ -38,7 +38,7 @@ from gfd.errors import UsageError
 from gfd.labels import keys
 from gfd.options import NFD_FEATURES_FILE, OPTIONS
 from gfd.settings import Settings, resolve
-from tests.helpers import SAFE_LOADER
+from tests.helpers import SAFE_LOADER, table
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -1098,8 +1098,7 @@ NODEFEATURE_CASES = [
 
 @pytest.mark.parametrize(
     ("requester", "name", "node_label", "labels", "allowed"),
-    [case[1:] for case in NODEFEATURE_CASES],
-    ids=[case[0] for case in NODEFEATURE_CASES],
+    table(NODEFEATURE_CASES),
 )
 def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
     requester: str | None,

@@ -260,9 +260,7 @@ def _run(installed: Installed, *args: str, cwd: Path) -> subprocess.CompletedPro
     )
 
 
-def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(
-    installed: Installed,
-) -> None:
+def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(installed: Installed) -> None:
     # Requirements without an extra marker (the runtime ones) must all be installed.
     probe = (
         "import importlib.metadata as m, re, gfd\n"
