@@ -147,9 +147,7 @@ def test_a_file_edited_by_someone_else_is_written_again(tmp_path: Path) -> None:
     assert output.publish(snap, table) is False
 
 
-def test_a_fifo_swapped_in_while_running_fails_the_pass_without_blocking(
-    tmp_path: Path,
-) -> None:
+def test_a_fifo_swapped_in_while_running_fails_the_pass_without_blocking(tmp_path: Path) -> None:
     output = KoordletDeviceInfos(str(tmp_path))
     snap, table = snapshot_and_table()
     output.publish(snap, table)
