@@ -99,8 +99,9 @@ def verify_requests(flag: str, kubeconfig: str, api: FakeApiServer) -> int:
     """Requests one verification read makes when nothing changed."""
     from gfd import labels as labelling
     from gfd import snapshot
+    from gfd.config import Config
     from gfd.outputs import make_output
-    from gfd.settings import Config, Settings
+    from gfd.settings import Settings
 
     labels = labelling.build(snapshot.load(str(SNAPSHOT)), "none", Config(), None).labels
     settings = Settings(

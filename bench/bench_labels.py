@@ -19,9 +19,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from gfd.config import Config
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.settings import Config, load_config_file
+from gfd.settings import load_config_file
 from gfd.snapshot import Gpu, Snapshot, load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gfd.config import Config  # noqa: E402
 from gfd.labels import build  # noqa: E402
-from gfd.settings import Config  # noqa: E402
 from gfd.snapshot import MAX_TOPOLOGY_GPUS, Snapshot  # noqa: E402
 from tests.test_probe_topology import band, node, unbalanced_bipartite  # noqa: E402
 

@@ -26,11 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from gfd.config import Config  # noqa: E402
 from gfd.discovery import discover  # noqa: E402
 from gfd.labels import build  # noqa: E402
-from gfd.labels.partitions import partition_table  # noqa: E402
+from gfd.labels.partitioning import partition_table  # noqa: E402
 from gfd.outputs.file import format_labels  # noqa: E402
-from gfd.settings import Config, Settings  # noqa: E402
+from gfd.settings import Settings  # noqa: E402
 from gfd.snapshot import Snapshot, load  # noqa: E402
 from tests.fakes.fake_nvml import FakeNvml  # noqa: E402
 from tests.fakes.fake_sysfs import build_from_snapshot  # noqa: E402

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gfd import interrupt, signals
 from gfd import labels as labelling
+from gfd.discovery import read_snapshot
 from gfd.echo import error_text
 from gfd.errors import (
     ConfigError,
@@ -28,15 +29,16 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
+from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
 from gfd.observability import Metrics, get_logger, start_metrics
+from gfd.output_kinds import output_identity, output_place
 from gfd.outputs import Output, make_output
-from gfd.outputs.registry import output_identity, output_place
-from gfd.outputs.topology import make_topology_outputs
+from gfd.outputs.topology_extras import make_topology_outputs
 from gfd.settings import Settings, capped_warnings
 from gfd.snapshot import Snapshot
 
 if TYPE_CHECKING:
-    from gfd.nodeconfig import ConfigChoice
+    from gfd.config_choice import ConfigChoice
 
 EXIT_OK = 0
 EXIT_RUNTIME = 1
@@ -59,7 +61,6 @@ SnapshotSource = Callable[..., Snapshot]
 def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
     """The default snapshot source; discovery is imported on the first pass that needs it
     (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
-    from gfd.discovery import read_snapshot
 
     return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
@@ -86,6 +87,9 @@ class _Retiree:
 
 
 class Agent:
+    #: the config entries last reported as applying to nothing: said again only on a change
+    _unused_reported: tuple[str, ...] = ()
+
     def __init__(
         self,
         settings: Settings,
@@ -175,39 +179,19 @@ class Agent:
         self._first_pass = True
         self.log = get_logger(node=self.settings.node_name, output=self.output.kind)
 
+    def _report_unused(self, unused: tuple[str, ...]) -> None:
+        """Config entries that apply to nothing: warned when the set changes, not each pass."""
+        if unused != self._unused_reported:
+            self._unused_reported = unused
+            for warning in capped_warnings(unused):
+                self.log.warning("config applies to nothing", detail=warning)
+
     def run_pass(self) -> bool:
         """One pass; True when the destination now holds the current labels."""
         started = self._monotonic()
         self.metrics.pass_started()
-        label_count: int | None = None
-        changed = False
         try:
-            snapshot, self._preloaded = self._preloaded, None
-            if snapshot is None:
-                snapshot = self._read_snapshot(
-                    self.settings, first_pass=self._first_pass, metrics=self.metrics
-                )
-                if not self.settings.snapshot_file:
-                    self._confirm_loss(snapshot)
-            result = labelling.build(
-                snapshot,
-                self.settings.mig_strategy,
-                self.settings.config,
-                None if self.settings.no_timestamp else self.timestamp,
-                topology_labels=self.settings.topology_labels,
-            )
-            for warning in capped_warnings(result.warnings):
-                self.log.warning("label warning", detail=warning)
-            for note in result.notes:
-                self.log.debug("label note", detail=note)
-            label_count = len(result.labels)
-            if self.output.offer(snapshot):
-                self.published = None  # what it carries besides the labels changed
-            changed = self._publish(result.labels)
-            if self.topology_outputs is not None:
-                self.topology_outputs.publish(snapshot, self.settings.config.partitions)
-            if self._retiring:
-                self._retire()
+            label_count, changed = self._labels_and_publish()
         except (SnapshotError, ConfigError) as exc:
             if not self._started:
                 # bad input at start: one line on stderr (by the CLI) and exit 2, nothing else
@@ -240,6 +224,38 @@ class Agent:
         self._first_pass = False
         self._started = True
         return True
+
+    def _labels_and_publish(self) -> tuple[int, bool]:
+        """The pass's work: read the snapshot, build the labels, publish them (and the
+        topology outputs); (how many labels, whether the destination changed)."""
+        snapshot, self._preloaded = self._preloaded, None
+        if snapshot is None:
+            snapshot = self._read_snapshot(
+                self.settings, first_pass=self._first_pass, metrics=self.metrics
+            )
+            if not self.settings.snapshot_file:
+                self._confirm_loss(snapshot)
+        result = labelling.build(
+            snapshot,
+            self.settings.mig_strategy,
+            self.settings.config,
+            None if self.settings.no_timestamp else self.timestamp,
+            topology_labels=self.settings.topology_labels,
+        )
+        for warning in capped_warnings(result.warnings):
+            self.log.warning("label warning", detail=warning)
+        for note in result.notes:
+            self.log.debug("label note", detail=note)
+        self._report_unused(result.unused)
+        label_count = len(result.labels)
+        if self.output.offer(snapshot):
+            self.published = None  # what it carries besides the labels changed
+        changed = self._publish(result.labels)
+        if self.topology_outputs is not None:
+            self.topology_outputs.publish(snapshot, self.settings.config.partitions)
+        if self._retiring:
+            self._retire()
+        return label_count, changed
 
     def _confirm_loss(self, snapshot: Snapshot) -> None:
         """A lost GPU is labelled only when two discoveries in a row find it lost: the
@@ -316,9 +332,6 @@ class Agent:
         """Before a pass: the entry the node label chooses now; a new one is loaded through
         the SIGHUP reload.  Whatever cannot be applied leaves the config in force and one
         error line (until the label changes again)."""
-        # only with --config-file-srcdir: other runs never load the per-node config module
-        from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
-
         current = self.settings.config_choice
         in_force = None if current is None else current.entry
         try:

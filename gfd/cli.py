@@ -1,32 +1,42 @@
 """The ``gfd`` command: command-line options and environment variables into Settings.
 
-The options are generated from ``settings.OPTIONS`` (the one flag/env/config table).  Every
-usage or config error becomes one line on stderr and exit status 2, never a traceback.
-
-click is imported only when it has work to do: a command line made of nothing but the
-command's own long options (every oneshot and every daemon start) is read by
-``_parse_plain``, which gives the callback exactly what click would give it (a test checks
-the two against each other); help, version, short options, shell completion and every
-error go to click, so their output is click's.  Importing and building click was about a
-sixth of a oneshot's start-up.
+The options are generated from ``settings.OPTIONS`` (the one flag/env/config table) and
+parsed by click.  Upstream's Go grammar (one dash or two, ``-flag=value`` for a boolean,
+Go's boolean words) is rewritten into click's spelling by ``gfd.goflags`` in front of it.
+Every usage or config error becomes one line on stderr and exit status 2, never a traceback.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gfd import __version__
-from gfd.echo import bounded_message, clip, describe
-from gfd.errors import GfdError, UsageError
-from gfd.settings import OPTIONS, Option, Settings, parse_bool, resolve
+from gfd import __version__, goflags, logsink, partition_table, signals, snapshot
+from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
+from gfd.discovery import read_snapshot
+from gfd.echo import bounded_message, clip
+from gfd.errors import (
+    ConfigError,
+    DiscoveryError,
+    GfdError,
+    NvmlUnavailableError,
+    PublishError,
+    UsageError,
+)
+from gfd.labels import partitioning
+from gfd.nodeconfig import NodeLabelReader, choose_for
+from gfd.observability import NullMetrics, configure_logging, get_logger
+from gfd.options import OPTIONS, Option
+from gfd.outputs import make_output
+from gfd.outputs.topology_extras import make_topology_outputs
+from gfd.settings import Settings, resolve
 
 if TYPE_CHECKING:
     import click
 
-    from gfd.nodeconfig import ConfigChoice
+    from gfd.config_choice import ConfigChoice
     from gfd.snapshot import Snapshot
 
 PROG = "gfd"
@@ -38,28 +48,6 @@ def _negated(flag: str) -> str:
     """``--oneshot`` -> ``--no-oneshot``; ``--no-timestamp`` -> ``--timestamp``."""
     bare = flag[2:]
     return "--" + bare[3:] if bare.startswith("no-") else "--no-" + bare
-
-
-def _normalise_bool_args(args: Sequence[str]) -> list[str]:
-    """Accept upstream's ``--flag=true|false`` form for boolean flags."""
-    bool_flags = {option.flag: option for option in OPTIONS if option.is_bool and option.flag}
-    result: list[str] = []
-    for arg in args:
-        if arg == "--":
-            result.extend(args[len(result) :])
-            break
-        flag, sep, raw = arg.partition("=")
-        option = bool_flags.get(flag)
-        if option is None or not sep:
-            result.append(arg)
-            continue
-        try:
-            value = parse_bool(raw)
-        except ValueError as exc:
-            raise UsageError(f"{flag} {describe(raw)}: {exc}") from None
-        assert option.flag is not None
-        result.append(option.flag if value else _negated(option.flag))
-    return result
 
 
 def _click_option(option: Option) -> Any:
@@ -124,104 +112,9 @@ def _build_command() -> click.Command:
 
 
 def _invoke(dump_snapshot: bool, cleanup: bool, dump_partitions: bool, **values: Any) -> int:
-    """The command's callback: its arguments as click (or ``_parse_plain``) gives them."""
+    """The command's callback: its arguments as click gives them."""
     given = {name: value for name, value in values.items() if value is not None}
     return run(given, dump_snapshot=dump_snapshot, cleanup=cleanup, dump_partitions=dump_partitions)
-
-
-# The command's own flags that are not settings (see _build_command); all default to False.
-_ACTION_FLAGS = {
-    "--dump-snapshot": "dump_snapshot",
-    "--cleanup": "cleanup",
-    "--dump-partitions": "dump_partitions",
-}
-_TAKES_VALUE = object()
-
-
-def _plain_flags() -> dict[str, tuple[str, Any]]:
-    """Every long option of the command: flag -> (callback argument, value it sets)."""
-    flags: dict[str, tuple[str, Any]] = {flag: (name, True) for flag, name in _ACTION_FLAGS.items()}
-    for option in OPTIONS:
-        if not option.flag:
-            continue
-        if option.is_bool:
-            flags[option.flag] = (option.name, True)
-            flags[_negated(option.flag)] = (option.name, False)
-        else:
-            for name in (option.flag, *option.aliases):
-                flags[name] = (option.name, _TAKES_VALUE)
-    return flags
-
-
-def _parse_plain(args: Sequence[str]) -> dict[str, Any] | None:
-    """The callback's arguments for a command line of long options only, as click would
-    pass them (last one wins; a value is the attached ``=`` part or the next word, whatever
-    it looks like); None for anything else -- help, version, short options, positional
-    words, ``--``, an unknown option, a missing value, shell completion -- which click
-    then reads, so that every message stays click's."""
-    if os.environ.get(_COMPLETE_VAR):
-        return None
-    flags = _plain_flags()
-    values: dict[str, Any] = {name: False for name in _ACTION_FLAGS.values()}
-    values.update((option.name, None) for option in OPTIONS if option.flag)
-    position = 0
-    while position < len(args):
-        flag, sep, attached = args[position].partition("=")
-        position += 1
-        known = flags.get(flag)
-        if known is None:
-            return None
-        name, value = known
-        if value is _TAKES_VALUE:
-            if sep:
-                value = attached
-            elif position < len(args):
-                value = args[position]
-                position += 1
-            else:
-                return None
-        elif sep:
-            return None
-        values[name] = value
-    return values
-
-
-def _run_plain(values: dict[str, Any]) -> int:
-    """The callback outside click, with what click's ``main`` does around it."""
-    try:
-        return _invoke(**values)
-    except (EOFError, KeyboardInterrupt):
-        sys.stderr.write("\n")  # click: the blank line closes the terminal's ^C echo
-        sys.stderr.flush()
-        return 130
-    except OSError as exc:
-        import errno
-
-        if exc.errno != errno.EPIPE:
-            raise
-        # click: a closed stdout (gfd | head) ends the run quietly with status 1
-        sys.stdout = _QuietFlush(sys.stdout)
-        sys.stderr = _QuietFlush(sys.stderr)
-        return 1
-
-
-class _QuietFlush:
-    """A stream whose flush ignores a closed pipe (click's wrapper after EPIPE)."""
-
-    def __init__(self, wrapped: Any) -> None:
-        self._wrapped = wrapped
-
-    def flush(self) -> None:
-        import errno
-
-        try:
-            self._wrapped.flush()
-        except OSError as exc:
-            if exc.errno != errno.EPIPE:
-                raise
-
-    def __getattr__(self, attr: str) -> Any:
-        return getattr(self._wrapped, attr)
 
 
 def _fail(message: str, status: int) -> int:
@@ -238,8 +131,6 @@ def _fail(message: str, status: int) -> int:
 def run(
     cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool, dump_partitions: bool = False
 ) -> int:
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
-    from gfd.observability import configure_logging, get_logger
 
     def load(config_choice: ConfigChoice | None = None) -> Settings:
         return resolve(
@@ -256,52 +147,24 @@ def run(
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     configure_logging(settings.log_format, settings.log_level)
-    log = get_logger()
     node_label = None
     if settings.config_file_srcdir and not dump_snapshot:
-        # the node's entry is chosen before anything else, as upstream's config-manager
-        # init container does: it may select the output, the MIG strategy, ...
-        from gfd.errors import PublishError
-        from gfd.nodeconfig import NodeLabelReader, choose_for
-
-        try:
-            node_label = NodeLabelReader(settings)
-            choice = choose_for(settings, node_label())
-            settings = load(choice)
-        except UsageError as exc:
-            return _fail(str(exc), EXIT_USAGE)
-        except PublishError as exc:
-            return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
-        log.info(
-            "node config chosen",
-            entry=choice.entry,
-            reason=choice.reason,
-            path=settings.config_file,
-        )
+        chosen = _choose_node_config(settings, load)
+        if isinstance(chosen, int):
+            return chosen
+        settings, node_label = chosen
     for warning in settings.warnings:
-        log.warning("config warning", detail=warning)
+        get_logger().warning("config warning", detail=warning)
 
     preloaded = None
     if settings.snapshot_file:
-        from gfd import snapshot
-
         try:
             preloaded = snapshot.load(settings.snapshot_file)
         except UsageError as exc:
             return _fail(str(exc), EXIT_USAGE)
 
     if dump_snapshot or dump_partitions or cleanup:
-        from gfd import signals
-
-        # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
-        signals.attach(signals.ignore_reload)
-    if dump_snapshot:
-        return _dump_snapshot(settings, preloaded)
-    if dump_partitions:
-        return _dump_partitions(settings, preloaded)
-    if cleanup:
-        return _cleanup(settings)
-
+        return _one_off(settings, preloaded)
     try:
         agent = Agent(settings, load, snapshot=preloaded, node_label=node_label)
     except UsageError as exc:
@@ -318,17 +181,44 @@ def run(
     return status
 
 
+def _choose_node_config(
+    settings: Settings, load: Callable[[ConfigChoice | None], Settings]
+) -> tuple[Settings, Any] | int:
+    """The node's entry of --config-file-srcdir, chosen before anything else as upstream's
+    config-manager init container does (it may select the output, the MIG strategy, ...):
+    the settings with it and the node label reader, or the exit status."""
+
+    try:
+        node_label = NodeLabelReader(settings)
+        choice = choose_for(settings, node_label())
+        settings = load(choice)
+    except UsageError as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    except PublishError as exc:
+        return _fail(f"cannot choose the node's config: {exc}", EXIT_RUNTIME)
+    get_logger().info(
+        "node config chosen", entry=choice.entry, reason=choice.reason, path=settings.config_file
+    )
+    return settings, node_label
+
+
+def _one_off(settings: Settings, preloaded: Snapshot | None) -> int:
+    """--dump-snapshot, --dump-partitions or --cleanup: one action, then exit."""
+
+    # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
+    signals.attach(signals.ignore_reload)
+    if settings.dump_snapshot:
+        return _dump_snapshot(settings, preloaded)
+    if settings.dump_partitions:
+        return _dump_partitions(settings, preloaded)
+    return _cleanup(settings)
+
+
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
-    from gfd import snapshot
-    from gfd.agent import EXIT_RUNTIME
-    from gfd.errors import DiscoveryError, NvmlUnavailableError
-    from gfd.observability import NullMetrics
 
     found = preloaded
     try:
         if found is None:
-            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
-
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
@@ -339,26 +229,19 @@ def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
 
 
 def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
-    from gfd import partitions
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
-    from gfd.errors import ConfigError, DiscoveryError, NvmlUnavailableError
-    from gfd.labels.partitions import partition_table
-    from gfd.observability import NullMetrics, get_logger
 
     found = preloaded
     try:
         if found is None:
-            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
-
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
-        table = partition_table(found, settings.config.partitions)
+        table = partitioning.partition_table(found, settings.config.partitions)
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     if found.topology is None and settings.config.partitions is None:
         get_logger().warning("the snapshot has no topology section; the table is empty")
-    sys.stdout.write(partitions.dumps(table, pretty=True) + "\n")
+    sys.stdout.write(partition_table.dumps(table, pretty=True) + "\n")
     return 0
 
 
@@ -404,11 +287,6 @@ def _settle_stdout(status: int) -> int:
 
 
 def _cleanup(settings: Settings) -> int:
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
-    from gfd.errors import PublishError
-    from gfd.observability import get_logger
-    from gfd.outputs import make_output
-    from gfd.outputs.topology import make_topology_outputs
 
     try:
         output = make_output(settings)
@@ -425,22 +303,19 @@ def _cleanup(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from gfd import logsink
 
     # before anything is opened (a closed fd 2 is taken by /dev/null) or written: from here
     # on, stderr can neither block gfd nor kill it
     logsink.install()
     args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        args = _normalise_bool_args(args)
-    except UsageError as exc:
-        sys.exit(_fail(str(exc), 2))
-    plain = _parse_plain(args)
-    if plain is not None:
-        sys.exit(_run_plain(plain))
     import click
 
     command = _build_command()
+    if not os.environ.get(_COMPLETE_VAR):  # completion: click reads the words as typed
+        try:
+            args = goflags.to_click(args, command.params)
+        except UsageError as exc:
+            sys.exit(_fail(str(exc), 2))
     try:
         status = command.main(args=args, prog_name=PROG, standalone_mode=False)
     except OSError as exc:  # --help or --version into a closed pipe or /dev/full

@@ -25,61 +25,24 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gfd.echo import clip, describe
+from gfd.config_choice import _LABEL_VALUE, NAMED_FALLBACK_ENTRY, ConfigChoice
+from gfd.echo import clip
 from gfd.errors import ConfigError
+from gfd.kube.client import KubeClient, bad_answer, path_segment, retry_budget, string_map
 
 if TYPE_CHECKING:
-    from gfd.outputs.kube import KubeClient
     from gfd.settings import Settings
 
-FALLBACK_STRATEGIES = ("named", "single", "empty")
-#: the entry the ``named`` fallback looks for (upstream's NamedConfigFallback)
-NAMED_FALLBACK_ENTRY = "default"
 #: the most entries a config directory may hold (a ConfigMap is at most 1 MiB in all)
 MAX_ENTRIES = 1000
 #: how many characters of a label value a message shows
 SHOWN_VALUE_CHARS = 80
 
-_LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_DNS_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
-
 
 class NodeConfigError(ConfigError):
     """No entry of the config directory can be chosen for this node."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigChoice:
-    """The entry chosen for this node (None: the ``empty`` fallback, no config file) and
-    why, in words for the log."""
-
-    entry: str | None
-    reason: str
-
-
-def check_label_key(key: str) -> str | None:
-    """Why ``key`` is not a Kubernetes label key, or None when it is one."""
-    prefix, slash, name = key.rpartition("/")
-    if slash and (not prefix or len(prefix) > 253 or not re.fullmatch(_DNS_SUBDOMAIN, prefix)):
-        return "the prefix before / is not a DNS subdomain"
-    if not 0 < len(name) <= 63 or not re.fullmatch(_LABEL_VALUE, name):
-        return "not a label name (1-63 characters: letters, digits, - _ . inside)"
-    return None
-
-
-def parse_fallbacks(value: str | Sequence[str]) -> tuple[str, ...]:
-    """``named,single`` (upstream's comma-separated list) -> ("named", "single")."""
-    parts = value.split(",") if isinstance(value, str) else list(value)
-    result = tuple(part.strip() for part in parts if part.strip())
-    for part in result:
-        if part not in FALLBACK_STRATEGIES:
-            raise ValueError(
-                f"unknown fallback strategy {describe(part)} (use {', '.join(FALLBACK_STRATEGIES)})"
-            )
-    return result
 
 
 def list_entries(srcdir: str) -> frozenset[str]:
@@ -174,8 +137,6 @@ class NodeLabelReader:
     retry policy.  Needs ``get`` on ``nodes`` and nothing else."""
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        from gfd.outputs.kube import KubeClient, path_segment, retry_budget
-
         self.node_name = settings.node_name or ""
         self.label = settings.node_label
         self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
@@ -186,7 +147,6 @@ class NodeLabelReader:
     def __call__(self) -> str | None:
         """The label's value; None when the node has no such label.  PublishError when the
         node cannot be read."""
-        from gfd.outputs.kube import bad_answer, string_map
 
         def read() -> str | None:
             node = self._client.request("GET", self._path)

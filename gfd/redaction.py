@@ -5,7 +5,7 @@ content, an exec plugin's token, a client key's data) is remembered here under t
 its source, and :func:`redact` replaces each of them with ``***``.  Redaction runs where
 text leaves the process -- every log record (gfd.observability) and the CLI's one error
 line -- and, before any cutting to an excerpt, wherever something a server or a plugin sent
-is quoted (gfd.outputs.kube), so that not even a prefix of a credential survives.
+is quoted (gfd.kube.client), so that not even a prefix of a credential survives.
 
 This is the last line of defence, not the first: gfd never formats a credential into a
 message on purpose.  It catches what gfd cannot control: an API server or proxy that echoes

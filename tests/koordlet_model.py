@@ -194,7 +194,7 @@ def allocate_by_partition(
     ``gpus`` whole GPUs and at least ``bandwidth`` bytes/s (allocatePolicy BestEffort, the
     default), on an idle node:
     (the minors given, None) or (None, the reason)."""
-    from gfd.partitions import parse_quantity
+    from gfd.partition_table import parse_quantity
 
     if table is None:
         return None, "node(s) missing GPU Partition Table"

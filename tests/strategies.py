@@ -8,7 +8,7 @@ and MIG capability, and a MIG profile fixes its attributes, so a "device type" (
 always has one set of per-type labels; what varies per GPU is what varies on real nodes:
 PCI class, MIG mode and layout, fabric.
 
-``configs()`` draws :class:`gfd.settings.Config` values directly (pattern lists and a
+``configs()`` draws :class:`gfd.config.Config` values directly (pattern lists and a
 sharing section); ``config_documents()`` draws config-file text together with the Config
 the loader must make of it.
 """
@@ -23,13 +23,7 @@ from typing import Any
 import yaml
 from hypothesis import strategies as st
 
-from gfd.settings import (
-    Config,
-    ReplicatedResource,
-    ResourcePattern,
-    Sharing,
-    wildcard_regex,
-)
+from gfd.config import Config, ReplicatedResource, ResourcePattern, Sharing, wildcard_regex
 from gfd.snapshot import (
     ComputeCapability,
     Driver,

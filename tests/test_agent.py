@@ -8,6 +8,7 @@ import pytest
 
 from gfd.agent import EXIT_USAGE, Agent, AgentExit
 from gfd.errors import PublishError
+from gfd.outputs import Output
 from gfd.outputs.file import FileOutput, split_features_file
 from gfd.settings import Settings, resolve
 
@@ -152,29 +153,16 @@ def test_the_koordlet_file_moves_without_a_gap(tmp_path: Path) -> None:
     assert (new / FILE_NAME).exists() and not (old / FILE_NAME).exists()
 
 
-class Unremovable:
+class Unremovable(Output):
     """An output whose removal fails until ``removable`` is set."""
 
     kind = "unremovable"
-    verify_interval = None
 
     def __init__(self) -> None:
         self.removable = False
         self.removed = False
 
     def publish(self, labels: object) -> None:
-        pass
-
-    def verify(self, labels: object) -> bool:
-        return False
-
-    def offer(self, snapshot: object) -> bool:
-        return False
-
-    def keep(self, labels: object) -> None:
-        pass
-
-    def on_exit(self) -> None:
         pass
 
     def cleanup(self) -> None:

@@ -15,9 +15,10 @@ import pytest
 from gfd import labels as labelling
 from gfd import snapshot
 from gfd.agent import Agent
-from gfd.outputs.kube import retry_budget
+from gfd.config import Config
+from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
-from gfd.settings import Config, Settings, resolve
+from gfd.settings import Settings, resolve
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import client_without_waits
 from tests.loop import drive

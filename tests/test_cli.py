@@ -101,6 +101,63 @@ def test_upstream_style_boolean_flag_values() -> None:
     assert result.returncode == 0 and result.stdout == DGX_LABELS
 
 
+def test_one_dash_long_flags_are_upstreams_not_short_options(tmp_path: Path) -> None:
+    """Go's flag package: ``-oneshot`` is --oneshot, never ``-o neshot`` (a daemon writing
+    ./neshot); ``-mig-strategy=mixed`` is --mig-strategy=mixed."""
+    import subprocess
+
+    from tests.process import GFD, clean_env
+
+    args = ["-oneshot", "-no-timestamp", "-mig-strategy=mixed", "-snapshot-file", DGX]
+    result = subprocess.run(
+        [*GFD, *[str(Path(arg).resolve()) if arg == DGX else arg for arg in args]],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        cwd=tmp_path,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/mig.strategy=mixed\n" in result.stdout
+    assert "gfd.timestamp" not in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["--oneshot=T", "--no-timestamp=1"], {}),
+        (["-oneshot=TRUE", "-no-timestamp=True"], {}),
+        ([], {"GFD_ONESHOT": "1", "GFD_NO_TIMESTAMP": "t"}),
+        (["--no-timestamp"], {"GFD_ONESHOT": "True"}),
+        (["--oneshot", "--timestamp=false"], {}),  # gfd's own negation, with a value
+    ],
+)
+def test_gos_boolean_words_in_flags_and_variables(args: list[str], env: dict[str, str]) -> None:
+    result = run_gfd_here(*args, "--snapshot-file", DGX, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == DGX_LABELS
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["-oneshot", "false"], "-oneshot false: a boolean flag takes its value as -oneshot=false"),
+        (["-ofile"], "no such option: -ofile"),
+        (["---oneshot"], "bad flag syntax: ---oneshot"),
+        (["-o", "a", "--output-file", "b"], "cannot use two forms of the same flag: -o and"),
+        (["-oneshot=tRuE"], "-oneshot 'tRuE'"),
+        (["--mig-strategy=MIXED"], "--mig-strategy 'MIXED'"),
+    ],
+)
+def test_what_upstreams_grammar_refuses_is_refused(args: list[str], named: str) -> None:
+    result = run_gfd_here(*args, env={"GFD_SNAPSHOT_FILE": DGX})
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and named in lines[0], result.stderr
+
+
 def test_version_and_help() -> None:
     version = run_gfd("--version")
     assert version.returncode == 0 and version.stdout.startswith("gfd ")

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from gfd import labels
+from gfd.config import Config
 from gfd.discovery import discover
-from gfd.settings import Config, Settings
+from gfd.settings import Settings
 from tests.process import run_gfd_here
 
 from .fakes.fake_nvml import FakeGpu, FakeNvml

@@ -46,7 +46,7 @@ import yaml
 
 from gfd.discovery import sysfs
 from gfd.documents import MAX_DOCUMENT_BYTES
-from gfd.settings import OPTIONS
+from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import (
@@ -361,7 +361,7 @@ def test_special_in_cluster_token(
     from kubernetes.config import incluster_config
 
     from gfd.errors import UsageError
-    from gfd.outputs.kube import KubeClient
+    from gfd.kube.client import KubeClient
 
     token = short_dir / "token"
     if kind != "missing":

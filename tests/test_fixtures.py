@@ -20,8 +20,9 @@ CASES: list[dict[str, Any]] = yaml.safe_load((ROOT / "tests/fixtures/cases.yaml"
 @pytest.mark.parametrize("case", CASES, ids=[c["expected"] for c in CASES])
 def test_fixture_labels(case: dict[str, Any]) -> None:
     from gfd import labels, snapshot
+    from gfd.config import Config
     from gfd.outputs.file import format_labels
-    from gfd.settings import Config, load_config_file
+    from gfd.settings import load_config_file
 
     config = load_config_file(str(ROOT / case["config"])).config if "config" in case else Config()
     built = labels.build(

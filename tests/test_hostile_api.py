@@ -18,8 +18,8 @@ from hypothesis import settings as settings_
 from hypothesis import strategies as st
 
 from gfd.errors import PublishError, UsageError
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, retry_budget
 from gfd.labels import build, keys
-from gfd.outputs.kube import MAX_ANSWER_BYTES, KubeClient, retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.outputs.nodelabels import (
     MANAGED_LABELS_ANNOTATION,

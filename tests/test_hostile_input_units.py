@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 
 from gfd import documents
+from gfd.config import ResourcePattern, wildcard_regex
 from gfd.discovery import sysfs
 from gfd.durations import MAX_SECONDS, parse_duration
 from gfd.errors import ConfigError, PublishError, SnapshotError, UsageError
 from gfd.labels.resources import resource_name_for, wildcard_match
 from gfd.outputs.file import FileOutput, StdoutOutput
-from gfd.settings import ResourcePattern, parse_config_text, resolve, wildcard_regex
+from gfd.settings import parse_config_text, resolve
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from gfd import partitions
+from gfd import partition_table as partitions
 from gfd import snapshot as snapshot_io
-from gfd.labels.partitions import partition_table
+from gfd.labels.partitioning import partition_table
 from gfd.outputs.koordlet import (
     DEFAULT_DIR,
     FILE_NAME,

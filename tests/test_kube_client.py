@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gfd.errors import PublishError, UsageError
-from gfd.outputs.kube import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget
+from gfd.kube.client import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import FakeTime, client_without_waits
 

@@ -15,9 +15,9 @@ import pytest
 
 from gfd import redaction
 from gfd.errors import PublishError, UsageError
-from gfd.outputs import credentials
-from gfd.outputs.credentials import CredentialError, FileToken
-from gfd.outputs.kube import KubeClient
+from gfd.kube import credential_source
+from gfd.kube.client import KubeClient
+from gfd.kube.credential_source import CredentialError, FileToken
 from tests.execplugin import EXEC_API, exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, write_kubeconfig
 
@@ -155,7 +155,7 @@ def test_the_in_cluster_token_is_trimmed_and_read_again(
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "127.0.0.1")
     monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "6443")
     # the period is the token files' (tested above); here each request reads the file again
-    monkeypatch.setattr(credentials, "TOKEN_FILE_PERIOD_SECONDS", 0.0)
+    monkeypatch.setattr(credential_source, "TOKEN_FILE_PERIOD_SECONDS", 0.0)
     client = KubeClient(None, budget=1.0)
     assert client.server == "https://127.0.0.1:6443"
     assert authorization(client) == f"Bearer {TOKEN}"

@@ -17,7 +17,7 @@ import pytest
 
 from gfd import labels as labelling
 from gfd import snapshot
-from gfd.settings import Config
+from gfd.config import Config
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import ROOT, Daemon, run_gfd_here
 

@@ -16,7 +16,7 @@ import pytest
 
 from gfd import interrupt
 from gfd.errors import PublishError
-from gfd.outputs.kube import KubeClient
+from gfd.kube.client import KubeClient
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gfd.outputs.kube import KubeClient
-from gfd.outputs.ratelimit import RateLimiter
+from gfd.kube.client import KubeClient
+from gfd.kube.ratelimit import RateLimiter
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import FakeTime

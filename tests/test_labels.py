@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
+from gfd.config import Config
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.settings import Config, parse_config_text
+from gfd.settings import parse_config_text
 from gfd.snapshot import (
     Fabric,
     Gpu,

@@ -36,7 +36,8 @@ import yaml
 from gfd import __version__
 from gfd.errors import UsageError
 from gfd.labels import keys
-from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
+from gfd.options import NFD_FEATURES_FILE, OPTIONS
+from gfd.settings import Settings, resolve
 from tests.helpers import SAFE_LOADER
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,16 +19,17 @@ import pytest
 from structlog.testing import capture_logs
 
 from gfd.agent import Agent
+from gfd.config_choice import ConfigChoice
 from gfd.errors import PublishError, UsageError
 from gfd.nodeconfig import (
-    ConfigChoice,
     NodeConfigError,
     choose,
     choose_for,
     list_entries,
 )
+from gfd.options import DEFAULT_NODE_LABEL
 from gfd.outputs.file import split_features_file
-from gfd.settings import DEFAULT_NODE_LABEL, Settings, resolve
+from gfd.settings import Settings, resolve
 
 LABEL = DEFAULT_NODE_LABEL
 MIG_NODE = "examples/snapshots/dgx-a100-mig-mixed.yaml"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gfd.settings import DEFAULT_NODE_LABEL
+from gfd.options import DEFAULT_NODE_LABEL
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import ROOT, Daemon, run_gfd
 from tests.test_nodeconfig import MIXED, SINGLE, config_dir

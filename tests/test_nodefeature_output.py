@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
-from gfd.outputs.kube import retry_budget
+from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer

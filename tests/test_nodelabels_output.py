@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
-from gfd.outputs.kube import retry_budget
+from gfd.kube.client import retry_budget
 from gfd.outputs.nodelabels import (
     MANAGED_LABELS_ANNOTATION,
     NodeLabelsOutput,

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from gfd.errors import UsageError
+from gfd.output_kinds import OUTPUT_KINDS, OutputKind, output_identity, output_kind_of
 from gfd.outputs import make_output
-from gfd.outputs.registry import OUTPUT_KINDS, OutputKind, output_identity, output_kind_of
 from gfd.settings import Settings, resolve
 
 

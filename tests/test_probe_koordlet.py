@@ -12,9 +12,9 @@ import pytest
 
 from gfd import snapshot as snapshot_io
 from gfd.errors import PublishError
-from gfd.labels.partitions import partition_table
+from gfd.labels.partitioning import partition_table
 from gfd.outputs.koordlet import FILE_NAME, TEMP_DIR, KoordletDeviceInfos
-from gfd.partitions import PartitionTable
+from gfd.partition_table import PartitionTable
 from tests.process import run_gfd, run_gfd_here
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "snapshots"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gfd import partitions
+from gfd import partition_table as partitions
 from tests.process import run_gfd_here
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "examples/snapshots/dgx1-v100-cube-mesh.yaml"
@@ -95,7 +95,7 @@ def test_hostile_partition_tables_are_one_short_line_exit_2(
 
 
 def test_the_largest_computed_table_fits_what_an_override_may_hold() -> None:
-    from gfd.labels.partitions import partition_table
+    from gfd.labels.partitioning import partition_table
     from tests.test_probe_topology import node
 
     table = partition_table(node(256, [], switch_links=18), None)
@@ -107,7 +107,7 @@ def test_the_largest_joined_table_fits_and_larger_nodes_list_aligned_blocks() ->
     """Without NVSwitch every set NVLink joins is listed: at most two fully linked groups
     of 8 on a 16-GPU node, which still fits; a 17th GPU makes the node list only the
     aligned blocks (README "Limits")."""
-    from gfd.labels.partitions import JOINED_GPUS, partition_table
+    from gfd.labels.partitioning import JOINED_GPUS, partition_table
     from tests.test_probe_topology import node
 
     full = [(a, b) for g in (0, 8) for a in range(g, g + 8) for b in range(a + 1, g + 8)]

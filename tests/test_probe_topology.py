@@ -15,7 +15,7 @@ import pytest
 from gfd import snapshot as snapshot_io
 from gfd.discovery import discover
 from gfd.errors import SnapshotError
-from gfd.labels.partitions import SEARCH_STEPS, _Budget, _has_cycle, computed_table, link_graph
+from gfd.labels.partitioning import SEARCH_STEPS, _Budget, _has_cycle, computed_table, link_graph
 from gfd.settings import Settings
 from gfd.snapshot import (
     MAX_TOPOLOGY_GPUS,

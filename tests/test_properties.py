@@ -18,10 +18,11 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from gfd import snapshot as snapshot_format
+from gfd.config import Config, ReplicatedResource, ResourcePattern, Sharing
 from gfd.errors import ConfigError, LabelError
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.settings import Config, ReplicatedResource, ResourcePattern, Sharing, parse_config_text
+from gfd.settings import parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 

@@ -22,7 +22,7 @@ import yaml
 
 import gfd.cli
 from gfd import snapshot
-from gfd.settings import OPTIONS, Option
+from gfd.options import OPTIONS, Option
 from tests.process import run_gfd_here
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,9 +18,9 @@ import pytest
 
 from gfd import labels as labelling
 from gfd import snapshot
+from gfd.config import Config
 from gfd.outputs.file import split_features_file
 from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION
-from gfd.settings import Config
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import ROOT, Daemon, run_gfd_here
 

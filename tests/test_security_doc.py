@@ -102,8 +102,8 @@ ALLOWED_OPENS = {
     ("gfd/interrupt.py", "_drain"): "its own self-pipe",
     ("gfd/signals.py", "_watch"): "its own self-pipe",
     ("gfd/logsink.py", "_hold_with_devnull"): "/dev/null put in place of a stderr that is gone",
-    ("gfd/outputs/credentials.py", "_collect"): "a credential plugin's pipes, under a deadline",
-    ("gfd/outputs/credentials.py", "write"): "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW)",
+    ("gfd/kube/exec_plugin.py", "_collect"): "a credential plugin's pipes, under a deadline",
+    ("gfd/kube/exec_plugin.py", "write"): "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW)",
     ("gfd/outputs/file.py", "_write"): "the temporary file it made with mkstemp",
     ("gfd/outputs/file.py", "write_without_blocking"): "stdout's pipe, reopened to write",
     ("gfd/outputs/koordlet.py", "_open_directory"): "directories (O_DIRECTORY)",
@@ -171,7 +171,7 @@ FORBIDDEN_CALLS = re.compile(r"^os\.(system|popen|fork|forkpty|exec\w*|spawn\w*|
 
 #: the one module that starts processes: the kubeconfig's exec credential plugins, each
 #: under a deadline, in a process group of its own that is killed when it ends
-CHILD_PROCESS_RUNNERS = {"gfd/outputs/credentials.py"}
+CHILD_PROCESS_RUNNERS = {"gfd/kube/exec_plugin.py"}
 
 
 @pytest.mark.parametrize("path", sorted(GFD.rglob("*.py")), ids=lambda p: p.name)

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from gfd.config import MAX_WARNINGS
 from gfd.durations import parse_duration
 from gfd.errors import ConfigError, UsageError
-from gfd.settings import NFD_FEATURES_FILE, OPTIONS, parse_config_text, resolve
+from gfd.options import NFD_FEATURES_FILE, OPTIONS
+from gfd.settings import parse_config_text, resolve
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -82,13 +84,17 @@ def test_first_listed_env_var_wins() -> None:
         ("false", False),
         ("0", False),
         ("no", False),
+        ("T", True),
+        ("f", False),
+        # urfave/cli: a boolean variable set empty is false (flag_bool.go:122-127 at v2.27.7)
+        ("", False),
     ],
 )
 def test_env_booleans(raw: str, value: bool) -> None:
     assert resolve({}, {"GFD_ONESHOT": raw, **NODE}).oneshot is value
 
 
-@pytest.mark.parametrize("raw", ["maybe", "", "2", "on"])
+@pytest.mark.parametrize("raw", ["maybe", "2", "on", "tRuE"])
 def test_bad_env_boolean_names_the_variable(raw: str) -> None:
     with pytest.raises(UsageError, match=f"GFD_NO_TIMESTAMP={raw!r}"):
         resolve({}, {"GFD_NO_TIMESTAMP": raw})
@@ -194,8 +200,63 @@ def test_unknown_keys_are_warnings_naming_the_key() -> None:
     loaded = parse_config_text(
         "version: v1\nflags:\n  migStrateg: mixed\n  gfd: {onesHot: true}\n", "c"
     )
-    assert "flags.migStrateg: unknown key, ignored" in loaded.warnings
-    assert "flags.gfd.onesHot: unknown key, ignored" in loaded.warnings
+    assert loaded.warnings == (
+        "flags.migStrateg: unknown key, ignored (did you mean flags.migStrategy?)",
+        "flags.gfd.onesHot: unknown key, ignored (did you mean flags.gfd.oneshot?)",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("sharng: {}\n", "sharng: unknown key, ignored (did you mean sharing?)"),
+        (
+            "resources: {gpu: []}\n",
+            "resources.gpu: unknown key, ignored (did you mean resources.gpus?)",
+        ),
+        (
+            "sharing: {timeSlice: {resources: [{name: gpu, replicas: 2}]}}\n",
+            "sharing.timeSlice: unknown key, ignored (did you mean sharing.timeSlicing?)",
+        ),
+        (
+            "sharing: {timeSlicing: {renameByDefualt: true, "
+            "resources: [{name: gpu, replicas: 2}]}}\n",
+            "sharing.timeSlicing.renameByDefualt: unknown key, ignored "
+            "(did you mean sharing.timeSlicing.renameByDefault?)",
+        ),
+        (
+            "sharing: {timeSlicing: {resources: [{name: gpu, replica: 2, replicas: 2}]}}\n",
+            "sharing.timeSlicing.resources[0].replica: unknown key, ignored "
+            "(did you mean sharing.timeSlicing.resources[0].replicas?)",
+        ),
+        (
+            "flags: {plugins: {}}\n",
+            "flags.plugins: unknown key, ignored (did you mean flags.plugin?)",
+        ),
+        ("zzzzzz: 1\n", "zzzzzz: unknown key, ignored"),
+    ],
+)
+def test_an_unknown_config_key_names_the_closest_known_key(text: str, expected: str) -> None:
+    """A typo in the config is caught like a typo in a flag: the warning names the key
+    that was probably meant, and says nothing when no known key is close."""
+    assert parse_config_text(text, "c").warnings == (expected,)
+
+
+def test_an_unknown_pattern_key_is_refused_naming_the_closest_key() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"resources\.gpus\[0\]\.patern: unknown key \(did you "
+        r"mean resources\.gpus\[0\]\.pattern\?\)",
+    ):
+        parse_config_text("resources: {gpus: [{patern: '*', name: x}]}\n", "c")
+
+
+def test_only_the_warnings_shown_one_by_one_look_for_a_suggestion() -> None:
+    """A hostile config of many unknown keys costs no fuzzy matching past the shown ones."""
+    text = "".join(f"sharin{i}: 1\n" for i in range(MAX_WARNINGS + 5))
+    warnings = parse_config_text(text, "c").warnings
+    assert sum("did you mean" in w for w in warnings) == MAX_WARNINGS
+    assert warnings[-1] == f"sharin{MAX_WARNINGS + 4}: unknown key, ignored"
 
 
 def test_devices_other_than_all_is_a_warning() -> None:

@@ -27,8 +27,8 @@ import pytest
 
 from gfd import labels as labelling
 from gfd import signals, snapshot
+from gfd.config import Config
 from gfd.outputs.file import split_features_file
-from gfd.settings import Config
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import GFD, ROOT, Daemon, spawn_gfd
 

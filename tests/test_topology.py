@@ -15,14 +15,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd import partitions
+from gfd import partition_table as partitions
 from gfd import snapshot as snapshot_io
+from gfd.config import Config
 from gfd.discovery import discover
-from gfd.discovery.topology import cpu_list, nvlink_generation, read_pcie_root
+from gfd.discovery.gpu_links import cpu_list, nvlink_generation, read_pcie_root
 from gfd.errors import ConfigError, SnapshotError
 from gfd.labels import build
-from gfd.labels.partitions import left_after, link_graph, partition_table
-from gfd.settings import Config, Settings
+from gfd.labels.partitioning import left_after, link_graph, partition_table
+from gfd.settings import Settings
 from gfd.snapshot import GpuPair, GpuTopology, NvLink, Snapshot, Topology
 from tests.process import run_gfd_here
 

@@ -17,9 +17,9 @@ import pytest
 
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
-from gfd.labels.partitions import partition_table
+from gfd.labels.partitioning import partition_table
 from gfd.outputs.koordlet import DEFAULT_DIR, FILE_NAME, KoordletDeviceInfos, device_infos
-from gfd.outputs.topology import PARTITIONS_ANNOTATION
+from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION
 from gfd.settings import Settings
 from tests import koordlet_model as koordlet
 from tests.fakes.fake_apiserver import FakeApiServer

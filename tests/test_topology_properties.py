@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gfd import partitions
-from gfd.labels.partitions import NVLINK_LINK_BANDWIDTH, partition_table
+from gfd import partition_table as partitions
+from gfd.labels.partitioning import NVLINK_LINK_BANDWIDTH, partition_table
 from gfd.snapshot import (
     ComputeCapability,
     Driver,

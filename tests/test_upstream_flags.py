@@ -4,10 +4,10 @@ v0.20.0, walked from a table written down from its source.
 The rows are upstream's whole flag list: ``cmd/gpu-feature-discovery/main.go`` (the
 ``config.flags`` slice), then ``internal/flags/kubeclient.go`` and ``internal/flags/node.go``
 appended to it (main.go:121-122); each row names the file and lines it was read from.  For
-each row the test proves, through gfd's real command line (the fast parser and click both),
-that every name and alias is accepted, that every environment variable is read, that the
-default is upstream's, and for booleans that ``--flag``, ``--flag=true`` and
-``--flag=false`` all work.
+each row the test proves, through gfd's real command line, in Go's spelling (one dash)
+and click's (two), that every name and alias is accepted, that every environment variable
+is read, that the default is upstream's, and for booleans that ``--flag``, ``--flag=true``,
+``--flag=false`` and each of Go's boolean words work.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 import gfd.cli
-from gfd.settings import NFD_FEATURES_FILE, OPTIONS, Settings, resolve
+from gfd.options import NFD_FEATURES_FILE, OPTIONS
+from gfd.settings import Settings, resolve
 
 UPSTREAM_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 
@@ -79,6 +80,11 @@ UPSTREAM_FLAGS = (
         "gfd-x7k2p", "gfd-x7k2p"),
 )  # fmt: skip
 
+#: Go's strconv.ParseBool words, the ones urfave/cli accepts in a flag and a variable
+#: (vendor/github.com/urfave/cli/v2/flag_bool.go:30-41 and :113-127)
+GO_TRUE = {"1", "t", "T", "true", "TRUE", "True"}
+GO_FALSE = {"0", "f", "F", "false", "FALSE", "False"}
+
 ALL_ENVS = {env for row in UPSTREAM_FLAGS for env in row.envs} | {
     env for option in OPTIONS for env in option.envs
 }
@@ -87,8 +93,8 @@ ALL_ENVS = {env for row in UPSTREAM_FLAGS for env in row.envs} | {
 BASE_ENV = {"NODE_NAME": "base-node"}
 
 
-def _option_name(name: str) -> str:
-    return f"-{name}" if len(name) == 1 else f"--{name}"
+def _option_name(name: str, via: str = "gnu") -> str:
+    return f"-{name}" if len(name) == 1 or via == "go" else f"--{name}"
 
 
 @pytest.fixture
@@ -110,20 +116,16 @@ def parse(
 
     monkeypatch.setattr(gfd.cli, "run", fake_run)
 
-    def run(args: Sequence[str], env: dict[str, str], via: str) -> Settings:
+    def run(args: Sequence[str], env: dict[str, str], via: str = "main") -> Settings:
         for name in ALL_ENVS:
             monkeypatch.delenv(name, raising=False)
         for key, value in env.items():
             monkeypatch.setenv(key, value.replace("<config>", str(config)))
         args = [arg.replace("<config>", str(config)) for arg in args]
         captured.clear()
-        if via == "main":
-            with pytest.raises(SystemExit) as exit_info:
-                gfd.cli.main(args)
-            assert exit_info.value.code == 0
-        else:  # click itself, also for the long options the fast parser reads
-            command = gfd.cli._build_command()
-            command.main(args=gfd.cli._normalise_bool_args(args), standalone_mode=False)
+        with pytest.raises(SystemExit) as exit_info:
+            gfd.cli.main(args)
+        assert exit_info.value.code == 0
         assert len(captured) == 1
         return captured[0]
 
@@ -134,12 +136,12 @@ def _expected(row: Row, value: Any, config: Path) -> Any:
     return str(config) if value == "<config>" else value
 
 
-VIAS = ("main", "click")
+#: upstream's spelling (Go's flag package: one dash) and gfd's (click's: two dashes)
+VIAS = ("go", "gnu")
 
 
-@pytest.mark.parametrize("via", VIAS)
 @pytest.mark.parametrize("row", UPSTREAM_FLAGS, ids=lambda row: row.name)
-def test_upstream_default(parse: Any, row: Row, via: str) -> None:
+def test_upstream_default(parse: Any, row: Row, via: str = "main") -> None:
     run, _ = parse
     if row.name == "node-name":
         settings = run(["--use-node-feature-api=false"], {}, via)
@@ -163,9 +165,10 @@ def _name_cases() -> Iterator[Any]:
 @pytest.mark.parametrize(("row", "name"), list(_name_cases()))
 def test_every_name_and_alias_is_accepted(parse: Any, row: Row, name: str, via: str) -> None:
     run, config = parse
-    flag = _option_name(name)
+    flag = _option_name(name, via)
     if row.sample is None:
         forms = {(flag,): True, (f"{flag}=true",): True, (f"{flag}=false",): False}
+        forms |= {(f"{flag}={word}",): word in GO_TRUE for word in GO_TRUE | GO_FALSE}
         for args, value in forms.items():
             settings = run(list(args), BASE_ENV, via)
             assert getattr(settings, row.attribute) is value, (row.where, args)
@@ -190,7 +193,8 @@ def _env_cases() -> Iterator[Any]:
 def test_every_environment_variable_is_read(parse: Any, row: Row, env: str) -> None:
     run, config = parse
     if row.sample is None:
-        for raw, value in (("true", True), ("false", False)):
+        for raw in sorted(GO_TRUE | GO_FALSE | {"yes", "no"}):
+            value = raw in GO_TRUE or raw == "yes"
             settings = run([], {**BASE_ENV, env: raw}, "main")
             assert getattr(settings, row.attribute) is value, (row.where, env, raw)
         return
@@ -230,29 +234,64 @@ def test_the_table_is_upstreams_whole_flag_list() -> None:
 # README "Migrating from upstream": an output chosen on purpose beats the default.
 
 
-@pytest.mark.parametrize(
-    ("args", "env", "kind"),
-    [
-        ([], BASE_ENV, "nodefeature"),  # the daemon: upstream's default
-        (["--oneshot"], {}, "stdout"),  # make run, previews: no node name needed
-        (["--oneshot"], BASE_ENV, "stdout"),  # a NODE_NAME set by CI is not a choice
-        (["--oneshot", "--use-node-feature-api"], BASE_ENV, "nodefeature"),
-        (["--oneshot"], {**BASE_ENV, "USE_NODE_FEATURE_API": "true"}, "nodefeature"),
-        (["--use-node-labels"], BASE_ENV, "node-labels"),
-        (["--output-file", "/run/labels"], {}, "file"),
-        (["-o", "-"], {}, "stdout"),
-        ([], {"GFD_OUTPUT_FILE": "/run/labels"}, "file"),
-        (["--use-node-feature-api=false"], {}, "file"),
-        ([], {"USE_NODE_FEATURE_API": "false"}, "file"),
-        # explicit API and explicit file: the API, as upstream (the file is ignored)
-        (["--use-node-feature-api", "--output-file", "/run/labels"], BASE_ENV, "nodefeature"),
-    ],
-)
+NFD = UPSTREAM_FEATURES_FILE
+
+# README "Migrating from upstream", the output table: one row each, in its order
+# (kind, the file written: None for stdout or an API output)
+OUTPUT_ROWS = [
+    pytest.param([], BASE_ENV, "nodefeature", None, id="nothing"),
+    pytest.param(["--oneshot"], {}, "stdout", None, id="oneshot"),
+    pytest.param(["--oneshot"], BASE_ENV, "stdout", None, id="oneshot-node-name-set"),
+    pytest.param(["--oneshot", "--use-node-feature-api"], BASE_ENV, "nodefeature", None,
+                 id="oneshot-api"),
+    pytest.param(["--oneshot"], {**BASE_ENV, "USE_NODE_FEATURE_API": "true"}, "nodefeature",
+                 None, id="oneshot-api-env"),
+    pytest.param(["--use-node-labels"], BASE_ENV, "node-labels", None, id="node-labels"),
+    pytest.param(["--output-file", "/run/labels"], {}, "file", "/run/labels", id="output-file"),
+    pytest.param(["-o", "-"], {}, "stdout", None, id="output-file-dash"),
+    pytest.param([], {"GFD_OUTPUT_FILE": "/run/labels"}, "file", "/run/labels",
+                 id="output-file-env"),
+    pytest.param(["--use-node-feature-api=false"], {}, "file", NFD, id="api-off"),
+    pytest.param([], {"USE_NODE_FEATURE_API": "false"}, "file", NFD, id="api-off-env"),
+    pytest.param(["--oneshot", "--use-node-feature-api=false"], {}, "file", NFD,
+                 id="oneshot-api-off"),
+    pytest.param(["-oneshot"], {"USE_NODE_FEATURE_API": "F"}, "file", NFD,
+                 id="oneshot-api-off-env"),
+    pytest.param(["--oneshot", "--use-node-feature-api=false", "-o", "/run/l"], {}, "file",
+                 "/run/l", id="api-off-output-file"),
+    pytest.param(["--oneshot", "--use-node-feature-api=false", "-o", ""], {}, "stdout", None,
+                 id="api-off-output-file-empty"),
+    # explicit API and explicit file: the API, as upstream (the file is ignored)
+    pytest.param(["--use-node-feature-api", "--output-file", "/run/labels"], BASE_ENV,
+                 "nodefeature", None, id="api-and-output-file"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "env", "kind", "path"), OUTPUT_ROWS)
 def test_how_an_explicit_output_combines_with_the_default(
-    parse: Any, args: list[str], env: dict[str, str], kind: str
+    parse: Any, args: list[str], env: dict[str, str], kind: str, path: str | None
 ) -> None:
     run, _ = parse
-    assert run(args, env, "main").output_kind == kind
+    settings = run(args, env, "main")
+    assert settings.output_kind == kind
+    if kind in ("file", "stdout"):
+        assert settings.effective_output_file == path
+
+
+def test_both_api_outputs_explicit_is_a_usage_error() -> None:
+    from tests.process import run_gfd_here
+
+    result = run_gfd_here("--use-node-feature-api", "--use-node-labels", "--node-name", "n")
+    assert result.returncode == 2 and "choose at most one output" in result.stderr
+
+
+def test_an_upstream_oneshot_job_writes_the_features_file(parse: Any, tmp_path: Path) -> None:
+    """A config file saying useNodeFeatureAPI: false is as explicit as the flag."""
+    run, _ = parse
+    off = tmp_path / "off.yaml"
+    off.write_text("version: v1\nflags:\n  useNodeFeatureAPI: false\n")
+    settings = run(["-oneshot", "-config-file", str(off)], BASE_ENV, "main")
+    assert settings.output_kind == "file" and settings.effective_output_file == NFD
 
 
 def test_a_config_file_choice_counts_as_explicit(parse: Any, tmp_path: Path) -> None:

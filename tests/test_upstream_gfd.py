@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from gfd import snapshot as snapshot_format
+from gfd.config import Config
 from gfd.labels import build
 from gfd.outputs.file import format_labels
-from gfd.settings import Config
 from gfd.snapshot import Mig, Snapshot, Vgpu, VgpuDevice
 from tests.process import run_gfd_here
 from tests.test_upstream_lm import Mock, full_gpu, manager, mig_enabled_device, new_mig_device

@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
+from gfd.config import Config, ReplicatedResource, ResourcePattern, Sharing, wildcard_regex
 from gfd.errors import ConfigError
 from gfd.labels import build
-from gfd.settings import Config, ReplicatedResource, ResourcePattern, Sharing, wildcard_regex
 from gfd.snapshot import (
     ComputeCapability,
     Driver,

@@ -9,18 +9,19 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from gfd.config import Config
 from gfd.echo import describe
 from gfd.errors import ConfigError, LabelError
-from gfd.labels import devices, keys, node
+from gfd.labels import devices, interconnect, keys, node, partitioning
 from gfd.labels.resources import (
     DEFAULT_GPU_RESOURCE,
     Contribution,
     combine,
     default_mig_resource,
     resource_name_for,
+    unused_entries,
 )
 from gfd.labels.sanitize import is_valid_label_name, is_valid_label_value, valid_label_value
-from gfd.settings import Config
 from gfd.snapshot import Gpu, MigDevice, Snapshot
 
 __all__ = ["LabelSet", "build"]
@@ -34,6 +35,9 @@ class LabelSet:
     labels: dict[str, str]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    #: config entries that apply to nothing on this node: the same on every pass until the
+    #: config or the node changes, so the caller reports them when they change
+    unused: tuple[str, ...] = ()
 
 
 def _full_gpu_contributions(
@@ -162,58 +166,16 @@ def _resource_labels(
     return resources
 
 
-def build(
-    snapshot: Snapshot,
-    mig_strategy: str,
-    config: Config,
-    timestamp: int | None,
-    *,
-    topology_labels: bool = False,
-) -> LabelSet:
-    """All labels for the node described by ``snapshot``.
+def _mig_profiles(gpus: list[Gpu], mig_strategy: str) -> set[str]:
+    """The profiles of the MIG devices the strategy labels."""
+    if mig_strategy == "none":
+        return set()
+    return {d.profile for gpu in gpus if gpu.mig and gpu.mig.enabled for d in gpu.mig.devices}
 
-    Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
-    and ConfigError when the configuration cannot apply to this node (MPS with MIG)."""
-    warnings: list[str] = []
-    notes: list[str] = []
-    labels: dict[str, str] = {}
-    if timestamp is not None:
-        labels[keys.TIMESTAMP] = str(timestamp)
-    labels.update(node.vgpu_labels(snapshot.vgpu))
-    if snapshot.lost:
-        labels[keys.GPU_LOST] = str(len(snapshot.lost))
 
-    gpus = []
-    for gpu in sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid)):
-        if devices.is_skipped_device(gpu.name):
-            # a snapshot written by hand or by an older gfd may still list it
-            notes.append(f"GPU {gpu.index} ({gpu.name}) is a display device; not labelled")
-            continue
-        gpus.append(gpu)
-    if gpus:
-        if snapshot.driver is None:
-            raise LabelError("the snapshot lists GPUs but no driver version")
-        if config.sharing.strategy == "mps" and any(gpu.mig_enabled for gpu in gpus):
-            raise ConfigError("sharing.mps: MPS sharing is not supported for MIG devices")
-        labels.update(node.driver_labels(snapshot.driver))
-        labels[keys.MIG_CAPABLE] = node.bool_label(any(gpu.mig_capable for gpu in gpus))
-        if mig_strategy != "none":
-            labels[keys.MIG_STRATEGY] = mig_strategy
-        labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
-        labels.update(node.clique_label(tuple(gpus), warnings))
-        if topology_labels:
-            # the interconnect's modules (and decimal) load only with --topology-labels
-            from gfd.labels import partitions, topology
-
-            graph = partitions.link_graph(snapshot)
-            table = partitions.partition_table(snapshot, config.partitions)
-            labels.update(topology.topology_labels(snapshot, graph, table))
-        resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
-        warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
-        for resource in sorted(resources):
-            for suffix, value in resources[resource].items():
-                labels[keys.resource_key(resource, suffix)] = value
-
+def _publishable(labels: dict[str, str], warnings: list[str]) -> dict[str, str]:
+    """Full keys to values, sorted by key: only valid label keys, and values that fit (a
+    name-like value made valid, anything else left out rather than cut)."""
     published: dict[str, str] = {}
     for name in sorted(labels):
         if not is_valid_label_name(name):
@@ -236,4 +198,77 @@ def build(
                 f"value; published as {value!r}"
             )
         published[keys.full_key(name)] = value
-    return LabelSet(labels=published, warnings=tuple(warnings), notes=tuple(notes))
+    return published
+
+
+def build(
+    snapshot: Snapshot,
+    mig_strategy: str,
+    config: Config,
+    timestamp: int | None,
+    *,
+    topology_labels: bool = False,
+) -> LabelSet:
+    """All labels for the node described by ``snapshot``.
+
+    Raises LabelError when the snapshot cannot be labelled (e.g. a malformed driver version)
+    and ConfigError when the configuration cannot apply to this node (MPS with MIG)."""
+    warnings: list[str] = []
+    notes: list[str] = []
+    unused: list[str] = []
+    labels: dict[str, str] = {}
+    if timestamp is not None:
+        labels[keys.TIMESTAMP] = str(timestamp)
+    labels.update(node.vgpu_labels(snapshot.vgpu))
+    if snapshot.lost:
+        labels[keys.GPU_LOST] = str(len(snapshot.lost))
+
+    gpus = []
+    for gpu in sorted(snapshot.gpus, key=lambda gpu: (gpu.index, gpu.uuid)):
+        if devices.is_skipped_device(gpu.name):
+            # a snapshot written by hand or by an older gfd may still list it
+            notes.append(f"GPU {gpu.index} ({gpu.name}) is a display device; not labelled")
+            continue
+        gpus.append(gpu)
+    if gpus:
+        gpu_labels, unused = _gpu_labels(
+            snapshot, gpus, mig_strategy, config, topology_labels, warnings
+        )
+        labels.update(gpu_labels)
+    published = _publishable(labels, warnings)
+    return LabelSet(published, tuple(warnings), tuple(notes), tuple(unused))
+
+
+def _gpu_labels(
+    snapshot: Snapshot,
+    gpus: list[Gpu],
+    mig_strategy: str,
+    config: Config,
+    topology_labels: bool,
+    warnings: list[str],
+) -> tuple[dict[str, str], list[str]]:
+    """The labels of a node with GPUs to label (short keys, before they are checked), and the
+    config entries that apply to nothing on it."""
+    if snapshot.driver is None:
+        raise LabelError("the snapshot lists GPUs but no driver version")
+    if config.sharing.strategy == "mps" and any(gpu.mig_enabled for gpu in gpus):
+        raise ConfigError("sharing.mps: MPS sharing is not supported for MIG devices")
+    labels = node.driver_labels(snapshot.driver)
+    labels[keys.MIG_CAPABLE] = node.bool_label(any(gpu.mig_capable for gpu in gpus))
+    if mig_strategy != "none":
+        labels[keys.MIG_STRATEGY] = mig_strategy
+    labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
+    labels.update(node.clique_label(tuple(gpus), warnings))
+    if topology_labels:
+        graph = partitioning.link_graph(snapshot)
+        table = partitioning.partition_table(snapshot, config.partitions)
+        labels.update(interconnect.topology_labels(snapshot, graph, table))
+    resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
+    warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
+    unused = unused_entries(
+        config, {gpu.name for gpu in gpus}, _mig_profiles(gpus, mig_strategy), resources
+    )
+    for resource in sorted(resources):
+        for suffix, value in resources[resource].items():
+            labels[keys.resource_key(resource, suffix)] = value
+    return labels, unused

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gfd.config import Sharing
 from gfd.echo import describe
 from gfd.labels import keys
 from gfd.labels.sanitize import MAX_LENGTH, fit_name, sanitize_name
-from gfd.settings import Sharing
 from gfd.snapshot import ComputeCapability, Gpu, MigDevice
 
 PCI_CLASS_COMPUTE = 0x030200

@@ -7,12 +7,14 @@ omitted, never guessed, so the output does not depend on device order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from gfd.config import Config, ResourcePattern
+from gfd.echo import describe
+from gfd.grammar import PREFIX
 from gfd.grammar import wildcard_match as wildcard_match  # the config patterns' rule
 from gfd.labels import keys
-from gfd.settings import ResourcePattern
 
 DEFAULT_GPU_RESOURCE = "gpu"
 
@@ -66,3 +68,68 @@ def combine(contributions: Iterable[Contribution]) -> dict[str, str]:
                 del common[suffix]
     common[keys.COUNT] = str(sum(item.count for item in items))
     return common
+
+
+#: how many of the node's names a "matches nothing" warning lists
+_NAMES_SHOWN = 5
+_SECTIONS = {"time-slicing": "sharing.timeSlicing", "mps": "sharing.mps"}
+
+
+def _listed(names: Iterable[str]) -> str:
+    ordered = sorted(set(names))
+    shown = ", ".join(describe(name) for name in ordered[:_NAMES_SHOWN])
+    return shown + (
+        f" and {len(ordered) - _NAMES_SHOWN} more" if len(ordered) > _NAMES_SHOWN else ""
+    )
+
+
+def _unused_patterns(
+    patterns: Sequence[ResourcePattern], names: Collection[str], where: str, what: str
+) -> list[str]:
+    """The patterns that name none of ``names``: none matches, or an earlier one wins."""
+    first = {
+        next((i for i, rule in enumerate(patterns) if wildcard_match(rule.pattern, n)), -1)
+        for n in names
+    }
+    unused = []
+    for i, rule in enumerate(patterns):
+        if i in first:
+            continue
+        shown = f"{where}[{i}]: pattern {describe(rule.pattern)}"
+        if any(wildcard_match(rule.pattern, name) for name in names):
+            unused.append(
+                f"{shown} names no {what} on this node: every {what} it matches is named by "
+                "an earlier pattern"
+            )
+        else:
+            found = f"its {what}s: {_listed(names)}" if names else f"it has no {what}"
+            unused.append(f"{shown} matches no {what} on this node ({found})")
+    return unused
+
+
+def unused_entries(
+    config: Config,
+    gpu_names: Collection[str],
+    mig_profiles: Collection[str],
+    resources: Collection[str],
+) -> list[str]:
+    """The config entries that apply to nothing on this node, each named: a ``resources``
+    pattern that names no device, and a sharing entry for a resource the node does not
+    have.  MIG patterns are judged only where MIG devices are labelled (``mig_profiles``
+    not empty): MIG mode is switched at run time (mig-manager), so a config names profiles
+    for the days a node is in MIG mode.  The labels do
+    not change; the caller says so once, since a config that does nothing looks like one
+    that works."""
+    unused = _unused_patterns(config.gpu_patterns, gpu_names, "resources.gpus", "GPU")
+    if mig_profiles:
+        unused.extend(
+            _unused_patterns(config.mig_patterns, mig_profiles, "resources.mig", "MIG profile")
+        )
+    section = _SECTIONS.get(config.sharing.strategy, "sharing")
+    for entry in config.sharing.resources:
+        if entry.name.removeprefix(PREFIX) not in resources:
+            unused.append(
+                f"{section}: {entry.name} applies to no resource on this node (its resources: "
+                f"{_listed(PREFIX + name for name in resources) or 'none'})"
+            )
+    return unused

@@ -15,22 +15,25 @@ update keeps its labels.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import select
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gfd import interrupt
 from gfd.echo import clip_path
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, open_regular, read_bounded
 from gfd.observability import get_logger
-from gfd.outputs import Labels
+from gfd.outputs import Labels, Output
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
-    from gfd.snapshot import Snapshot
 
 #: NFD skips feature files larger than this; fail loudly instead of being ignored quietly
 MAX_FEATURES_FILE_BYTES = 64 * 1024
@@ -47,10 +50,6 @@ LATEST_EXPIRY = 253402300799.0
 def format_expiry(seconds: float) -> str:
     """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``), held within
     1970..9999 (a clock far off, or a huge horizon, never fails a write)."""
-    # imported here and in parse_expiry only: a file without an expiry (every oneshot's)
-    # never needs it
-    import datetime
-
     clamped = min(max(int(seconds), 0), int(LATEST_EXPIRY))
     moment = datetime.datetime.fromtimestamp(clamped, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -85,7 +84,6 @@ def _refuse_special(path: str, action: str) -> None:
 
 def parse_expiry(text: str) -> float | None:
     """The Unix time of an RFC 3339 UTC timestamp written by :func:`format_expiry`."""
-    import datetime
 
     try:
         moment = datetime.datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%SZ")
@@ -145,9 +143,6 @@ def write_without_blocking(fd: int, data: bytes, name: str) -> None:
 
 
 def _write_with_stall_limit(fd: int, data: bytes, name: str, *, wait_for_room: bool) -> None:
-    import select
-
-    from gfd import interrupt
 
     stalled_since = time.monotonic()
     while data:
@@ -169,9 +164,8 @@ def _write_with_stall_limit(fd: int, data: bytes, name: str, *, wait_for_room: b
             )
 
 
-class StdoutOutput:
+class StdoutOutput(Output):
     kind = "stdout"
-    verify_interval: float | None = None
 
     def publish(self, labels: Labels) -> None:
         if sys.stdout is None:  # started with stdout closed
@@ -191,23 +185,8 @@ class StdoutOutput:
         except OSError as exc:
             raise PublishError(f"cannot write labels to stdout: {exc.strerror or exc}") from None
 
-    def verify(self, labels: Labels) -> bool:
-        return False
 
-    def offer(self, snapshot: Snapshot) -> bool:
-        return False
-
-    def keep(self, labels: Labels) -> None:
-        pass
-
-    def on_exit(self) -> None:
-        pass
-
-    def cleanup(self) -> None:
-        pass
-
-
-class FileOutput:
+class FileOutput(Output):
     kind = "file"
     #: checking the file is a local stat and read, so it is done every pass: a file removed
     #: or edited by someone else is put back, and a lapsing expiry renewed, at the next pass
@@ -256,9 +235,6 @@ class FileOutput:
             )
             return False
         return True
-
-    def offer(self, snapshot: Snapshot) -> bool:
-        return False
 
     def keep(self, labels: Labels) -> None:
         """A failed pass still renews the expiry: only a gfd that stopped running lets
@@ -317,7 +293,6 @@ class FileOutput:
                 f"output directory {clip_path(directory)} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
-        import tempfile  # the file output only: stdout never pays for it
 
         _refuse_special(self.path, "replace")
         temporary = None

@@ -48,7 +48,7 @@ So gfd writes:
   GPU would no longer share a (NUMA node, PCIe root) with koordlet's RDMA NICs.
 
 What the table loses on this path (``ringBusBandwidth``, gfd's scores, size 1) stays in
-gfd's own Node annotation (:mod:`gfd.outputs.topology`).  Once koordlet finds device infos
+gfd's own Node annotation (:mod:`gfd.outputs.topology_extras`).  Once koordlet finds device infos
 it stops reporting GPUs from NVML itself (and with them the
 ``node.koordinator.sh/gpu-driver-version`` label and its XID health checks): the files
 carry each GPU's UUID, minor, model, memory, NUMA node, PCIe root and bus id instead.
@@ -71,7 +71,7 @@ from gfd.echo import clip_path
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, read_regular
 from gfd.observability import get_logger
-from gfd.partitions import PartitionTable
+from gfd.partition_table import PartitionTable
 from gfd.snapshot import Snapshot
 
 FILE_NAME = "gfd-nvidia-gpus.json"

@@ -17,8 +17,7 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from gfd.observability import get_logger
-from gfd.outputs.kube import (
+from gfd.kube.client import (
     JSON,
     KubeClient,
     KubeError,
@@ -27,6 +26,9 @@ from gfd.outputs.kube import (
     retry_budget,
     string_map,
 )
+from gfd.labels.features import node_features
+from gfd.observability import get_logger
+from gfd.outputs import Output
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -73,7 +75,10 @@ def _normalized_spec(spec: Any) -> JSON:
     return {"features": normalized, "labels": string_map(spec, "labels")}
 
 
-class NodeFeatureOutput:
+class NodeFeatureOutput(Output):
+    """Keeps the defaults for ``keep`` and ``on_exit``: the object does not age out, and it
+    outlives the pod (owner references and nfd-gc remove it)."""
+
     kind = "nodefeature"
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
@@ -128,7 +133,6 @@ class NodeFeatureOutput:
     def offer(self, snapshot: Snapshot) -> bool:
         """``spec.features``: the raw GPU features of the snapshot (gfd.labels.features);
         True when they changed, so the object is written again."""
-        from gfd.labels.features import node_features
 
         features = node_features(snapshot)
         if features == self.features:
@@ -139,12 +143,6 @@ class NodeFeatureOutput:
         if omitted:
             self._log.warning("NodeFeature instances left out to keep it small", omitted=omitted)
         return True
-
-    def keep(self, labels: Mapping[str, str]) -> None:
-        """Nothing: the object does not age out."""
-
-    def on_exit(self) -> None:
-        """Nothing: the object outlives the pod (owner references and nfd-gc remove it)."""
 
     def cleanup(self) -> None:
         def delete() -> None:

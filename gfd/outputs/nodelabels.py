@@ -28,9 +28,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.labels.keys import can_produce
-from gfd.observability import get_logger
-from gfd.outputs.kube import (
+from gfd.kube.client import (
     JSON,
     MERGE_PATCH,
     KubeClient,
@@ -39,10 +37,12 @@ from gfd.outputs.kube import (
     retry_budget,
     string_map,
 )
+from gfd.labels.keys import can_produce
+from gfd.observability import get_logger
+from gfd.outputs import Output
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
-    from gfd.snapshot import Snapshot
 
 MANAGED_LABELS_ANNOTATION = f"{PREFIX}gfd.managed-labels"
 #: NFD master's record of the labels it manages (nfd-master.go, updateNodeFeatures)
@@ -95,7 +95,10 @@ def labels_patch(desired: Mapping[str, str], previously_owned: Iterable[str]) ->
     }
 
 
-class NodeLabelsOutput:
+class NodeLabelsOutput(Output):
+    """Keeps the defaults for ``offer``, ``keep`` and ``on_exit``: node labels do not age out
+    and stay through a restart or a rolling update."""
+
     kind = "node-labels"
     verify_interval: float | None = VERIFY_INTERVAL_SECONDS
 
@@ -159,15 +162,6 @@ class NodeLabelsOutput:
 
         self._client.run(f"verify labels of node {self.node_name}", check)
         return wrote
-
-    def offer(self, snapshot: Snapshot) -> bool:
-        return False
-
-    def keep(self, labels: Mapping[str, str]) -> None:
-        """Nothing: node labels do not age out."""
-
-    def on_exit(self) -> None:
-        """Nothing: labels stay through a restart or a rolling update."""
 
     def cleanup(self) -> None:
         def remove() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from gfd import labels as labelling
 from gfd import snapshot
-from gfd.settings import Config
+from gfd.config import Config
 from tests.e2e.controlplane import GFD_NAMESPACE, GFD_TOKEN, GFD_USER, ControlPlane
 from tests.process import ROOT, Daemon, clean_env, spawn_gfd
 

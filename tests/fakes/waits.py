@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import time
 
-from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS, KubeClient
+from gfd.kube.client import KubeClient
+from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 
 
 class FakeTime:

@@ -8,16 +8,17 @@ keys are the partition sizes as strings ("1", "2", ...), each partition has ``mi
 ``allocationScore`` (a JSON int: Go's ``int`` rejects a string).  This module holds the
 value types, the quantity text, the JSON form and the validation of an operator's own table
 (config file ``partitions:``).  The table computed from the topology is in
-:mod:`gfd.labels.partitions`.
+:mod:`gfd.labels.partitioning`.
 
 gfd publishes the table under its own Node annotation ``nvidia.com/gfd.gpu-partitions``
-(:mod:`gfd.outputs.topology`), never under Koordinator's
+(:mod:`gfd.outputs.topology_extras`), never under Koordinator's
 ``scheduling.koordinator.sh/gpu-partitions``: that key lives on koordlet's ``Device``
 object, which koordlet rewrites (:mod:`gfd.outputs.koordlet` is the way in).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,7 +118,6 @@ def to_json_document(table: PartitionTable) -> dict[str, list[dict[str, Any]]]:
 def dumps(table: PartitionTable, *, pretty: bool = False) -> str:
     """The table as Koordinator's JSON: compact (an annotation value), or ``pretty`` with
     one partition per line (``--dump-partitions``)."""
-    import json  # only where a table is written: a plain oneshot never loads it
 
     document = to_json_document(table)
     if not pretty:

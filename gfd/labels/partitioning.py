@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gfd.errors import ConfigError
-from gfd.partitions import (
+from gfd.partition_table import (
     NVLINK,
     Partition,
     PartitionTable,

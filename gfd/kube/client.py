@@ -42,9 +42,13 @@ from gfd import __version__, interrupt, redaction
 from gfd.documents import _yaml_problem
 from gfd.echo import clip, describe, one_line
 from gfd.errors import PublishError, UsageError
+from gfd.kube import credentials
+from gfd.kube.credential_source import CredentialError, CredentialSource
+from gfd.kube.deadline import guard_connections
+from gfd.kube.exec_plugin import CertificateFiles
+from gfd.kube.limits import MIN_REQUEST_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SECONDS
+from gfd.kube.ratelimit import RateLimiter
 from gfd.observability import get_logger
-from gfd.outputs import credentials
-from gfd.outputs.ratelimit import RateLimiter
 from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
 
 T = TypeVar("T")
@@ -52,10 +56,6 @@ JSON = dict[str, Any]
 
 #: most seconds one operation may take (requests and waits) when the interval allows it
 MAX_BUDGET_SECONDS = 30.0
-#: most seconds one request may take, from connecting to the last byte of the answer
-REQUEST_TIMEOUT_SECONDS = 10.0
-#: shortest timeout a request is given, however little budget is left
-MIN_REQUEST_TIMEOUT_SECONDS = 0.1
 #: first wait between attempts, and the most any wait may grow to
 INITIAL_WAIT_SECONDS = 0.1
 MAX_WAIT_SECONDS = 5.0
@@ -188,6 +188,28 @@ def _quote_status(text: str) -> str:
     return flat
 
 
+def _load_configuration(
+    kubeconfig: str | None, configuration: Any, where: str
+) -> CredentialSource | None:
+    """Fill ``configuration`` with the client's own loaders, with gfd's bounded token files
+    and exec plugins in front; what cannot be loaded is one UsageError naming ``where``."""
+    import yaml
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        return credentials.load(kubeconfig, configuration)
+    except CredentialError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
+        hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
+        # a YAML error's own text quotes the offending line, which may hold a token
+        text = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
+        detail = _quote(redact_url(text))
+        raise UsageError(
+            f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
+        ) from None
+
+
 class KubeClient:
     """A configured ``ApiClient`` plus the retry policy.
 
@@ -205,8 +227,6 @@ class KubeClient:
         burst: int = DEFAULT_KUBE_API_BURST,
     ) -> None:
         import kubernetes.client
-        import yaml
-        from kubernetes.config.config_exception import ConfigException
 
         # the client's functions are untyped; keep mypy --strict honest at this one seam
         client: Any = kubernetes.client
@@ -215,19 +235,7 @@ class KubeClient:
         self._request_deadline: float | None = None
         configuration = client.Configuration()
         where = f"--kubeconfig {describe(kubeconfig)}" if kubeconfig else "in-cluster config"
-        try:
-            # the client's own loaders, with gfd's bounded token files and exec plugins
-            self._credentials = credentials.load(kubeconfig, configuration)
-        except credentials.CredentialError as exc:
-            raise UsageError(f"{where}: {exc}") from None
-        except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
-            hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
-            # a YAML error's own text quotes the offending line, which may hold a token
-            text = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
-            detail = _quote(redact_url(text))
-            raise UsageError(
-                f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
-            ) from None
+        self._credentials = _load_configuration(kubeconfig, configuration, where)
         host = str(configuration.host or "")
         self._secrets = _userinfo(host)
         self.server: str = redact_url(host)
@@ -242,11 +250,11 @@ class KubeClient:
             self._credentials.install(
                 configuration, lambda: self._request_deadline, self._use_certificate
             )
-        self._certificate_files = credentials.CertificateFiles()
+        self._certificate_files = CertificateFiles()
         self._api: Any = client.ApiClient(configuration)
         self._api.user_agent = f"gfd/{__version__}"
         # every read of the socket honours the request's total deadline
-        _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
+        guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
         self._budget = budget
         self._request_timeout = request_timeout
         self._sleep = sleep
@@ -272,7 +280,7 @@ class KubeClient:
         configuration.cert_file, configuration.key_file = self._certificate_files.write(cert, key)
         previous = self._api.rest_client
         self._api.rest_client = rest.RESTClientObject(configuration)
-        _guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
+        guard_connections(self._api.rest_client.pool_manager, lambda: self._request_deadline)
         previous.pool_manager.clear()
 
     def scrub(self, text: str) -> str:
@@ -320,7 +328,7 @@ class KubeClient:
         try:
             with interrupt.interruptible():
                 return call(timeout)
-        except credentials.CredentialError as exc:
+        except CredentialError as exc:
             raise KubeError(str(exc), credential=True) from None
         except ApiException as exc:
             raise _from_api_exception(exc, self.server) from None
@@ -565,101 +573,3 @@ def _userinfo(url: str) -> list[str]:
     if "@" in parts.netloc:
         secrets.append(parts.netloc.rsplit("@", 1)[0])
     return sorted((s for s in secrets if s), key=len, reverse=True)
-
-
-# ----------------------------------------------------------------- the total deadline
-
-
-class _DeadlineSocket:
-    """A connected socket whose every read and write ends by the request's deadline.
-
-    urllib3 gives each *read* a timeout; a server that trickles its headers a line at a
-    time never trips it.  Before each call this lowers the socket's timeout to what is left
-    of the request's total deadline, so the request as a whole ends on time."""
-
-    def __init__(self, sock: Any, deadline: Callable[[], float | None]) -> None:
-        self._sock = sock
-        self._deadline = deadline
-        self._timeout: float | None = sock.gettimeout()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-    # the files made by makefile() are counted on the socket, so that close() waits for the
-    # answer to be read: count them on the real socket
-    @property
-    def _io_refs(self) -> int:
-        return int(self._sock._io_refs)
-
-    @_io_refs.setter
-    def _io_refs(self, value: int) -> None:
-        self._sock._io_refs = value
-
-    def _arm(self) -> None:
-        deadline = self._deadline()
-        if deadline is None:
-            return
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request's deadline passed")
-        self._sock.settimeout(left if self._timeout is None else min(self._timeout, left))
-
-    def settimeout(self, value: float | None) -> None:
-        self._timeout = value
-        self._sock.settimeout(value)
-
-    def gettimeout(self) -> float | None:
-        return self._timeout
-
-    def recv_into(self, buffer: Any, nbytes: int = 0, flags: int = 0) -> int:
-        self._arm()
-        return int(self._sock.recv_into(buffer, nbytes, flags))
-
-    def recv(self, size: int, flags: int = 0) -> bytes:
-        self._arm()
-        return bytes(self._sock.recv(size, flags))
-
-    def sendall(self, data: Any, flags: int = 0) -> None:
-        self._arm()
-        self._sock.sendall(data, flags)
-
-    def send(self, data: Any, flags: int = 0) -> int:
-        self._arm()
-        return int(self._sock.send(data, flags))
-
-    def makefile(self, mode: str = "r", buffering: int | None = None, **_: Any) -> Any:
-        # http.client reads the answer through makefile("rb"): through this object's reads
-        del buffering
-        raw = socket.SocketIO(self, "rb" if "b" in mode else "r")  # type: ignore[arg-type]
-        self._io_refs += 1  # as socket.makefile does; SocketIO.close() gives it back
-        return io.BufferedReader(raw)
-
-
-def _guard_connections(pool_manager: Any, deadline: Callable[[], float | None]) -> None:
-    """Make every connection ``pool_manager`` opens a :class:`_DeadlineSocket` one."""
-    import urllib3.connectionpool
-
-    stock = {
-        "http": urllib3.connectionpool.HTTPConnectionPool,
-        "https": urllib3.connectionpool.HTTPSConnectionPool,
-    }
-    classes = getattr(pool_manager, "pool_classes_by_scheme", None)
-    if classes != stock:  # e.g. a SOCKS proxy: keep its own classes
-        return
-    guarded = {}
-    pool: Any
-    for scheme, pool in stock.items():
-        connection: Any = pool.ConnectionCls
-
-        def connect(self: Any, _base: Any = connection) -> None:
-            _base.connect(self)
-            if self.sock is not None and not isinstance(self.sock, _DeadlineSocket):
-                self.sock = _DeadlineSocket(self.sock, deadline)
-
-        guarded_connection = type(
-            f"Deadline{connection.__name__}", (connection,), {"connect": connect}
-        )
-        guarded[scheme] = type(
-            f"Deadline{pool.__name__}", (pool,), {"ConnectionCls": guarded_connection}
-        )
-    pool_manager.pool_classes_by_scheme = guarded

@@ -1,36 +1,6 @@
-"""Where the API client's credential comes from, for the credential kinds that need more
-than the ``kubernetes`` client's loaders give: a token file that is re-read, and an exec
-credential plugin that is run under bounds.  Both plug into the client through its own
-seam, ``Configuration.refresh_api_key_hook``, which the client calls before every request
-to fill the ``Authorization`` header; everything else (TLS, client certificates, static
-tokens, basic auth) stays the client's.
-
-Token files (a kubeconfig user's ``tokenFile``, and the in-cluster service-account token)
-are read as client-go reads them (transport/token_source.go: ``fileTokenSource.Token``
-trims surrounding whitespace and refuses an empty token; ``NewCachedFileTokenSource``
-keeps a token for a minute and reads the file again 10 s before that; ``cachingTokenSource``
-keeps the last good token when a read fails).  gfd also reads it again after a 401, so a
-rotated token is picked up by the next pass instead of a minute later.
-
-Exec credential plugins (client.authentication.k8s.io v1 and v1beta1) are run as client-go
-runs them (plugin/pkg/client/auth/exec/exec.go: ``refreshCredsLocked``; the credential is
-kept until its ``expirationTimestamp``, or until a 401), with bounds client-go does not set:
-
-- the plugin shares the deadline of the request that needs it (at most the request limit of
-  10 s, less when the operation's budget has less left); past it, it is killed;
-- it runs in its own session, so it and every process it started (in that session) are
-  killed together when it ends, fails or runs out of time: nothing is left behind;
-- at most :data:`MAX_EXEC_OUTPUT_BYTES` of its standard output is read; standard error is
-  drained and only its last :data:`EXEC_STDERR_KEPT_BYTES` kept, of which a short excerpt
-  (credentials redacted) may appear in the one line that says why it failed;
-- its standard output -- the credential -- never appears in any message.
-
-A plugin that fails is a runtime fault: the request that needed it fails (not retried:
-another run within the same pass would fail the same way), and the daemon's next pass runs
-it again.  That includes a plugin binary that is missing: it may be installed or mounted
-after gfd starts.  What is wrong in the kubeconfig itself (no ``command``, an API version
-gfd does not speak, a plugin that needs a terminal) is a usage error at start.
-"""
+"""The exec credential plugin (client.authentication.k8s.io v1 and v1beta1), run under
+bounds client-go does not set, and the files its client certificate is written to (the
+module docstring of gfd.kube.credentials gives the rules and their sources)."""
 
 from __future__ import annotations
 
@@ -44,155 +14,23 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from gfd import interrupt, redaction
-from gfd.documents import read_text
 from gfd.echo import clip, describe, one_line
-from gfd.errors import UsageError
-from gfd.observability import get_logger
-
-#: how long a token read from a file is used before the file is read again (client-go:
-#: a minute, re-read 10 s before it runs out)
-TOKEN_FILE_PERIOD_SECONDS = 60.0
-TOKEN_FILE_LEEWAY_SECONDS = 10.0
-#: the largest token file read (a service-account JWT is ~1 KiB)
-MAX_TOKEN_FILE_BYTES = 64 * 1024
-#: the most of an exec plugin's standard output read (an ExecCredential with a client
-#: certificate chain and key is a few KiB)
-MAX_EXEC_OUTPUT_BYTES = 1024 * 1024
-#: how much of the end of an exec plugin's standard error is kept for the excerpt
-EXEC_STDERR_KEPT_BYTES = 4096
-#: the longest excerpt of a plugin's standard error a message quotes
-EXEC_STDERR_EXCERPT_CHARS = 200
-#: the exec credential API versions client-go speaks
-EXEC_API_VERSIONS = ("client.authentication.k8s.io/v1", "client.authentication.k8s.io/v1beta1")
-
-Deadline = Callable[[], "float | None"]
-
-
-class CredentialError(UsageError):
-    """A credential cannot be had.  Its message never contains a credential.
-
-    At start it is a usage error (exit 2); while running, the API client turns it into the
-    failure of one request (gfd.outputs.kube)."""
-
-
-def unsafe_header_value(value: str) -> bool:
-    """True when ``value`` cannot be sent as a header value (a line break or another control
-    character, or a character HTTP/1.1 cannot carry): http.client would refuse it with an
-    error that quotes the whole header, credential included."""
-    return any(
-        (ord(c) < 0x20 and c != "\t") or 0x7F <= ord(c) <= 0x9F or ord(c) > 0xFF for c in value
-    )
-
-
-def set_authorization(configuration: Any, value: str) -> None:
-    """Put ``value`` (a whole ``Authorization`` header value) where the client reads it."""
-    configuration.api_key["BearerToken"] = value
-    configuration.api_key_prefix.pop("BearerToken", None)
-
-
-#: told a client certificate and key (PEM) an exec plugin gave, when they change
-CertificateUser = Callable[[str, str], None]
-
-
-class CredentialSource:
-    """Gives the ``Authorization`` header value for the next request ("" for none)."""
-
-    def authorization(self, deadline: float | None) -> str:
-        raise NotImplementedError
-
-    def rejected(self) -> None:
-        """The server answered 401: what is cached is not used again."""
-
-    def install(
-        self, configuration: Any, deadline: Deadline, use_certificate: CertificateUser
-    ) -> None:
-        """Make the client ask this source before every request (its own hook).
-
-        ``use_certificate`` puts a client certificate in use (exec plugins may give one)."""
-        del use_certificate
-        set_authorization(configuration, "")  # the client asks the hook only for a known key
-
-        def refresh(config: Any) -> None:
-            set_authorization(config, self.authorization(deadline()))
-
-        configuration.refresh_api_key_hook = refresh
-
-
-# ----------------------------------------------------------------- token files
-
-
-class FileToken(CredentialSource):
-    """A bearer token read from ``path`` (trimmed), read again every minute and after a 401.
-
-    ``fallback``: the static token to use while the file cannot be read (client-go uses
-    the kubeconfig's ``token`` that way when a user has both)."""
-
-    def __init__(
-        self,
-        path: str,
-        where: str,
-        *,
-        fallback: str | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.path = path
-        self._where = where
-        if fallback and unsafe_header_value(fallback):
-            raise CredentialError(
-                f"{where}: the token beside it contains a line break or another control "
-                "character (not shown)"
-            )
-        self._fallback = fallback or None
-        self._clock = clock
-        self._token: str | None = None
-        self._expires = 0.0
-        self._log = get_logger()
-
-    def token(self) -> str:
-        now = self._clock()
-        if self._token is not None and now < self._expires - TOKEN_FILE_LEEWAY_SECONDS:
-            return self._token
-        try:
-            token = self._read()
-        except CredentialError as exc:
-            last = self._token or self._fallback
-            if last is None:
-                raise
-            # as client-go: keep using the last good token; the server says whether it is
-            self._log.warning(
-                "cannot read the token file again; using the last token", error=str(exc)
-            )
-            self._token = last  # tried again when this runs out (or after a 401)
-            self._expires = now + TOKEN_FILE_PERIOD_SECONDS
-            return last
-        self._token = token
-        self._expires = now + TOKEN_FILE_PERIOD_SECONDS
-        return token
-
-    def _read(self) -> str:
-        text = read_text(self.path, self._where, CredentialError, MAX_TOKEN_FILE_BYTES)
-        token = text.strip()
-        if not token:
-            raise CredentialError(f"{self._where}: {clip(self.path)!r} holds no token")
-        if unsafe_header_value(token):
-            raise CredentialError(
-                f"{self._where}: the token in {clip(self.path)!r} contains a line break or "
-                "another control character (not shown)"
-            )
-        redaction.remember(f"token file {self.path}", token)
-        return token
-
-    def authorization(self, deadline: float | None) -> str:
-        del deadline  # reading a regular file is bounded by its size
-        return f"Bearer {self.token()}"
-
-    def rejected(self) -> None:
-        self._expires = 0.0
-
+from gfd.kube.credential_source import (
+    EXEC_API_VERSIONS,
+    EXEC_STDERR_EXCERPT_CHARS,
+    EXEC_STDERR_KEPT_BYTES,
+    MAX_EXEC_OUTPUT_BYTES,
+    CertificateUser,
+    CredentialError,
+    CredentialSource,
+    Deadline,
+    unsafe_header_value,
+)
+from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 
 # ----------------------------------------------------------------- exec plugins
 
@@ -284,8 +122,6 @@ class ExecPlugin(CredentialSource):
         return json.dumps(request, default=str)  # a YAML date in an extension, say
 
     def _run(self, deadline: float | None) -> tuple[str, tuple[str, str] | None, float | None]:
-        from gfd.outputs.kube import REQUEST_TIMEOUT_SECONDS
-
         if deadline is None:
             deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
         what = f"exec plugin {describe(self._name)} ({self._where})"
@@ -530,104 +366,3 @@ class CertificateFiles:
         for staged, path in paths:
             os.replace(staged, path)
         return paths[0][1], paths[1][1]
-
-
-# ----------------------------------------------------------------- loading
-
-
-def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
-    """Fill ``configuration`` from ``kubeconfig`` (None: the in-cluster service account) with
-    the client's own loaders; the source gfd puts in front of them for a token file or an
-    exec plugin, or None where the client's static credential is all there is.
-
-    What the client's loaders would do without bounds is taken out of their hands before
-    they run: a ``tokenFile`` (read once, untrimmed, without a size limit) and an ``exec``
-    plugin (run with no timeout, its stderr echoed whole).  An ``auth-provider`` is refused:
-    upstream gpu-feature-discovery registers none with client-go (which then fails with "no
-    Auth Provider found"), and the Python client's would fetch tokens from the network
-    without a timeout or write the kubeconfig back."""
-    if not kubeconfig:
-        from kubernetes.config import incluster_config
-
-        incluster: Any = incluster_config  # untyped
-        incluster.load_incluster_config(client_configuration=configuration)
-        service_account = FileToken(incluster.SERVICE_TOKEN_FILENAME, "the service account token")
-        service_account.token()  # as the client's loader: no token at start is an error at start
-        return service_account
-
-    from kubernetes.config import config_exception
-    from kubernetes.config import kube_config as untyped
-
-    kube_config: Any = untyped
-
-    merger = kube_config.KubeConfigMerger(kubeconfig)
-    if merger.config is None:
-        raise config_exception.ConfigException("Invalid kube-config file. No configuration found.")
-    # the client's own loader; a context, user or cluster that is missing is its error
-    loader = kube_config.KubeConfigLoader(config_dict=merger.config, config_base_path=None)
-    context = loader.current_context.get("context") or {}
-    user_name, cluster_name = context.get("user"), context.get("cluster")
-    entry = merger.config["users"].get_with_name(user_name, safe=True) if user_name else None
-    user = entry.value.get("user") if entry is not None else None
-    source: CredentialSource | None = None
-    where = f"users[name={clip(str(user_name), 60)}].user"
-    if isinstance(user, dict):
-        base = os.path.dirname(os.path.abspath(entry.path)) if entry and entry.path else ""
-        provider = user.get("auth-provider")
-        if provider:
-            name = provider.get("name") if isinstance(provider, dict) else None
-            raise CredentialError(
-                f"{where}.auth-provider: auth provider {clip(str(name), 60)!r} is not supported "
-                "(as in upstream gpu-feature-discovery); use an exec credential plugin"
-            )
-        _remember_static(user_name, user)
-        token_file = user.pop("tokenFile", None)
-        exec_config = user.pop("exec", None)
-        static_token = user.get("token") if isinstance(user.get("token"), str) else None
-        if token_file:
-            path = os.path.join(base, str(token_file))
-            file_token = FileToken(path, f"{where}.tokenFile", fallback=static_token)
-            file_token.token()  # as client-go: a token file that cannot be read is a config error
-            source = file_token
-        elif exec_config is not None and not static_token:
-            if not isinstance(exec_config, dict):
-                raise CredentialError(f"{where}.exec: expected a mapping")
-            cluster = merger.config["clusters"].get_with_name(cluster_name, safe=True)
-            source = ExecPlugin(
-                exec_config,
-                f"{where}.exec",
-                cwd=base,
-                cluster=(cluster.value.get("cluster") if cluster is not None else None),
-            )
-    loader.load_and_set(configuration)
-    if configuration.cert_file and configuration.key_file:
-        check_key_pair(
-            configuration.cert_file,
-            configuration.key_file,
-            f"{where}: its client certificate and key",
-        )
-    if source is None:
-        value = configuration.api_key.get("BearerToken")
-        if isinstance(value, str):
-            redaction.remember(f"kubeconfig user {user_name} header", value)
-            if unsafe_header_value(value):
-                raise CredentialError(
-                    f"{where}: its token or password contains a line break or another control "
-                    "character (not shown)"
-                )
-    return source
-
-
-def _remember_static(user_name: Any, user: Mapping[str, Any]) -> None:
-    """The credentials written in a kubeconfig user, to keep out of every message."""
-    import base64
-
-    values = [user.get(key) for key in ("token", "password", "client-key-data")]
-    username, password = user.get("username"), user.get("password")
-    if isinstance(username, str) and isinstance(password, str):
-        pair = f"{username}:{password}"
-        values.append(pair)
-        values.append(base64.b64encode(pair.encode("utf-8", "replace")).decode("ascii"))
-    redaction.remember(
-        f"kubeconfig user {user_name}", *(v.strip() for v in values if isinstance(v, str))
-    )

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import Counter
 
 from gfd.labels import keys
-from gfd.labels.partitions import LinkGraph, components
-from gfd.partitions import PartitionTable
+from gfd.labels.partitioning import LinkGraph, components
+from gfd.partition_table import PartitionTable
 from gfd.snapshot import Snapshot
 
 
