@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gfd import interrupt, signals
 from gfd import labels as labelling
+from gfd import dra_source
 from gfd.discovery import read_snapshot
 from gfd.echo import error_text
 from gfd.errors import (
@@ -61,7 +62,8 @@ SnapshotSource = Callable[..., Snapshot]
 def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
     """The default snapshot source; discovery is imported on the first pass that needs it
     (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
-
+    if settings.device_discovery_strategy == "dra" and not settings.snapshot_file:
+        return dra_source.read(settings)
     return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
 

@@ -188,9 +188,7 @@ def test_a_hostile_product_name_is_labelled_safely() -> None:
         ({"productName": {"string": "A" * 5000}}, "longer than the limit"),
     ],
 )
-def test_a_bad_attribute_fails_the_pass_in_one_line(
-    changes: dict[str, object], named: str
-) -> None:
+def test_a_bad_attribute_fails_the_pass_in_one_line(changes: dict[str, object], named: str) -> None:
     with pytest.raises(DiscoveryError) as caught:
         dra.to_snapshot(_one_device(**changes))
     message = str(caught.value)

@@ -177,7 +177,9 @@ def _string(device: Mapping[str, Any], where: str, *names: str, required: bool =
     if value is None and not required:
         return ""
     if not isinstance(value, str):
-        raise DiscoveryError(f"{where}.attributes.{names[0]}: expected a string, got {describe(value)}")
+        raise DiscoveryError(
+            f"{where}.attributes.{names[0]}: expected a string, got {describe(value)}"
+        )
     return value
 
 
@@ -193,7 +195,9 @@ def _int_attribute(device: Mapping[str, Any], where: str, name: str) -> int | No
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise DiscoveryError(f"{where}.attributes.{name}: expected an integer, got {describe(value)}")
+        raise DiscoveryError(
+            f"{where}.attributes.{name}: expected an integer, got {describe(value)}"
+        )
     return value
 
 
@@ -275,7 +279,9 @@ def _collect(slices: Iterable[Mapping[str, Any]]) -> dict[str, _GpuParts]:
     for item in slices:
         devices = _spec(item).get("devices") or []
         if not isinstance(devices, list):
-            raise DiscoveryError(f"resourceslice {_slice_name(item)}: spec.devices: expected a list")
+            raise DiscoveryError(
+                f"resourceslice {_slice_name(item)}: spec.devices: expected a list"
+            )
         for position, device in enumerate(devices):
             where = _device_where(item, position, device)
             if not isinstance(device, Mapping):
