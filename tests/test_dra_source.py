@@ -118,3 +118,50 @@ def test_oneshot_labels_from_slices_without_nvml(
     assert labels["nvidia.com/gpu.memory"] == "81559"
     assert "nvidia.com/gpu.clique" not in labels
     _no_writes(api)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _slice_rules(documents: list[Any]) -> list[dict[str, Any]]:
+    return [
+        rule
+        for doc in documents
+        if isinstance(doc, dict) and doc.get("kind") == "ClusterRole"
+        for rule in doc.get("rules") or []
+        if "resourceslices" in rule.get("resources", [])
+    ]
+
+
+def test_rbac_reads_resourceslices_and_never_writes_them() -> None:
+    import yaml
+
+    rbac = ROOT / "manifests/components/dra/rbac.yaml"
+    rules = _slice_rules(list(yaml.safe_load_all(rbac.read_text())))
+    assert rules == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+    chart = (ROOT / "manifests/helm/gfd/templates/rbac-dra.yaml").read_text()
+    assert 'verbs: ["list", "watch"]' in chart
+    for path in (ROOT / "manifests").rglob("*.yaml"):
+        if "helm" in path.parts or "resourceslices" not in path.read_text():
+            continue
+        for rule in _slice_rules(list(yaml.safe_load_all(path.read_text()))):
+            assert set(rule["verbs"]) <= {"get", "list", "watch"}, path
+
+
+def test_gfd_sends_no_write_to_resourceslices() -> None:
+    """The one module that names resourceslices asks with GET only."""
+    naming = [
+        path
+        for path in (ROOT / "gfd").rglob("*.py")
+        if "resourceslices" in path.read_text() or "resource.k8s.io" in path.read_text()
+    ]
+    assert [p.name for p in naming] == ["dra_source.py"]
+    text = naming[0].read_text()
+    assert 'request("GET"' in text
+    assert not any(f'"{verb}"' in text for verb in ("POST", "PUT", "PATCH", "DELETE"))
