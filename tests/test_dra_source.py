@@ -163,7 +163,7 @@ def test_gfd_sends_no_write_to_resourceslices() -> None:
         if "resourceslices" in path.read_text() or "resource.k8s.io" in path.read_text()
     ]
     assert sorted(p.name for p in naming) == ["dra.py", "dra_source.py"]
-    assert "kube" not in (ROOT / "gfd/discovery/dra.py").read_text()
+    assert "gfd.kube" not in (ROOT / "gfd/discovery/dra.py").read_text()
     text = (ROOT / "gfd/dra_source.py").read_text()
     assert 'request("GET"' in text
     assert not any(f'"{verb}"' in text for verb in ("POST", "PUT", "PATCH", "DELETE"))
