@@ -16,9 +16,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gfd import interrupt, signals
+from gfd import dra_source, interrupt, signals
 from gfd import labels as labelling
-from gfd import dra_source
 from gfd.discovery import read_snapshot
 from gfd.echo import error_text
 from gfd.errors import (

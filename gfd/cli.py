@@ -13,9 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gfd import __version__, goflags, logsink, partition_table, signals, snapshot
+from gfd import __version__, dra_source, goflags, logsink, partition_table, signals, snapshot
 from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
-from gfd import dra_source
 from gfd.discovery import read_snapshot
 from gfd.echo import bounded_message, clip
 from gfd.errors import (

@@ -16,7 +16,7 @@ from gfd.kube.client import KubeClient
 from gfd.labels import build
 from gfd.settings import Config
 from tests.dra_slices import slices_for
-from tests.fakes.fake_apiserver import Fault, FakeApiServer
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.helpers import H100, gpu, node
 
 NODE = "node-a"
