@@ -82,7 +82,8 @@ def test_slices_label_as_nvml_does_on_every_mock_profile(
     derivable = set(nvml_labels) - NOT_IN_SLICES - SEMVER_LOSSY
     assert {k: dra_labels.get(k) for k in derivable} == {k: nvml_labels[k] for k in derivable}
     # nothing invented: every label from slices is one NVML gives too
-    assert set(dra_labels) - {"nvidia.com/mig.capable"} <= set(nvml_labels)
+    assert set(dra_labels) <= set(nvml_labels)
+    assert "nvidia.com/mig.capable" not in dra_labels  # MIG off: the slices do not say
     assert "nvidia.com/gpu.clique" not in dra_labels
     assert not any(key.startswith("nvidia.com/vgpu") for key in dra_labels)
     # the same GPUs; their order is PCI bus order (slices carry no NVML index since v25.8.0)
@@ -120,6 +121,7 @@ def test_partitionable_form_is_a_mig_capable_gpu_without_its_total_memory() -> N
     assert all(g.mig is not None and not g.mig.enabled for g in from_slices.gpus)
     assert all(g.memory_mib is None for g in from_slices.gpus)
     assert "nvidia.com/gpu.memory" not in labels_of(from_slices)
+    assert labels_of(from_slices)["nvidia.com/mig.capable"] == "true"
 
 
 def test_the_highest_complete_generation_wins() -> None:
