@@ -738,6 +738,8 @@ def test_nodefeature_rbac_is_namespaced_and_minimal(
         ("nfd.k8s-sigs.io", "nodefeatures", "get"),
         ("nfd.k8s-sigs.io", "nodefeatures", "create"),
         ("nfd.k8s-sigs.io", "nodefeatures", "update"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "list"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "watch"),
         ("", "pods", "get"),
     }
     binding = only(objects, "RoleBinding")
@@ -746,11 +748,16 @@ def test_nodefeature_rbac_is_namespaced_and_minimal(
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
 
 
-def test_node_labels_rbac_is_nodes_get_and_patch(
+def test_node_labels_rbac_is_nodes_get_patch_list_and_watch(
     rendered: Callable[[str], list[dict[str, Any]]],
 ) -> None:
     objects = rendered("node-labels")
-    assert rules(only(objects, "ClusterRole")) == {("", "nodes", "get"), ("", "nodes", "patch")}
+    assert rules(only(objects, "ClusterRole")) == {
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+    }
     binding = only(objects, "ClusterRoleBinding")
     namespace, name = service_account_of("node-labels", objects)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]

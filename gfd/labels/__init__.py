@@ -192,7 +192,13 @@ def _publishable(labels: dict[str, str], warnings: list[str]) -> dict[str, str]:
             published[keys.full_key(name)] = labels[name]
             continue
         value, changed = valid_label_value(labels[name])
-        if changed:
+        if changed and name.endswith(f".{keys.MACHINE}"):
+            # the machine type is a file's content, and what a path leads to is never shown
+            warnings.append(
+                f"label {keys.PREFIX}{name}: a value of {len(labels[name])} characters is not "
+                "a valid label value; published cut to fit"
+            )
+        elif changed:
             warnings.append(
                 f"label {keys.PREFIX}{name}: value {describe(labels[name])} is not a valid label "
                 f"value; published as {value!r}"
