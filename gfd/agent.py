@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gfd import interrupt, signals
+from gfd import dra_source, interrupt, signals
 from gfd import labels as labelling
 from gfd.discovery import read_snapshot
 from gfd.echo import error_text
@@ -61,7 +61,8 @@ SnapshotSource = Callable[..., Snapshot]
 def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
     """The default snapshot source; discovery is imported on the first pass that needs it
     (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
-
+    if settings.device_discovery_strategy == "dra" and not settings.snapshot_file:
+        return dra_source.read(settings)
     return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
 

@@ -25,7 +25,7 @@ from gfd.values import (
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 MIG_STRATEGIES = ("none", "single", "mixed")
-DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio")
+DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio", "dra")
 #: upstream's default for --driver-root-ctr-path (api/config/v1/consts.go)
 DEFAULT_DRIVER_ROOT = "/driver-root"
 #: the node label whose value picks the entry of --config-file-srcdir (gfd.nodeconfig)
@@ -223,8 +223,9 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "deviceDiscoveryStrategy"),
         "auto",
         choice(*DISCOVERY_STRATEGIES),
-        "how devices are discovered: auto, nvml, tegra (CUDA on Jetson/IGX) or vfio "
-        "(GPUs bound to vfio-pci, from PCI sysfs)",
+        "how devices are discovered: auto, nvml, tegra (CUDA on Jetson/IGX), vfio "
+        "(GPUs bound to vfio-pci, from PCI sysfs) or dra (this node's ResourceSlices of "
+        "NVIDIA's DRA driver, from the API server; no NVML)",
     ),
     Option(
         "driver_root_ctr_path",

@@ -62,7 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the Kubernetes API client
     ("gfd.kube",),
     # what reads the API and what publishes
-    ("gfd.nodeconfig", "gfd.outputs"),
+    ("gfd.nodeconfig", "gfd.dra_source", "gfd.outputs"),
     # the daemon's loop
     ("gfd.agent",),
     # the entry points

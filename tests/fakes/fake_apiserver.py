@@ -67,6 +67,7 @@ RESOURCES = (
     ResourceType("/api/v1", "pods", "Pod", namespaced=True),
     ResourceType("/apis/apps/v1", "daemonsets", "DaemonSet", namespaced=True),
     ResourceType("/apis/nfd.k8s-sigs.io/v1alpha1", "nodefeatures", "NodeFeature", namespaced=True),
+    ResourceType("/apis/resource.k8s.io/v1", "resourceslices", "ResourceSlice", namespaced=False),
 )
 _BY_PLURAL = {resource.plural: resource for resource in RESOURCES}
 _BY_KIND = {resource.kind: resource for resource in RESOURCES}
@@ -888,6 +889,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------- the API
 
+    def _field_selector(self) -> dict[str, str]:
+        """``fieldSelector=a.b=v,...`` of the request (equality terms only, as used here)."""
+        values = parse_qs(urlsplit(self.path).query).get("fieldSelector") or [""]
+        terms = [term.split("=", 1) for term in values[0].split(",") if "=" in term]
+        return {field: value for field, value in terms}
+
     @staticmethod
     def _route(path: str) -> tuple[ResourceType, str, str | None]:
         """(resource, namespace, name or None for the collection)."""
@@ -919,6 +926,7 @@ class _Handler(BaseHTTPRequestHandler):
                         for (plural, ns, _), obj in sorted(objects.items())
                         if plural == resource.plural
                         and (not resource.namespaced or ns == namespace)
+                        and _selected(obj, self._field_selector())
                     ]
                     return 200, {
                         "kind": resource.kind + "List",
@@ -1089,3 +1097,14 @@ def write_kubeconfig(
     target = Path(path)
     target.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return target
+
+
+def _selected(obj: JSON, selector: Mapping[str, str]) -> bool:
+    """Whether ``obj`` matches every ``path.to.field=value`` term of a field selector."""
+    for field_path, wanted in selector.items():
+        value: Any = obj
+        for part in field_path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value != wanted:
+            return False
+    return True
