@@ -273,6 +273,11 @@ def write_stdout(text: str) -> str | None:
     except OSError as exc:
         _silence_stdout()
         return exc.strerror or str(exc)
+    except UnicodeEncodeError as exc:
+        # PYTHONIOENCODING or a C locale chose an encoding the text does not fit: the
+        # stream is named, the text (a node's data) is not echoed
+        _silence_stdout()
+        return f"its encoding {exc.encoding!r} cannot represent the text (use UTF-8)"
     return None
 
 

@@ -123,3 +123,29 @@ def read_regular(
         return read_bounded(fd, limit, cut=cut)
     finally:
         os.close(fd)
+
+
+class NoWorkingDirectoryError(Exception):
+    """A relative path where the process's working directory was removed: there is
+    nothing it is relative to (``os.getcwd`` fails with a bare ENOENT naming no path)."""
+
+
+def absolute_path(path: str) -> str:
+    """``path`` made absolute against the working directory as it is now, so that the
+    directory being removed later changes nothing; NoWorkingDirectoryError where it is
+    gone already and ``path`` is relative."""
+    try:
+        return os.path.abspath(path)
+    except FileNotFoundError:
+        raise NoWorkingDirectoryError(
+            f"{path!r} is a relative path and the working directory no longer exists"
+        ) from None
+
+
+def real_path_or_same(path: str) -> str:
+    """``os.path.realpath``, or ``path`` unchanged where it is relative to a working
+    directory that no longer exists (two places are then compared as spelled)."""
+    try:
+        return os.path.realpath(path)
+    except FileNotFoundError:
+        return path
