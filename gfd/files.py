@@ -25,6 +25,8 @@ import errno
 import os
 import stat
 
+from gfd.echo import clip_path
+
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
@@ -138,7 +140,7 @@ def absolute_path(path: str) -> str:
         return os.path.abspath(path)
     except FileNotFoundError:
         raise NoWorkingDirectoryError(
-            f"{path!r} is a relative path and the working directory no longer exists"
+            f"{clip_path(path)} is a relative path and the working directory no longer exists"
         ) from None
 
 

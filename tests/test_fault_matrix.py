@@ -1121,3 +1121,49 @@ def test_the_metrics_listener_under_hostile_clients(served: Daemon, fault: str) 
     assert served.get("/healthz")[0] == 200
     assert served.stop(signal.SIGTERM) == 0
     assert "Traceback" not in served.log()
+
+
+# =============================================================== every input limit at once
+
+
+def _limited(open_files: int, file_bytes: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
+    return apply
+
+
+def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(
+    short_dir: Path,
+) -> None:
+    """README "Limits" and docs/SECURITY.md, all past their bound in one process: a config
+    file over the size limit made of deep nesting and many keys, a snapshot over the size
+    limit, strings past 4096 characters as flags and environment, a machine-type file that
+    never ends, an infinite sleep interval, and the process's own open-file and file-size
+    limits.  It ends by itself (the 10 s is a bound against a hang, not a speed claim)
+    with one line and exit 2."""
+    config = short_dir / "config.yaml"
+    nested = "[" * 200 + "]" * 200
+    keys = "".join(f"k{n}: {nested}\n" for n in range(MAX_DOCUMENT_BYTES // 300))
+    config.write_text("version: v1\n" + keys)
+    assert config.stat().st_size > MAX_DOCUMENT_BYTES
+    record = short_dir / "snapshot.yaml"
+    record.write_text("gpus:\n" + "- {index: 0}\n" * (MAX_DOCUMENT_BYTES // 10))
+    args = [
+        "--oneshot",
+        "--config-file", str(config),
+        "--snapshot-file", str(record),
+        "--machine-type-file", "/dev/zero",
+        "--node-name", "n" * 5000,
+        "--sleep-interval", "1e400h",
+        "--output-file", str(short_dir / "out"),
+    ]  # fmt: skip
+    result = run_gfd(
+        *args,
+        env={"GFD_MIG_STRATEGY": HUGE_VALUE[:100_000], "NAMESPACE": "x" * 5000},
+        timeout=10,
+        preexec_fn=_limited(open_files=32, file_bytes=1024),
+    )
+    assert_refused(result)
+    assert not (short_dir / "out").exists()
