@@ -9,7 +9,6 @@ signals are ignored, so none can change how the process ends.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import NoReturn
 
@@ -18,6 +17,8 @@ def main() -> None:
     from gfd import signals
 
     signals.install()
+    import logging
+
     # until gfd's log stream is set up (it replaces the root handlers), a library's logging
     # record has no gfd format to be written in: it is dropped rather than printed by
     # logging's last resort as a foreign line with a traceback (hashlib does so at import
