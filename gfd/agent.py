@@ -10,7 +10,6 @@ node always holds its labels somewhere (README "Switching output by reload").
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -23,12 +22,14 @@ from gfd.echo import error_text
 from gfd.errors import (
     ConfigError,
     DiscoveryError,
+    GfdError,
     LabelError,
     NvmlUnavailableError,
     PublishError,
     SnapshotError,
     UsageError,
 )
+from gfd.files import real_path_or_same
 from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
 from gfd.observability import Metrics, get_logger, restart_coalescing, start_metrics
 from gfd.output_kinds import output_identity, output_place
@@ -463,6 +464,7 @@ class Agent:
         if output is not self.output:
             self._unwatch(self.output)
             self._watch(output)
+        self._move_metrics(settings)
         self.settings = settings
         self.output = output
         self.topology_outputs = make_topology_outputs(settings)
@@ -475,6 +477,27 @@ class Agent:
         self.metrics.set_sleep_interval(settings.sleep_interval)
         self._new_run()
 
+    def _move_metrics(self, settings: Settings) -> None:
+        """A reload changed ``--metrics-address``: serve at the new address (started before
+        the old one closes), or stop serving; where the new one cannot be served, one line
+        and the old server stays."""
+        old, new = self.settings.metrics_address, settings.metrics_address
+        if old == new:
+            return
+        try:
+            if old and new:
+                self.metrics.rebind(new)
+            else:
+                replacement = start_metrics(settings)
+                self.metrics.close()
+                self.metrics = replacement
+        except (GfdError, RuntimeError) as exc:
+            self.log.error(
+                "metrics address not changed; serving where it was", address=old, error=str(exc)
+            )
+            return
+        self.log.info("metrics address changed", address=new or None, previous=old or None)
+
     def _places(self) -> dict[tuple[object, ...], _Retiree]:
         """Where the settings in force publish, each with what removes it (``--cleanup``'s
         code: the output's and the extras' own cleanup)."""
@@ -486,7 +509,7 @@ class Agent:
             places[where] = _Retiree("node-annotation", annotation.cleanup)
         if extras is not None and extras.koordlet is not None:
             koordlet = extras.koordlet
-            where = ("koordlet", os.path.realpath(koordlet.path))
+            where = ("koordlet", real_path_or_same(koordlet.path))
             places[where] = _Retiree("koordlet", koordlet.cleanup)
         return places
 

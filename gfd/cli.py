@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from gfd import __version__, dra_source, goflags, logsink, partition_table, signals, snapshot
 from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
 from gfd.discovery import read_snapshot
-from gfd.echo import bounded_message, clip
+from gfd.echo import bounded_message, clip, describe
 from gfd.errors import (
     ConfigError,
     DiscoveryError,
@@ -280,6 +280,11 @@ def write_stdout(text: str) -> str | None:
     except OSError as exc:
         _silence_stdout()
         return exc.strerror or str(exc)
+    except UnicodeEncodeError as exc:
+        # PYTHONIOENCODING or a C locale chose an encoding the text does not fit: the
+        # stream is named, the text (a node's data) is not echoed
+        _silence_stdout()
+        return f"its encoding {describe(exc.encoding)} cannot represent the text (use UTF-8)"
     return None
 
 

@@ -31,6 +31,8 @@ import stat
 from collections.abc import Callable
 from typing import TypeVar
 
+from gfd.echo import clip_path
+
 _T = TypeVar("_T")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -155,3 +157,29 @@ def load_regular(path: str, load: Callable[[str], _T], limit: int = LIBRARY_MAX_
     if size > limit:
         raise UnreadableFileError(f"is larger than the limit of {limit} bytes")
     return load(path)
+
+
+class NoWorkingDirectoryError(Exception):
+    """A relative path where the process's working directory was removed: there is
+    nothing it is relative to (``os.getcwd`` fails with a bare ENOENT naming no path)."""
+
+
+def absolute_path(path: str) -> str:
+    """``path`` made absolute against the working directory as it is now, so that the
+    directory being removed later changes nothing; NoWorkingDirectoryError where it is
+    gone already and ``path`` is relative."""
+    try:
+        return os.path.abspath(path)
+    except FileNotFoundError:
+        raise NoWorkingDirectoryError(
+            f"{clip_path(path)} is a relative path and the working directory no longer exists"
+        ) from None
+
+
+def real_path_or_same(path: str) -> str:
+    """``os.path.realpath``, or ``path`` unchanged where it is relative to a working
+    directory that no longer exists (two places are then compared as spelled)."""
+    try:
+        return os.path.realpath(path)
+    except FileNotFoundError:
+        return path

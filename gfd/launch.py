@@ -10,12 +10,20 @@ signals are ignored, so none can change how the process ends.
 from __future__ import annotations
 
 import os
+from typing import NoReturn
 
 
 def main() -> None:
     from gfd import signals
 
     signals.install()
+    import logging
+
+    # until gfd's log stream is set up (it replaces the root handlers), a library's logging
+    # record has no gfd format to be written in: it is dropped rather than printed by
+    # logging's last resort as a foreign line with a traceback (hashlib does so at import
+    # when an address-space limit leaves it no memory for OpenSSL's digests)
+    logging.getLogger().addHandler(logging.NullHandler())
     try:
         from gfd.cli import main as run
 
@@ -23,7 +31,22 @@ def main() -> None:
     except MemoryError:
         # an address-space limit (RLIMIT_AS) met anywhere: one line, not a traceback that
         # itself needs memory to print
-        os.write(2, b"gfd: out of memory (the process's address-space limit was reached)\n")
-        raise SystemExit(1) from None
+        _out_of_memory()
+    except (ImportError, SystemError) as exc:
+        # the same limit met while importing: the loader could not map an extension module,
+        # or compiling a module failed without an exception of its own
+        if not any(sign in str(exc) for sign in _NO_MEMORY_SIGNS):
+            raise
+        _out_of_memory()
     finally:
         signals.exiting()
+
+
+#: how running out of address space shows itself in an import, as the loader and the
+#: interpreter word it
+_NO_MEMORY_SIGNS = ("failed to map segment", "returned NULL without setting an exception")
+
+
+def _out_of_memory() -> NoReturn:
+    os.write(2, b"gfd: out of memory (the process's address-space limit was reached)\n")
+    raise SystemExit(1) from None

@@ -73,6 +73,7 @@ class PrometheusMetrics:
 
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._poll_interval = poll_interval
         if serve:
             self._serve(address, poll_interval)
 
@@ -154,18 +155,22 @@ class PrometheusMetrics:
         self._gpus_lost.set(count)
 
     def close(self) -> None:
-        if self._server is not None:
-            # wake the serving thread's wait for a connection now (the accept it then tries
-            # fails and is ignored) rather than after up to poll_interval: a SIGTERM's exit
-            # is not held up by it
-            with contextlib.suppress(OSError):
-                self._server.socket.shutdown(socket.SHUT_RDWR)
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        _stop(self._server, self._thread)
+        self._server = None
+        self._thread = None
+
+    def rebind(self, address: str) -> None:
+        """A reload moved ``--metrics-address``: serve the same registry at ``address``
+        first, then close the old server, so a scraper finds one of the two at every
+        moment.  Where the new address cannot be served (GfdError, RuntimeError) the old
+        server stays."""
+        old = (self._server, self._thread)
+        try:
+            self._serve(address, self._poll_interval)
+        except (GfdError, RuntimeError):
+            self._server, self._thread = old
+            raise
+        _stop(*old)
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:
         """A reload changed the interval: judge health by the new one from now on."""
@@ -237,6 +242,20 @@ class PrometheusMetrics:
             server.server_close()
             self._server = None
             raise
+
+
+def _stop(server: ThreadingHTTPServer | None, thread: threading.Thread | None) -> None:
+    """Stop serving: the listening socket closed, the serving thread ended."""
+    if server is not None:
+        # wake the serving thread's wait for a connection now (the accept it then tries
+        # fails and is ignored) rather than after up to poll_interval: a SIGTERM's exit
+        # is not held up by it
+        with contextlib.suppress(OSError):
+            server.socket.shutdown(socket.SHUT_RDWR)
+        server.shutdown()
+        server.server_close()
+    if thread is not None:
+        thread.join()
 
 
 class _LogLinesDropped(Collector):

@@ -259,6 +259,8 @@ class Metrics(Protocol):
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None: ...
 
+    def rebind(self, address: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -282,6 +284,9 @@ class NullMetrics:
         pass
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:
+        pass
+
+    def rebind(self, address: str) -> None:
         pass
 
     def close(self) -> None:

@@ -14,11 +14,11 @@ dotted path, so settings can read the table without pulling in any output's depe
 from __future__ import annotations
 
 import importlib
-import os
 from dataclasses import dataclass
 from typing import Any
 
 from gfd.errors import UsageError
+from gfd.files import real_path_or_same
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,5 +120,5 @@ def output_place(settings: Any) -> tuple[Any, ...]:
     kind = output_kind_of(settings)
     values = [getattr(settings, name) for name in kind.place]
     if kind.place_is_path:
-        values = [os.path.realpath(value) for value in values]
+        values = [real_path_or_same(value) for value in values]
     return (kind.name, *values)

@@ -28,6 +28,7 @@ class RecordedMetrics:
     nvml: list[bool] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)  # GPUs lost, as each discovery found
     intervals: list[float | None] = field(default_factory=list)
+    addresses: list[str] = field(default_factory=list)  # where a reload moved the server
     closed: bool = False
 
     def pass_started(self) -> None:
@@ -50,6 +51,9 @@ class RecordedMetrics:
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:
         self.intervals.append(sleep_interval)
+
+    def rebind(self, address: str) -> None:
+        self.addresses.append(address)
 
     def close(self) -> None:
         self.closed = True

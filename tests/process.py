@@ -60,9 +60,11 @@ def run_gfd(
     timeout: float = 60,
     stdin: Any = subprocess.DEVNULL,
     stdout: Any = subprocess.PIPE,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m gfd ARGS`` in a fresh interpreter, to its end; stderr captured, stdout
-    too unless ``stdout`` names where it goes (a pipe nobody reads, ``/dev/full``)."""
+    too unless ``stdout`` names where it goes (a pipe nobody reads, ``/dev/full``);
+    ``preexec_fn`` runs in the child before gfd starts (process limits)."""
     return subprocess.run(
         [*GFD, *args],
         stdin=stdin,
@@ -72,6 +74,7 @@ def run_gfd(
         env=clean_env(env),
         cwd=ROOT,
         timeout=timeout,
+        preexec_fn=preexec_fn,
     )
 
 

@@ -83,6 +83,7 @@ LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset(
     {
         ("gfd.launch", "main", "gfd.cli"),
         ("gfd.launch", "main", "gfd.signals"),
+        ("gfd.launch", "main", "logging"),
         # the handlers' own module imports nothing of gfd before they are installed
         ("gfd.signals", "ignore_reload", "gfd.interrupt"),
         # the module made of prometheus_client's and http.server's classes: loaded only where

@@ -36,6 +36,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -1299,3 +1300,229 @@ def test_driver_library_fault_in_a_daemon(fault: str, library: str, short_dir: P
     finally:
         assert daemon.stop() == 0
     assert "Traceback" not in daemon.log()
+
+
+# =============================================================== every input limit at once
+
+
+def _limited(open_files: int, file_bytes: int) -> Callable[[], None]:
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_bytes, file_bytes))
+
+    return apply
+
+
+def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(
+    short_dir: Path,
+) -> None:
+    """README "Limits" and docs/SECURITY.md, all past their bound in one process: a config
+    file over the size limit made of deep nesting and many keys, a snapshot over the size
+    limit, strings past 4096 characters as flags and environment, a machine-type file that
+    never ends, an infinite sleep interval, and the process's own open-file and file-size
+    limits.  It ends by itself (the 10 s is a bound against a hang, not a speed claim)
+    with one line and exit 2."""
+    config = short_dir / "config.yaml"
+    nested = "[" * 200 + "]" * 200
+    keys = "".join(f"k{n}: {nested}\n" for n in range(MAX_DOCUMENT_BYTES // 300))
+    config.write_text("version: v1\n" + keys)
+    assert config.stat().st_size > MAX_DOCUMENT_BYTES
+    record = short_dir / "snapshot.yaml"
+    record.write_text("gpus:\n" + "- {index: 0}\n" * (MAX_DOCUMENT_BYTES // 10))
+    args = [
+        "--oneshot",
+        "--config-file", str(config),
+        "--snapshot-file", str(record),
+        "--machine-type-file", "/dev/zero",
+        "--node-name", "n" * 5000,
+        "--sleep-interval", "1e400h",
+        "--output-file", str(short_dir / "out"),
+    ]  # fmt: skip
+    result = run_gfd(
+        *args,
+        env={"GFD_MIG_STRATEGY": HUGE_VALUE[:100_000], "NAMESPACE": "x" * 5000},
+        timeout=10,
+        preexec_fn=_limited(open_files=32, file_bytes=1024),
+    )
+    assert_refused(result)
+    assert not (short_dir / "out").exists()
+
+
+# =============================================================== process limits of the pod
+#
+# As root RLIMIT_NPROC does not bind, so "no thread can start" is made the way a pids limit
+# shows itself to Python: ``threading.Thread.start`` raising ``RuntimeError("can't start
+# new thread")``, set in the process before gfd's entry point runs.
+
+TWO_MODELS = str(Path(ROOT) / "examples" / "snapshots" / "two-models.yaml")
+NO_THREADS = """
+import sys, threading
+def refuse(self, *args, **kwargs):
+    raise RuntimeError("can't start new thread")
+threading.Thread.start = refuse
+sys.argv[0] = "gfd"
+from gfd.launch import main
+main()
+"""
+
+
+def _gfd_without_threads(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(
+            [sys.executable, "-c", NO_THREADS, *args],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:  # a daemon: what it wrote until then
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        return subprocess.CompletedProcess([], -1, out, err)
+
+
+def _no_thread_oneshot(tmp_path: Path) -> None:
+    result = _gfd_without_threads(
+        "--oneshot", "--no-timestamp", "--snapshot-file", TWO_MODELS, "--log-level", "debug",
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "nvidia.com/gpu.count=" in result.stdout
+    assert "lost sys.stderr" not in result.stderr
+    events = [json.loads(line)["event"] for line in result.stderr.splitlines()]
+    assert "pass finished" in events
+    assert sum("stderr writer thread not started" in e for e in events) == 1
+
+
+def _no_thread_daemon(tmp_path: Path) -> None:
+    features = tmp_path / "features"
+    result = _gfd_without_threads(
+        "--snapshot-file", TWO_MODELS, "--output-file", str(features), "--sleep-interval", "1s",
+        "--metrics-address", "127.0.0.1:0", "--log-format", "json",
+        timeout=8,
+    )  # fmt: skip
+    assert "lost sys.stderr" not in result.stderr
+    records = [json.loads(line) for line in result.stderr.splitlines()]  # one JSON object each
+    events = [r["event"] for r in records]
+    for degraded in ("stop watchdog", "stderr writer thread", "metrics and health endpoints"):
+        assert sum(e.startswith(degraded) for e in events) == 1, events
+    assert "pass finished" in events
+    assert "nvidia.com/gpu.count=" in features.read_text()
+
+
+@pytest.mark.parametrize(
+    "check", [_no_thread_oneshot, _no_thread_daemon], ids=["oneshot", "daemon"]
+)
+def test_thread_cannot_start(check: Callable[[Path], None], tmp_path: Path) -> None:
+    """A pids limit: labelling goes on, each thread-needing part degrades with one line,
+    a oneshot never ends in "lost sys.stderr"."""
+    check(tmp_path)
+
+
+def _limit_address_space(mib: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (mib << 20, mib << 20))
+
+
+@pytest.mark.parametrize("mib", [30, 36], ids=["met while importing", "met while running"])
+def test_out_of_memory(mib: int) -> None:
+    """An address-space limit (RLIMIT_AS) the interpreter starts under but gfd cannot run
+    in -- met by the loader or the compiler importing gfd's modules, or by gfd's own code
+    as a MemoryError: one line saying memory ran out, exit 1, never a traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gfd", "--oneshot", "--snapshot-file", TWO_MODELS],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: _limit_address_space(mib),  # the interpreter starts, gfd cannot run
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "gfd: out of memory (the process's address-space limit was reached)"
+    ]
+
+
+# =============================================================== the log stream is gfd's alone
+#
+# What libraries say (Python's ``warnings`` -- urllib3's InsecureRequestWarning and clock
+# warning, ssl's deprecations -- and ``logging`` records of urllib3 and the kubernetes
+# client) comes out as gfd's own records, one JSON object per line; a record a fast loop
+# repeats is written once, then counted (gfd.observability.coalesce).  Each cell is a real
+# process whose real stderr is parsed line by line.
+
+_LOGGING_SETUP = """
+import logging, warnings
+from gfd.observability import configure_logging, get_logger
+configure_logging("json", "info")
+import urllib3
+from urllib3.exceptions import InsecureRequestWarning, SystemTimeWarning
+warnings.simplefilter("always")
+"""
+LIBRARY_MESSAGES = {
+    "warnings": (
+        """
+warnings.warn("Unverified HTTPS request is being made", InsecureRequestWarning)
+warnings.warn("System time is way off (before 2024-01-01)", SystemTimeWarning)
+warnings.warn("ssl.PROTOCOL_TLS is deprecated", DeprecationWarning)
+""",
+        [
+            ("library warning", "InsecureRequestWarning", "warning"),
+            ("library warning", "SystemTimeWarning", "warning"),
+            ("library warning", "DeprecationWarning", "warning"),
+        ],
+    ),
+    "logging": (
+        """
+logging.getLogger("urllib3.connectionpool").warning(
+    "Retrying (%s) after %s", "Retry(total=2)", "boom"
+)
+logging.getLogger("kubernetes.client.rest").error("response body: %r", b"{}")
+logging.getLogger("urllib3").warning("bad %d format", "x")
+""",
+        [
+            ("library log", "urllib3.connectionpool", "warning"),
+            ("library log", "kubernetes.client.rest", "error"),
+            ("library log", "urllib3", "warning"),
+        ],
+    ),
+}
+
+
+def _log_records(code: str) -> list[dict[str, Any]]:
+    result = subprocess.run(
+        [sys.executable, "-c", _LOGGING_SETUP + code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
+
+
+@pytest.mark.parametrize("source", sorted(LIBRARY_MESSAGES))
+def test_library_message_on_the_json_stream(source: str) -> None:
+    code, expected = LIBRARY_MESSAGES[source]
+    records = _log_records(code)
+    found = [
+        (r["event"], r.get("category") or r.get("logger"), r["level"])
+        for r in records
+        if r["event"] in ("library warning", "library log")
+    ]
+    assert found == expected
+    assert all("timestamp" in r for r in records)
+    if source == "logging":
+        assert "Retry(total=2)" in records[0]["message"]
+
+
+REPEATS = {
+    "gfd's own record": 'get_logger(node="n1").error("pass failed", error="api unreachable")',
+    "a library record": 'logging.getLogger("urllib3").warning("Retrying %s", "again")',
+}
+
+
+@pytest.mark.parametrize("source", sorted(REPEATS))
+def test_record_repeated_many_times(source: str) -> None:
+    """Fifty equal records within the coalescing window: one line."""
+    records = _log_records(f"for _ in range(50):\n    {REPEATS[source]}\n")
+    assert len(records) == 1, records

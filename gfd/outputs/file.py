@@ -27,8 +27,14 @@ from typing import TYPE_CHECKING
 
 from gfd import interrupt
 from gfd.echo import clip_path
-from gfd.errors import PublishError
-from gfd.files import UnreadableFileError, open_regular, read_bounded
+from gfd.errors import PublishError, UsageError
+from gfd.files import (
+    NoWorkingDirectoryError,
+    UnreadableFileError,
+    absolute_path,
+    open_regular,
+    read_bounded,
+)
 from gfd.observability import get_logger
 from gfd.outputs import Labels, Output
 
@@ -202,9 +208,16 @@ class FileOutput(Output):
     ) -> None:
         """``expiry_horizon``: seconds from a write to the file's expiry-time (None: no
         directive).  ``remove_on_exit`` only ever applies to a file without expiry."""
-        self.path = path
         #: the path as messages show it
         self.shown = clip_path(path)
+        # resolved now: the working directory removed later leaves the place as it was
+        try:
+            self.path = absolute_path(path)
+        except NoWorkingDirectoryError:
+            raise UsageError(
+                f"--output-file {self.shown}: a relative path, and the working directory no "
+                "longer exists"
+            ) from None
         self.expiry_horizon = expiry_horizon
         self.remove_on_exit = remove_on_exit and expiry_horizon is None
         self._clock = clock
