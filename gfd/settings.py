@@ -30,6 +30,7 @@ from gfd.documents import parse_yaml, read_text
 from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
 from gfd.files import file_kind
+from gfd.kubeconfig_paths import kubeconfig_files
 
 # the option table's names that modules outside the settings read from here
 from gfd.options import DEFAULT_KUBE_API_BURST as DEFAULT_KUBE_API_BURST
@@ -441,16 +442,16 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
             )
     if settings.kubeconfig and settings.output_kind in ("nodefeature", "node-labels"):
         origin = origins.get("kubeconfig", "--kubeconfig")
-        for part in settings.kubeconfig.split(os.pathsep):
-            path = os.path.expanduser(part)
-            kind = _special_file_kind(path) if path else None
+        # the files client-go would read: a missing one named here, with its origin
+        for path in kubeconfig_files(settings.kubeconfig, origin):
+            kind = _special_file_kind(path)
             if kind:
-                raise UsageError(f"{origin} {describe(part)}: is {kind}, not a regular file")
-            if path and os.path.isfile(path):
+                raise UsageError(f"{origin} {describe(path)}: is {kind}, not a regular file")
+            if os.path.isfile(path):
                 # the kubernetes client reads it with PyYAML, unbounded: read it first
                 # with the bounded reader (size, nesting, aliases, duplicate keys)
                 parse_yaml(
-                    read_text(path, origin, UsageError), f"{origin} {clip_path(part)}", UsageError
+                    read_text(path, origin, UsageError), f"{origin} {clip_path(path)}", UsageError
                 )
 
 

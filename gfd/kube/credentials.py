@@ -40,6 +40,7 @@ from typing import Any
 
 from gfd import redaction
 from gfd.echo import clip
+from gfd.kube import kubeconfig as kubeconfig_rules
 from gfd.kube.credential_source import (
     CredentialError,
     CredentialSource,
@@ -47,11 +48,14 @@ from gfd.kube.credential_source import (
     unsafe_header_value,
 )
 from gfd.kube.exec_plugin import ExecPlugin, check_key_pair
+from gfd.kubeconfig_paths import kubeconfig_files
 
 # ----------------------------------------------------------------- loading
 
 
-def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
+def load(
+    kubeconfig: str | None, configuration: Any, origin: str = "--kubeconfig"
+) -> CredentialSource | None:
     """Fill ``configuration`` from ``kubeconfig`` (None: the in-cluster service account) with
     the client's own loaders; the source gfd puts in front of them for a token file or an
     exec plugin, or None where the client's static credential is all there is.
@@ -70,9 +74,11 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
 
     kube_config: Any = untyped
 
-    merger = kube_config.KubeConfigMerger(kubeconfig)
+    merger = _merged(kube_config, kubeconfig, origin)
     if merger.config is None:
         raise config_exception.ConfigException("Invalid kube-config file. No configuration found.")
+    kubeconfig_rules.confirm_usable(merger.config)
+    kubeconfig_rules.data_in_memory(merger.config)
     # the client's own loader; a context, user or cluster that is missing is its error
     loader = kube_config.KubeConfigLoader(config_dict=merger.config, config_base_path=None)
     context = loader.current_context.get("context") or {}
@@ -93,6 +99,21 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
     if source is None:
         _check_static(configuration, user_name, where)
     return source
+
+
+def _merged(kube_config: Any, kubeconfig: str, origin: str) -> Any:
+    """The client's merger over the files client-go would read, the first file's
+    ``current-context`` winning as in client-go (gfd.kube.kubeconfig)."""
+    files = kubeconfig_files(kubeconfig, origin)
+    merger = kube_config.KubeConfigMerger("")
+    documents = []
+    for path in files:
+        merger.load_config(path)
+        documents.append(merger.config_files.get(path))
+    first = kubeconfig_rules.first_current_context(documents)
+    if merger.config is not None and first is not None:
+        merger.config.value["current-context"] = first
+    return merger
 
 
 def _in_cluster(configuration: Any) -> CredentialSource:
