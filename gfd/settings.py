@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gfd.config import (
     DNS_SUBDOMAIN,
+    KNOWN_TOP_KEYS,
     MAX_WARNINGS,
     Config,
     LazyPattern,
@@ -137,10 +138,21 @@ def parse_config_text(text: str, source: str) -> LoadedConfig:
         document = {}
     if not isinstance(document, Mapping):
         raise ConfigError(f"config file {source}: expected a mapping, got {_describe(document)}")
+    snapshot_keys = [key for key in _SNAPSHOT_KEYS if key in document]
+    if snapshot_keys and not any(key in document for key in KNOWN_TOP_KEYS if key != "version"):
+        raise ConfigError(
+            f"config file {source}: this looks like a gfd snapshot (version "
+            f"{clip(str(document.get('version')), 20)} with {'/'.join(snapshot_keys)}), "
+            "not a config file"
+        )
     try:
         return _parse_config(document)
     except ConfigError as exc:
         raise ConfigError(f"config file {source}: {exc}") from None
+
+
+#: the top-level keys of a snapshot (gfd.snapshot), none of which a config file has
+_SNAPSHOT_KEYS = ("driver", "machine", "vgpu", "gpus", "lost", "topology", "discovery")
 
 
 def capped_warnings(warnings: list[str] | tuple[str, ...]) -> tuple[str, ...]:

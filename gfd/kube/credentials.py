@@ -121,10 +121,38 @@ def _in_cluster(configuration: Any) -> CredentialSource:
     from kubernetes.config import incluster_config
 
     incluster: Any = incluster_config  # untyped
+    _check_service_address(os.environ)
     incluster.load_incluster_config(client_configuration=configuration)
     service_account = FileToken(incluster.SERVICE_TOKEN_FILENAME, "the service account token")
     service_account.token()  # as the client's loader: no token at start is an error at start
     return service_account
+
+
+def _check_service_address(environ: Mapping[str, str]) -> None:
+    """The API server address the kubelet puts in a pod's environment, checked before the
+    client joins it into a URL (it would take ``https://host:not-a-port`` and fail only at
+    the first request, naming neither variable)."""
+    import ipaddress
+    import re
+
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    port = environ.get("KUBERNETES_SERVICE_PORT")
+    if host is None or port is None:
+        return  # the client's own message: not in a pod
+    name = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if len(host) > 253 or not re.fullmatch(rf"{name}(\.{name})*\.?", host):
+            raise CredentialError(
+                f"environment variable KUBERNETES_SERVICE_HOST {clip(host, 60)!r}: not an "
+                "IP address or a DNS name"
+            ) from None
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        raise CredentialError(
+            f"environment variable KUBERNETES_SERVICE_PORT {clip(port, 60)!r}: not a port "
+            "number (1-65535)"
+        )
 
 
 def _user_source(
