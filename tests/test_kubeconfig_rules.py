@@ -9,6 +9,7 @@ The subprocess waits carry timeouts as guards against a hung test; no test asser
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -67,7 +68,8 @@ def refused(path: str, words: str) -> str:
         # validation.go:248-258
         ({"cluster": {"certificate-authority": "ca.crt", "certificate-authority-data": B64_PEM}},
          "both certificate-authority and certificate-authority-data"),
-        ({"cluster": {"certificate-authority": "missing-ca.crt"}}, "missing-ca.crt'?: does not exist"),
+        ({"cluster": {"certificate-authority": "missing-ca.crt"}},
+         "missing-ca.crt'?: does not exist"),
         # validation.go:230-241
         ({"cluster": {"server": None}}, r"cluster: empty|server: required"),
         ({"cluster": {"server": "", "insecure-skip-tls-verify": False}}, r"server: required"),
@@ -151,7 +153,7 @@ def test_a_list_is_merged_as_client_go_merges_it(tmp_path: Path) -> None:
     once), 247-274 (the first file's current-context and map entries win)."""
     first, second = two_files(tmp_path)
     missing = str(tmp_path / "missing")
-    client = KubeClient(os.pathsep.join([missing, first, second, first]), budget=1.0)
+    client = KubeClient(os.pathsep.join([missing, first, first, second]), budget=1.0)
     assert client.server == "http://127.0.0.1:9"  # the first file's context
     assert client.api_client.configuration.api_key["BearerToken"] == f"Bearer {TOKEN}"
 
@@ -194,10 +196,8 @@ def test_a_plugin_is_done_when_it_exits_though_a_helper_holds_its_output(
             assert answer["metadata"]["name"] == "n1"
         finally:
             for pid in pids.read_text().split():
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
 
 
 # ----------------------------------------------------------------- errors name the source
