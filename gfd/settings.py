@@ -206,6 +206,8 @@ class Settings:
     namespace: str = _DEFAULTS["namespace"]
     pod_name: str | None = _DEFAULTS["pod_name"]
     kubeconfig: str | None = _DEFAULTS["kubeconfig"]
+    #: what named the kubeconfig (the flag, or the KUBECONFIG variable): errors name it
+    kubeconfig_origin: str = "--kubeconfig"
     kube_api_qps: float = _DEFAULTS["kube_api_qps"]
     kube_api_burst: int = _DEFAULTS["kube_api_burst"]
     use_node_labels: bool = _DEFAULTS["use_node_labels"]
@@ -428,6 +430,7 @@ def resolve(
         cleanup=cleanup,
         dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
+        kubeconfig_origin=origins.get("kubeconfig", "--kubeconfig"),
         config=loaded.config,
         config_choice=config_choice,
         warnings=capped_warnings(warnings),
