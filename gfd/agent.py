@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gfd import interrupt, signals
 from gfd import labels as labelling
+from gfd.discovery import read_snapshot
 from gfd.echo import error_text
 from gfd.errors import (
     ConfigError,
@@ -28,6 +29,7 @@ from gfd.errors import (
     SnapshotError,
     UsageError,
 )
+from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
 from gfd.observability import Metrics, get_logger, start_metrics
 from gfd.output_kinds import output_identity, output_place
 from gfd.outputs import Output, make_output
@@ -59,7 +61,6 @@ SnapshotSource = Callable[..., Snapshot]
 def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
     """The default snapshot source; discovery is imported on the first pass that needs it
     (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
-    from gfd.discovery import read_snapshot
 
     return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
@@ -331,9 +332,6 @@ class Agent:
         """Before a pass: the entry the node label chooses now; a new one is loaded through
         the SIGHUP reload.  Whatever cannot be applied leaves the config in force and one
         error line (until the label changes again)."""
-        # only with --config-file-srcdir: other runs never load the per-node config module
-        from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
-
         current = self.settings.config_choice
         in_force = None if current is None else current.entry
         try:

@@ -13,10 +13,24 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gfd import __version__
+from gfd import __version__, goflags, logsink, partition_table, signals, snapshot
+from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
+from gfd.discovery import read_snapshot
 from gfd.echo import bounded_message, clip
-from gfd.errors import GfdError, UsageError
+from gfd.errors import (
+    ConfigError,
+    DiscoveryError,
+    GfdError,
+    NvmlUnavailableError,
+    PublishError,
+    UsageError,
+)
+from gfd.labels import partitioning
+from gfd.nodeconfig import NodeLabelReader, choose_for
+from gfd.observability import NullMetrics, configure_logging, get_logger
 from gfd.options import OPTIONS, Option
+from gfd.outputs import make_output
+from gfd.outputs.topology_extras import make_topology_outputs
 from gfd.settings import Settings, resolve
 
 if TYPE_CHECKING:
@@ -117,8 +131,6 @@ def _fail(message: str, status: int) -> int:
 def run(
     cli_values: dict[str, Any], *, dump_snapshot: bool, cleanup: bool, dump_partitions: bool = False
 ) -> int:
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
-    from gfd.observability import configure_logging, get_logger
 
     def load(config_choice: ConfigChoice | None = None) -> Settings:
         return resolve(
@@ -146,8 +158,6 @@ def run(
 
     preloaded = None
     if settings.snapshot_file:
-        from gfd import snapshot
-
         try:
             preloaded = snapshot.load(settings.snapshot_file)
         except UsageError as exc:
@@ -177,10 +187,6 @@ def _choose_node_config(
     """The node's entry of --config-file-srcdir, chosen before anything else as upstream's
     config-manager init container does (it may select the output, the MIG strategy, ...):
     the settings with it and the node label reader, or the exit status."""
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
-    from gfd.errors import PublishError
-    from gfd.nodeconfig import NodeLabelReader, choose_for
-    from gfd.observability import get_logger
 
     try:
         node_label = NodeLabelReader(settings)
@@ -198,7 +204,6 @@ def _choose_node_config(
 
 def _one_off(settings: Settings, preloaded: Snapshot | None) -> int:
     """--dump-snapshot, --dump-partitions or --cleanup: one action, then exit."""
-    from gfd import signals
 
     # a one-off action: SIGHUP changes nothing, a stop cuts its API work short
     signals.attach(signals.ignore_reload)
@@ -210,16 +215,10 @@ def _one_off(settings: Settings, preloaded: Snapshot | None) -> int:
 
 
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
-    from gfd import snapshot
-    from gfd.agent import EXIT_RUNTIME
-    from gfd.errors import DiscoveryError, NvmlUnavailableError
-    from gfd.observability import NullMetrics
 
     found = preloaded
     try:
         if found is None:
-            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
-
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
@@ -230,26 +229,19 @@ def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
 
 
 def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
-    from gfd import partition_table as partitions
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
-    from gfd.errors import ConfigError, DiscoveryError, NvmlUnavailableError
-    from gfd.labels.partitioning import partition_table
-    from gfd.observability import NullMetrics, get_logger
 
     found = preloaded
     try:
         if found is None:
-            from gfd.discovery import read_snapshot  # not on the --snapshot-file path
-
             found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
-        table = partition_table(found, settings.config.partitions)
+        table = partitioning.partition_table(found, settings.config.partitions)
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     except ConfigError as exc:
         return _fail(str(exc), EXIT_USAGE)
     if found.topology is None and settings.config.partitions is None:
         get_logger().warning("the snapshot has no topology section; the table is empty")
-    sys.stdout.write(partitions.dumps(table, pretty=True) + "\n")
+    sys.stdout.write(partition_table.dumps(table, pretty=True) + "\n")
     return 0
 
 
@@ -295,11 +287,6 @@ def _settle_stdout(status: int) -> int:
 
 
 def _cleanup(settings: Settings) -> int:
-    from gfd.agent import EXIT_RUNTIME, EXIT_USAGE
-    from gfd.errors import PublishError
-    from gfd.observability import get_logger
-    from gfd.outputs import make_output
-    from gfd.outputs.topology_extras import make_topology_outputs
 
     try:
         output = make_output(settings)
@@ -316,15 +303,12 @@ def _cleanup(settings: Settings) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    from gfd import logsink
 
     # before anything is opened (a closed fd 2 is taken by /dev/null) or written: from here
     # on, stderr can neither block gfd nor kill it
     logsink.install()
     args = list(sys.argv[1:] if argv is None else argv)
     import click
-
-    from gfd import goflags
 
     command = _build_command()
     if not os.environ.get(_COMPLETE_VAR):  # completion: click reads the words as typed

@@ -20,6 +20,7 @@ from gfd.grammar import (
     is_valid_label_name,
     wildcard_match,
 )
+from gfd.partition_table import parse_table
 from gfd.values import parse_bool
 
 if TYPE_CHECKING:
@@ -318,9 +319,6 @@ def _parse_partitions(value: Any) -> PartitionTable | None:
     if value is None:
         return None
     try:
-        # decimal and the table's types load only for a config that has a `partitions:`
-        from gfd.partition_table import parse_table
-
         return parse_table(value, "partitions")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

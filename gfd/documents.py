@@ -20,6 +20,8 @@ The documents come from operators and from other machines, so reading them is bo
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from typing import Any
 
@@ -73,8 +75,6 @@ def parse_yaml(text: str, source: str, error: type[UsageError]) -> Any:
     pair becomes two lone surrogates) and it rejects control characters JSON allows."""
     try:
         if text.lstrip().startswith(("{", "[")):
-            import json
-
             try:
                 return _parse_json(text)
             except json.JSONDecodeError:
@@ -112,7 +112,6 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _parse_json(text: str) -> Any:
-    import json
 
     try:
         document = json.loads(text, object_pairs_hook=_unique_pairs)
@@ -130,7 +129,6 @@ def _parse_json(text: str) -> Any:
 
 def _long_json_number(text: str) -> str | None:
     """Where the first over-long number of a JSON text is, and under which key."""
-    import re
 
     digits = sys.get_int_max_str_digits() or 4300  # the limit json.loads ran into
     number = re.search(rf"-?\d{{{digits + 1},}}", text)

@@ -9,6 +9,8 @@ signals are ignored, so none can change how the process ends.
 
 from __future__ import annotations
 
+import os
+
 
 def main() -> None:
     from gfd import signals
@@ -18,5 +20,10 @@ def main() -> None:
         from gfd.cli import main as run
 
         run()
+    except MemoryError:
+        # an address-space limit (RLIMIT_AS) met anywhere: one line, not a traceback that
+        # itself needs memory to print
+        os.write(2, b"gfd: out of memory (the process's address-space limit was reached)\n")
+        raise SystemExit(1) from None
     finally:
         signals.exiting()

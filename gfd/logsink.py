@@ -30,9 +30,13 @@ import _thread
 import atexit
 import io
 import os
+import select
 import sys
+import threading
 from collections import deque
 from typing import TYPE_CHECKING
+
+from gfd.signals import start_thread
 
 if TYPE_CHECKING:
     import threading
@@ -65,6 +69,8 @@ class StderrSink(io.TextIOBase):
         self._dropped = 0
         self._cond: threading.Condition | None = None  # made with the first write
         self._starting = _thread.allocate_lock()  # one writer, whichever thread writes first
+        self._direct = False  # no writer thread could start: write what fd 2 takes at once
+        self.unreported = False  # ... and no log line has said so yet
 
     # ----------------------------------------------------------------- the stream surface
 
@@ -99,6 +105,9 @@ class StderrSink(io.TextIOBase):
             self._dropped += _lines(data)
             return len(text)
         cond = self._cond or self._start()
+        if self._direct:
+            self._dropped += self._write_now(data)
+            return len(text)
         if not _acquire(cond):
             self._dropped += _lines(data)
             return len(text)
@@ -135,19 +144,35 @@ class StderrSink(io.TextIOBase):
     # ----------------------------------------------------------------- the writer
 
     def _start(self) -> threading.Condition:
-        import threading
 
         with self._starting:
             if self._cond is None:
                 # reentrant: a signal handler that writes while the main thread is inside
                 # write() must not wait for itself
                 self._cond = threading.Condition(threading.RLock())
-                from gfd.signals import start_thread
 
-                start_thread(
-                    threading.Thread(target=self._write_forever, name="gfd-stderr", daemon=True)
-                )
+                try:
+                    start_thread(
+                        threading.Thread(target=self._write_forever, name="gfd-stderr", daemon=True)
+                    )
+                except RuntimeError:  # a pids limit: "can't start new thread"
+                    self._direct = True
+                    self.unreported = True
             return self._cond
+
+    def _write_now(self, data: bytes) -> int:
+        """Without a writer thread: ``data`` to fd 2 only when it can take it without
+        waiting (a pipe with room: a write of up to PIPE_BUF bytes is then whole); the
+        lines lost."""
+
+        try:
+            _, ready, _ = select.select([], [self._fd], [], 0)
+            if ready and len(data) <= select.PIPE_BUF:
+                os.write(self._fd, data)
+                return 0
+        except (OSError, ValueError):
+            pass
+        return _lines(data)
 
     def _write_forever(self) -> None:
         cond = self._cond
@@ -173,7 +198,6 @@ class StderrSink(io.TextIOBase):
                 written = os.write(self._fd, view)
             except BlockingIOError:
                 # someone else made the shared description non-blocking: wait for room
-                import select
 
                 select.select([], [self._fd], [], 1.0)
                 continue
@@ -220,3 +244,36 @@ def _hold_with_devnull(fd: int) -> None:
     if devnull != fd:
         os.dup2(devnull, fd)
         os.close(devnull)
+
+
+#: lines a stream that is not a StderrSink refused (closed, a broken pipe)
+_refused = [0]
+
+
+def write_line(line: str) -> None:
+    """``line`` to the current ``sys.stderr``; a stream that refuses it (closed, EPIPE)
+    only costs the line, counted."""
+    stream = sys.stderr
+    try:
+        if stream is None:
+            raise ValueError("stderr is closed")
+        stream.write(line + "\n")
+        stream.flush()
+    except (OSError, ValueError):
+        _refused[0] += 1
+
+
+def log_lines_dropped() -> int:
+    """Log lines (and other stderr text, counted by lines) that never reached stderr."""
+    stream = sys.stderr
+    sink = stream.dropped if isinstance(stream, StderrSink) else 0
+    return _refused[0] + sink
+
+
+def writer_missing() -> bool:
+    """True, once, when stderr is gfd's sink and its writer thread could not start."""
+    stream = sys.stderr
+    if isinstance(stream, StderrSink) and stream.unreported:
+        stream.unreported = False
+        return True
+    return False

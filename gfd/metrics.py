@@ -25,7 +25,7 @@ from typing import Any
 from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gfd import __version__, observability
+from gfd import __version__, logsink
 from gfd.echo import describe
 from gfd.errors import GfdError
 from gfd.settings import split_address
@@ -59,10 +59,8 @@ class PrometheusMetrics:
         wall_clock: Callable[[], float] = time.time,
         serve: bool = True,
         poll_interval: float = 0.5,
-        log_lines_dropped: Callable[[], int] = observability.log_lines_dropped,
+        log_lines_dropped: Callable[[], int] = logsink.log_lines_dropped,
     ) -> None:
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
         self._interval = sleep_interval
         self._monotonic = monotonic
         self._wall_clock = wall_clock
@@ -70,6 +68,17 @@ class PrometheusMetrics:
         self._started_at = monotonic()
         self._last_pass_started_at: float | None = None
         self._published = False
+
+        self._register(log_lines_dropped)
+
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        if serve:
+            self._serve(address, poll_interval)
+
+    def _register(self, log_lines_dropped: Callable[[], int]) -> None:
+        """The registry and its instruments, the metrics gfd serves."""
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
         self.registry = CollectorRegistry(auto_describe=True)
 
@@ -114,11 +123,6 @@ class PrometheusMetrics:
         for result in ("success", "error"):
             self._passes.labels(result=result)
         self.registry.register(_LogLinesDropped(log_lines_dropped))
-
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        if serve:
-            self._serve(address, poll_interval)
 
     # ------------------------------------------------------------- the Metrics protocol
 
@@ -227,7 +231,12 @@ class PrometheusMetrics:
             daemon=True,
         )
         # its threads (and those it starts per request) leave the signals to the main thread
-        start_thread(self._thread)
+        try:
+            start_thread(self._thread)
+        except RuntimeError:  # no thread can start (a pids limit): nothing is served
+            server.server_close()
+            self._server = None
+            raise
 
 
 class _LogLinesDropped(Collector):

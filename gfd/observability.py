@@ -1,12 +1,14 @@
 """Logging and the metrics interface the agent reports to.
 
-Log records are one JSON object per line on stderr -- ``event``, ``level``, ``timestamp``
-and the context, in the order structlog's ``JSONRenderer`` gives them -- or structlog's
-console renderer (``--log-format console``, or stderr is a terminal).  The JSON line is made
-with ``json.dumps`` here: importing structlog pulls in asyncio, logging and its development
-renderer (70-100 ms on a loaded node), which a oneshot that logs one warning would pay for
-nothing.  Lines go to whatever ``sys.stderr`` is when they are written; in the gfd process
-that is gfd.logsink's sink, which never blocks and counts what it cannot deliver.
+Log records are structlog's: one JSON object per line on stderr (``JSONRenderer``) --
+the context, then ``event``, ``level`` and ``timestamp`` -- or structlog's console renderer
+(``--log-format console``, or stderr is a terminal).  Every record passes the same
+processors: the level filter, the level and an ISO UTC time stamp, the traceback of
+``exc_info`` as text, and :func:`redact` (gfd.redaction: no credential the process holds
+leaves it in a log line), then the renderer.  Lines go to whatever ``sys.stderr`` is when
+they are written (gfd.logsink.write_line); in the gfd process that is gfd.logsink's sink,
+which never blocks and counts what it cannot deliver.  Tests read records with
+``structlog.testing.capture_logs``.
 
 ``NullMetrics`` is used when ``--metrics-address`` is empty; ``start_metrics(settings)``
 returns the Prometheus implementation (imported lazily so oneshot never pays for it).
@@ -14,115 +16,122 @@ returns the Prometheus implementation (imported lazily so oneshot never pays for
 
 from __future__ import annotations
 
+import logging
 import sys
-from typing import TYPE_CHECKING, Any, Protocol
+import time
+import warnings
+from collections.abc import MutableMapping
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from gfd import logsink
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
 
 # Numeric levels as in the logging module; kept here so filtering costs no import.
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
-_config: dict[str, Any] = {"format": None, "level": _LEVELS["info"], "render": None}
-#: lines a stream that is not gfd's sink refused (closed, a broken pipe)
-_refused = [0]
+_config: dict[str, Any] = {"format": None, "level": _LEVELS["info"], "renderer": None}
+_configured = [False]
 
 
 def configure_logging(log_format: str | None, log_level: str) -> None:
     """Set the format (json, console, or None: console when stderr is a TTY) and the level.
 
-    The renderer is chosen by the first record that passes the level filter, so that a quiet
-    ``gfd --oneshot`` imports nothing for logging."""
-    _config.update(format=log_format, level=_LEVELS.get(log_level, 20), render=None)
+    structlog itself is imported and configured by the first record that passes the level
+    filter, so that a quiet ``gfd --oneshot`` pays nothing for logging."""
+    _config.update(format=log_format, level=_LEVELS.get(log_level, 20), renderer=None)
+    _adopt_library_messages()
+    signals = sys.modules.get("gfd.signals")
+    if signals is not None and signals.without_watchdog():
+        get_logger().warning(
+            "stop watchdog not started: no thread can start; a stop is not forced past a block"
+        )
 
 
-def _renderer() -> Any:
-    render = _config["render"]
-    if render is None:
-        stream = sys.stderr
-        tty = stream is not None and stream.isatty()
-        log_format = _config["format"]
-        if log_format == "console" or (log_format is None and tty):
-            from structlog.dev import ConsoleRenderer
-
-            console = ConsoleRenderer(colors=tty)
-
-            def render(record: dict[str, Any]) -> str:
-                return str(console(None, record["level"], record))
-
-        else:
-            import json
-
-            def render(record: dict[str, Any]) -> str:
-                # as structlog's JSONRenderer: insertion order, repr() for what JSON lacks
-                return json.dumps(record, default=repr)
-
-        _config["render"] = render
-    return render
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: IO[str] | None = None,
+    line: str | None = None,
+) -> None:
+    get_logger().warning(
+        "library warning", category=category.__name__, message=str(message), origin=filename
+    )
 
 
-def _timestamp() -> str:
-    """Now in UTC as structlog's ``TimeStamper(fmt="iso", utc=True)`` writes it."""
-    from datetime import datetime, timezone
-
-    return datetime.now(tz=timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _exception_text(exc_info: Any) -> str | None:
-    """The traceback of ``exc_info`` (an exception, a sys.exc_info() triple, or True for
-    the exception being handled), as structlog's ``format_exc_info`` renders it."""
-    if isinstance(exc_info, BaseException):
-        exc_info = (type(exc_info), exc_info, exc_info.__traceback__)
-    elif not isinstance(exc_info, tuple):
-        exc_info = sys.exc_info() if exc_info else (None, None, None)
-    if exc_info[0] is None:
-        return None
-    import traceback
-
-    return "".join(traceback.format_exception(*exc_info)).removesuffix("\n")
+def _adopt_library_messages() -> None:
+    """Python's warnings and the ``logging`` records of the libraries gfd uses (urllib3, the
+    kubernetes client) become gfd's own records, in gfd's format: the log stream is gfd's."""
+    warnings.showwarning = _show_warning
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward()]
+    root.setLevel(logging.WARNING)
+    logging.lastResort = None
 
 
-def _write(line: str) -> None:
-    """``line`` to stderr; a stream that refuses it (closed, EPIPE) only costs the line."""
-    stream = sys.stderr
-    try:
-        if stream is None:
-            raise ValueError("stderr is closed")
-        stream.write(line + "\n")
-        stream.flush()
-    except (OSError, ValueError):
-        _refused[0] += 1
+class _Forward(logging.Handler):
+    """A library's ``logging`` record as a gfd record (its level, its logger's name)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = record.levelname.lower()
+        level = level if level in _LEVELS else ("error" if record.levelno > 40 else "debug")
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):
+            message = str(record.msg)
+        getattr(get_logger(), level)("library log", logger=record.name, message=message)
 
 
-def log_lines_dropped() -> int:
-    """Log lines (and other stderr text, counted by lines) that never reached stderr."""
-    from gfd import logsink
-
-    stream = sys.stderr
-    sink = stream.dropped if isinstance(stream, logsink.StderrSink) else 0
-    return _refused[0] + sink
+#: how long repeats of one record are counted instead of written
+COALESCE_SECONDS = 60.0
+#: records remembered for coalescing, at most (the oldest is forgotten first)
+COALESCE_KEYS = 256
+_seen: dict[str, list[float]] = {}
 
 
-def _captured_by_structlog(level: str, record: dict[str, Any]) -> bool:
-    """True when a ``structlog.testing.capture_logs()`` block took the record: tests assert
-    on gfd's records with structlog's own helper, which swaps structlog's processors for a
-    ``LogCapture``; the record goes through those processors as it would in structlog."""
-    structlog = sys.modules.get("structlog")
-    if structlog is None:
-        return False  # nothing can be capturing: a JSON run never imports it
-    processors = structlog.get_config()["processors"]
-    if not any(isinstance(p, structlog.testing.LogCapture) for p in processors):
-        return False
-    try:
-        for processor in processors:
-            record = processor(None, level, record)
-    except structlog.DropEvent:
-        pass
-    return True
+def coalesce(_logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
+    """The processor that keeps a fast loop from flooding the log: a record equal to one
+    written less than :data:`COALESCE_SECONDS` ago (same level, event and fields) is dropped
+    and counted; the next equal record after that carries the count as ``repeated``."""
+
+    import structlog
+
+    key = repr(sorted((str(k), repr(v)) for k, v in record.items()))
+    now = time.monotonic()
+    seen = _seen.get(key)
+    if seen is not None and now - seen[0] < COALESCE_SECONDS:
+        seen[1] += 1
+        raise structlog.DropEvent
+    if seen is not None and seen[1]:
+        record["repeated"] = int(seen[1])
+    _seen.pop(key, None)
+    if len(_seen) >= COALESCE_KEYS:
+        del _seen[next(iter(_seen))]
+    _seen[key] = [now, 0]
+    return record
+
+
+class _StderrLogger:
+    """structlog's final logger: each rendered record is one line on the current stderr."""
+
+    def msg(self, line: str) -> None:
+        logsink.write_line(line)
+        if logsink.writer_missing():
+            get_logger().warning(
+                "stderr writer thread not started: no thread can start; a log line is "
+                "written only when stderr takes it at once, else dropped and counted"
+            )
+
+    debug = info = warning = error = critical = exception = msg
+
+
+def _stderr_logger(*_args: Any) -> _StderrLogger:
+    return _StderrLogger()
 
 
 def _redacted(value: Any, redact: Any) -> Any:
-    """``value`` without any credential the process holds (gfd.redaction), in whichever
-    field -- an error, a quoted answer, a traceback -- it came."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, list | tuple):
@@ -132,8 +141,64 @@ def _redacted(value: Any, redact: Any) -> Any:
     return value
 
 
+def redact(_logger: Any, _method: str, record: MutableMapping[str, Any]) -> Any:
+    """The processor that takes out any credential the process holds (gfd.redaction), in
+    whichever field -- an error, a quoted answer, a traceback -- it came."""
+    redaction = sys.modules.get("gfd.redaction")
+    if redaction is None:  # no credential was ever read: nothing to take out
+        return record
+    return _redacted(dict(record), redaction.redact)
+
+
+def render(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
+    """structlog's JSONRenderer, or its ConsoleRenderer where the settings ask for it."""
+    renderer = _config["renderer"]
+    if renderer is None:
+        import structlog
+
+        stream = sys.stderr
+        tty = stream is not None and stream.isatty()
+        log_format = _config["format"]
+        if log_format == "console" or (log_format is None and tty):
+            renderer = structlog.dev.ConsoleRenderer(colors=tty)
+        else:
+            renderer = structlog.processors.JSONRenderer(default=repr)
+        _config["renderer"] = renderer
+    return renderer(logger, method, record)
+
+
+def use_structlog() -> Any:
+    """structlog, configured with gfd's processors the first time (once: a test's
+    ``structlog.testing.capture_logs`` swaps the processors for a while and puts these back).
+    """
+    import structlog
+
+    if not _configured[0]:
+        _configured[0] = True
+        structlog.configure(
+            processors=[
+                structlog.processors.add_log_level,
+                coalesce,
+                structlog.processors.TimeStamper(fmt="iso", utc=True, key="timestamp"),
+                structlog.processors.format_exc_info,
+                redact,
+                render,
+            ],
+            wrapper_class=structlog.make_filtering_bound_logger(0),
+            logger_factory=_stderr_logger,
+            cache_logger_on_first_use=False,
+        )
+    return structlog
+
+
+def log_lines_dropped() -> int:
+    """Log lines (and other stderr text, counted by lines) that never reached stderr."""
+    return logsink.log_lines_dropped()
+
+
 class Logger:
-    """Context bound to log records; a record is built only when it passes the level filter."""
+    """Context bound to structlog records; structlog is reached only by a record that
+    passes the level filter."""
 
     def __init__(self, context: dict[str, Any]) -> None:
         self._context = context
@@ -142,23 +207,9 @@ class Logger:
         return Logger({**self._context, **context})
 
     def _emit(self, level: str, event: str, **fields: Any) -> None:
-        if _LEVELS[level] < _config["level"]:
-            return
-        record = {**self._context, **fields}
-        record["event"] = event
-        if _captured_by_structlog(level, record):
-            return
-        exc_info = record.pop("exc_info", None)
-        record["level"] = level
-        record["timestamp"] = _timestamp()
-        if exc_info is not None:
-            text = _exception_text(exc_info)
-            if text is not None:
-                record["exception"] = text
-        redaction = sys.modules.get("gfd.redaction")
-        if redaction is not None:  # else no credential was ever read: nothing to take out
-            record = _redacted(record, redaction.redact)
-        _write(_renderer()(record))
+        if _LEVELS[level] >= _config["level"]:
+            bound = use_structlog().get_logger().bind(**self._context)
+            getattr(bound, level)(event, **fields)
 
     def debug(self, event: str, **fields: Any) -> None:
         self._emit("debug", event, **fields)
@@ -234,9 +285,18 @@ def start_metrics(settings: Settings) -> Metrics:
     """The metrics sink the settings ask for (a served Prometheus registry, or nothing)."""
     if not settings.metrics_address:
         return NullMetrics()
+    # prometheus_client and the HTTP server load only where metrics are served
     from gfd.metrics import PrometheusMetrics
 
-    metrics = PrometheusMetrics(settings.metrics_address, settings.sleep_interval)
+    try:
+        metrics = PrometheusMetrics(settings.metrics_address, settings.sleep_interval)
+    except RuntimeError as exc:  # "can't start new thread": a pids limit; labelling goes on
+        get_logger().warning(
+            "metrics and health endpoints not served: no thread can start",
+            address=settings.metrics_address,
+            error=str(exc),
+        )
+        return NullMetrics()
     get_logger().info(
         "serving metrics and health endpoints",
         address=settings.metrics_address,

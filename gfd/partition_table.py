@@ -18,6 +18,7 @@ object, which koordlet rewrites (:mod:`gfd.outputs.koordlet` is the way in).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -117,7 +118,6 @@ def to_json_document(table: PartitionTable) -> dict[str, list[dict[str, Any]]]:
 def dumps(table: PartitionTable, *, pretty: bool = False) -> str:
     """The table as Koordinator's JSON: compact (an annotation value), or ``pretty`` with
     one partition per line (``--dump-partitions``)."""
-    import json  # only where a table is written: a plain oneshot never loads it
 
     document = to_json_document(table)
     if not pretty:

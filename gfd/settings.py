@@ -28,6 +28,7 @@ from gfd.config import (
     warn_unknown,
 )
 from gfd.documents import parse_yaml, read_text
+from gfd.durations import format_duration
 from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
 from gfd.files import file_kind
@@ -262,7 +263,6 @@ class Settings:
 
     @property
     def sleep_interval_text(self) -> str:
-        from gfd.durations import format_duration
 
         return format_duration(self.sleep_interval)
 
@@ -482,7 +482,6 @@ def _special_file_kind(path: str) -> str | None:
 def _check_horizon(horizon: float, settings: Settings) -> None:
     """An explicit ``--expiry-horizon``: long enough for NFD to read the file before it
     lapses, and for a running gfd to renew it."""
-    from gfd.durations import format_duration
 
     if horizon < MIN_EXPIRY_HORIZON:
         raise UsageError(

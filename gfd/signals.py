@@ -46,6 +46,8 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
+from gfd import interrupt
+
 RELOAD = signal.SIGHUP
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 HANDLED = (RELOAD, *STOPS)
@@ -59,10 +61,11 @@ Receiver = Callable[[int], None]
 
 
 class _State:
-    __slots__ = ("exiting", "installed", "pending_reload", "receiver")
+    __slots__ = ("exiting", "installed", "pending_reload", "receiver", "without_watchdog")
 
     def __init__(self) -> None:
         self.installed = False
+        self.without_watchdog = False
         self.exiting = False
         self.receiver: Receiver | None = None
         self.pending_reload = False
@@ -86,9 +89,17 @@ def install() -> None:
         signal.set_wakeup_fd(write, warn_on_full_buffer=False)
         start_thread(watchdog)
     except (OSError, RuntimeError):  # no thread can start (RLIMIT_NPROC)
+        _state.without_watchdog = True
         signal.set_wakeup_fd(-1)
         os.close(read)
         os.close(write)
+
+
+def without_watchdog() -> bool:
+    """True, once, when :func:`install` could not start the stop watchdog (so that the
+    logging set-up says so in one line)."""
+    missing, _state.without_watchdog = _state.without_watchdog, False
+    return missing
 
 
 def start_thread(thread: threading.Thread) -> None:
@@ -139,7 +150,6 @@ def attach(receiver: Receiver) -> None:
 def ignore_reload(signum: int) -> None:
     """A receiver for one-off actions (``--cleanup``, the dumps): SIGHUP changes nothing;
     a stop ends blocking API work (:mod:`gfd.interrupt`), and the action fails with one line."""
-    from gfd import interrupt
 
     if signum != RELOAD:
         interrupt.request_stop(signal.Signals(signum).name)

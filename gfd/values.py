@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from gfd.durations import MAX_SECONDS, check_seconds, parse_duration
+
 #: the longest string any option takes (Linux's PATH_MAX)
 MAX_OPTION_CHARS = 4096
 
@@ -55,7 +57,6 @@ def choice(*allowed: str) -> Callable[[Any], str]:
 
 
 def parse_interval(value: Any) -> float | None:
-    from gfd.durations import MAX_SECONDS, check_seconds, parse_duration
 
     if isinstance(value, bool):
         raise ValueError("expected a duration")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from gfd.observability import use_structlog
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import Daemon
 
@@ -28,6 +29,10 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gfd"))
+
+# gfd configures structlog at its first record; done here first, so that a first record
+# inside a test's capture_logs() block is captured rather than configuring structlog anew.
+use_structlog()
 
 
 @pytest.hookimpl(optionalhook=True)  # a plain pytest without xdist runs the suite too

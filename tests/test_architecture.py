@@ -76,92 +76,21 @@ UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()
 #: circle; the list must end empty
 KNOWN_CIRCLES_TO_BREAK: frozenset[frozenset[str]] = frozenset()
 
-#: function-local imports of gfd's own modules or of light standard modules, as
-#: (module, function, imported); each should move to the top of its module
-LAZY_IMPORTS_TO_HOIST: frozenset[tuple[str, str, str]] = frozenset(
+#: the function-local imports of gfd's own modules, by design, each with its reason: the entry
+#: point installs the signal handlers before the rest of gfd is imported, so a stop signal
+#: during start-up is handled (exit 0) instead of killing the interpreter mid-import
+LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset(
     {
-        ("gfd.agent", "Agent._follow_node_config", "gfd.nodeconfig"),
-        ("gfd.agent", "_read_snapshot", "gfd.discovery"),
-        ("gfd.cli", "_choose_node_config", "gfd.agent"),
-        ("gfd.cli", "_choose_node_config", "gfd.errors"),
-        ("gfd.cli", "_choose_node_config", "gfd.nodeconfig"),
-        ("gfd.cli", "_choose_node_config", "gfd.observability"),
-        ("gfd.cli", "_cleanup", "gfd.agent"),
-        ("gfd.cli", "_cleanup", "gfd.errors"),
-        ("gfd.cli", "_cleanup", "gfd.observability"),
-        ("gfd.cli", "_cleanup", "gfd.outputs"),
-        ("gfd.cli", "_cleanup", "gfd.outputs.topology_extras"),
-        ("gfd.cli", "_dump_partitions", "gfd.agent"),
-        ("gfd.cli", "_dump_partitions", "gfd.discovery"),
-        ("gfd.cli", "_dump_partitions", "gfd.errors"),
-        ("gfd.cli", "_dump_partitions", "gfd.labels.partitioning"),
-        ("gfd.cli", "_dump_partitions", "gfd.observability"),
-        ("gfd.cli", "_dump_partitions", "gfd.partition_table"),
-        ("gfd.cli", "_dump_snapshot", "gfd.agent"),
-        ("gfd.cli", "_dump_snapshot", "gfd.discovery"),
-        ("gfd.cli", "_dump_snapshot", "gfd.errors"),
-        ("gfd.cli", "_dump_snapshot", "gfd.observability"),
-        ("gfd.cli", "_dump_snapshot", "gfd.snapshot"),
-        ("gfd.cli", "_one_off", "gfd.signals"),
-        ("gfd.cli", "main", "gfd.goflags"),
-        ("gfd.cli", "main", "gfd.logsink"),
-        ("gfd.cli", "run", "gfd.agent"),
-        ("gfd.cli", "run", "gfd.observability"),
-        ("gfd.cli", "run", "gfd.snapshot"),
-        ("gfd.config", "_parse_partitions", "gfd.partition_table"),
-        ("gfd.discovery", "_discover_tegra", "gfd.discovery.cuda"),
-        ("gfd.discovery", "_with_numa_nodes", "gfd.discovery.gpu_links"),
-        ("gfd.discovery", "discover", "gfd.discovery.vfio"),
-        ("gfd.discovery", "read_snapshot", "gfd.snapshot"),
-        ("gfd.discovery.nvml", "_NvmlReader._mig_device", "gfd.discovery.mig_profile"),
-        ("gfd.discovery.nvml", "_ProfileIds.enum_for_instance", "gfd.discovery.mig_profile"),
-        ("gfd.discovery.nvml", "fabric_from_info", "uuid"),
-        ("gfd.discovery.nvml", "read_with_topology", "gfd.discovery.gpu_links"),
-        ("gfd.documents", "_long_json_number", "re"),
-        ("gfd.documents", "_parse_json", "json"),
-        ("gfd.documents", "parse_yaml", "json"),
-        ("gfd.kube.credentials", "_remember_static", "base64"),
-        ("gfd.labels", "_gpu_labels", "gfd.labels.interconnect"),
-        ("gfd.labels", "_gpu_labels", "gfd.labels.partitioning"),
         ("gfd.launch", "main", "gfd.cli"),
         ("gfd.launch", "main", "gfd.signals"),
-        ("gfd.logsink", "StderrSink._start", "gfd.signals"),
-        ("gfd.logsink", "StderrSink._start", "threading"),
-        ("gfd.logsink", "StderrSink._write_all", "select"),
-        ("gfd.observability", "_exception_text", "traceback"),
-        ("gfd.observability", "_renderer", "json"),
-        ("gfd.observability", "_timestamp", "datetime"),
-        ("gfd.observability", "log_lines_dropped", "gfd.logsink"),
+        # the module made of prometheus_client's and http.server's classes: loaded only where
+        # --metrics-address asks for it, as prometheus_client itself is (SPEC §9)
         ("gfd.observability", "start_metrics", "gfd.metrics"),
-        ("gfd.outputs", "make_output", "gfd.output_kinds"),
-        ("gfd.outputs.file", "FileOutput._write", "tempfile"),
-        ("gfd.outputs.file", "_write_with_stall_limit", "gfd.interrupt"),
-        ("gfd.outputs.file", "_write_with_stall_limit", "select"),
-        ("gfd.outputs.file", "format_expiry", "datetime"),
-        ("gfd.outputs.file", "parse_expiry", "datetime"),
-        ("gfd.outputs.nodefeature", "NodeFeatureOutput.offer", "gfd.labels.features"),
-        ("gfd.outputs.topology_extras", "PartitionsAnnotation.__init__", "gfd.kube.client"),
-        ("gfd.outputs.topology_extras", "PartitionsAnnotation._current", "gfd.kube.client"),
-        ("gfd.outputs.topology_extras", "PartitionsAnnotation._patch", "gfd.kube.client"),
-        ("gfd.outputs.topology_extras", "PartitionsAnnotation.cleanup", "gfd.kube.client"),
-        ("gfd.outputs.topology_extras", "PartitionsAnnotation.publish", "gfd.partition_table"),
-        ("gfd.outputs.topology_extras", "TopologyOutputs.publish", "gfd.labels.partitioning"),
-        ("gfd.outputs.topology_extras", "make_topology_outputs", "gfd.outputs.koordlet"),
-        ("gfd.partition_table", "dumps", "json"),
-        ("gfd.settings", "Settings.sleep_interval_text", "gfd.durations"),
-        ("gfd.settings", "_check_horizon", "gfd.durations"),
-        ("gfd.signals", "ignore_reload", "gfd.interrupt"),
-        ("gfd.snapshot", "dumps_json", "json"),
-        ("gfd.values", "parse_interval", "gfd.durations"),
     }
 )
 
 #: functions over MAX_FUNCTION_LINES today, as "module.qualified_name"; their owners shorten them
-LONG_FUNCTIONS_TO_SHORTEN: frozenset[str] = frozenset(
-    {
-        "gfd.metrics.PrometheusMetrics.__init__",
-    }
-)
+LONG_FUNCTIONS_TO_SHORTEN: frozenset[str] = frozenset()
 
 #: modules over MAX_MODULE_LINES today; their owners split them
 LONG_MODULES_TO_SPLIT: frozenset[str] = frozenset()
@@ -298,8 +227,8 @@ def test_a_lazy_import_is_a_named_heavy_dependency() -> None:
         for module, function, target in imports(files)
         if function is not None and target.split(".")[0] not in LAZY_DEPENDENCIES
     }
-    assert lazy - LAZY_IMPORTS_TO_HOIST == set(), "hoist these to the top of their module"
-    assert LAZY_IMPORTS_TO_HOIST - lazy == set(), "gone: remove them from LAZY_IMPORTS_TO_HOIST"
+    assert lazy - LAZY_BY_DESIGN == set(), "hoist these to the top of their module"
+    assert LAZY_BY_DESIGN - lazy == set(), "gone: remove them from LAZY_BY_DESIGN"
 
 
 def _functions(tree: ast.AST, prefix: str) -> Iterator[tuple[str, ast.AST]]:

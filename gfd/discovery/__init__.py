@@ -40,8 +40,11 @@ import os
 from dataclasses import replace
 from typing import Any
 
+from gfd import snapshot
+from gfd.discovery import cuda as cuda_source
+from gfd.discovery import gpu_links as topology_source
 from gfd.discovery import nvml as nvml_source
-from gfd.discovery import sysfs
+from gfd.discovery import sysfs, vfio
 from gfd.echo import describe
 from gfd.errors import (
     DiscoveryError,
@@ -59,8 +62,6 @@ __all__ = ["discover", "discover_host_only", "read_snapshot"]
 def read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
     """The node's snapshot for one pass: from ``--snapshot-file`` or from the host."""
     if settings.snapshot_file:
-        from gfd import snapshot
-
         return snapshot.load(settings.snapshot_file)
     try:
         found = discover(settings)
@@ -109,8 +110,6 @@ def discover(settings: Settings, *, nvml: Any = None, cuda: Any = None) -> Snaps
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
         )
     if strategy == "vfio":
-        from gfd.discovery import vfio
-
         return _host_snapshot(settings, *vfio.read(settings.sysfs_root), "vfio")
     if strategy == "tegra":
         return _discover_tegra(settings, cuda)
@@ -142,7 +141,6 @@ def discover(settings: Settings, *, nvml: Any = None, cuda: Any = None) -> Snaps
 
 
 def _discover_tegra(settings: Settings, cuda: Any) -> Snapshot:
-    from gfd.discovery import cuda as cuda_source
 
     library = cuda_source.load_library(settings.driver_root_ctr_path) if cuda is None else cuda
     return _host_snapshot(settings, *cuda_source.read(library), "tegra")
@@ -163,7 +161,6 @@ def _host_snapshot(
 
 
 def _with_numa_nodes(topology: Topology, gpus: tuple[Gpu, ...], settings: Settings) -> Topology:
-    from gfd.discovery import gpu_links as topology_source
 
     return topology_source.with_numa_nodes(topology, gpus, settings.sysfs_root)
 

@@ -18,12 +18,15 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from gfd.discovery import mig_profile
 from gfd.discovery.driver_root import resolve_library
+from gfd.discovery.gpu_links import TopologyReader
 from gfd.errors import DiscoveryError, NvmlLibraryMissingError, NvmlUnavailableError
 from gfd.labels.devices import is_skipped_device
 from gfd.observability import get_logger
@@ -190,7 +193,6 @@ def read(nvml: Any) -> NvmlReading:
 def read_with_topology(nvml: Any) -> tuple[NvmlReading, Topology | None]:
     """:func:`read` plus the interconnect, in the same NVML session (never fails on it:
     None when it could not be read at all)."""
-    from gfd.discovery.gpu_links import TopologyReader
 
     with session(nvml):
         reading = _NvmlReader(nvml).read()
@@ -313,9 +315,6 @@ class _NvmlReader:
         return Mig(enabled=True, devices=tuple(devices))
 
     def _mig_device(self, mig_handle: Any, profiles: _ProfileIds, total_bytes: int) -> MigDevice:
-        # MIG devices only: a node without MIG never loads the profile tables
-        from gfd.discovery import mig_profile
-
         attributes = self._call("nvmlDeviceGetAttributes", mig_handle)
         gi_slices = int(attributes.gpuInstanceSliceCount)
         ci_slices = int(attributes.computeInstanceSliceCount)
@@ -402,7 +401,6 @@ def fabric_from_info(info: Any) -> Fabric | None:
         return None
     if not any(cluster):
         return None
-    import uuid  # only for a GPU in an NVLink fabric: most runs never pay for it
 
     return Fabric(cluster_uuid=str(uuid.UUID(bytes=cluster[:16])), clique_id=int(info.cliqueId))
 
@@ -430,7 +428,6 @@ class _ProfileIds:
         for enum, known in self._enum_id.items():
             if known == profile_id:
                 return enum
-        from gfd.discovery import mig_profile
 
         for enum in mig_profile.candidate_enums(gi_slices):
             if enum in self._enum_id:

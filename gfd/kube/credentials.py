@@ -34,6 +34,7 @@ gfd does not speak, a plugin that needs a terminal) is a usage error at start.
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -207,7 +208,6 @@ def _check_static(configuration: Any, user_name: Any, where: str) -> None:
 
 def _remember_static(user_name: Any, user: Mapping[str, Any]) -> None:
     """The credentials written in a kubeconfig user, to keep out of every message."""
-    import base64
 
     values = [user.get(key) for key in ("token", "password", "client-key-data")]
     username, password = user.get("username"), user.get("password")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from gfd.config import Config
 from gfd.echo import describe
 from gfd.errors import ConfigError, LabelError
-from gfd.labels import devices, keys, node
+from gfd.labels import devices, interconnect, keys, node, partitioning
 from gfd.labels.resources import (
     DEFAULT_GPU_RESOURCE,
     Contribution,
@@ -260,13 +260,9 @@ def _gpu_labels(
     labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")
     labels.update(node.clique_label(tuple(gpus), warnings))
     if topology_labels:
-        # the interconnect's modules (and decimal) load only with --topology-labels
-        from gfd.labels import interconnect as topology
-        from gfd.labels import partitioning as partitions
-
-        graph = partitions.link_graph(snapshot)
-        table = partitions.partition_table(snapshot, config.partitions)
-        labels.update(topology.topology_labels(snapshot, graph, table))
+        graph = partitioning.link_graph(snapshot)
+        table = partitioning.partition_table(snapshot, config.partitions)
+        labels.update(interconnect.topology_labels(snapshot, graph, table))
     resources = _resource_labels(gpus, mig_strategy, config, snapshot.machine, warnings)
     warnings.extend(devices.product_warnings(gpus, config.sharing.strategy != "none"))
     unused = unused_entries(

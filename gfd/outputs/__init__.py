@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from gfd.output_kinds import output_kind_of
+
 if TYPE_CHECKING:
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
@@ -56,7 +58,6 @@ class Output:
 
 def make_output(settings: Settings) -> Output:
     """The output the settings select (see :mod:`gfd.output_kinds`)."""
-    from gfd.output_kinds import output_kind_of
 
     output: Output = output_kind_of(settings).build(settings)
     return output

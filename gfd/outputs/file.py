@@ -15,13 +15,17 @@ update keeps its labels.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
+import select
 import stat
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from gfd import interrupt
 from gfd.echo import clip_path
 from gfd.errors import PublishError
 from gfd.files import UnreadableFileError, open_regular, read_bounded
@@ -46,10 +50,6 @@ LATEST_EXPIRY = 253402300799.0
 def format_expiry(seconds: float) -> str:
     """Unix time as the RFC 3339 UTC form NFD parses (Go ``time.RFC3339``), held within
     1970..9999 (a clock far off, or a huge horizon, never fails a write)."""
-    # imported here and in parse_expiry only: a file without an expiry (every oneshot's)
-    # never needs it
-    import datetime
-
     clamped = min(max(int(seconds), 0), int(LATEST_EXPIRY))
     moment = datetime.datetime.fromtimestamp(clamped, tz=datetime.timezone.utc)
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -84,7 +84,6 @@ def _refuse_special(path: str, action: str) -> None:
 
 def parse_expiry(text: str) -> float | None:
     """The Unix time of an RFC 3339 UTC timestamp written by :func:`format_expiry`."""
-    import datetime
 
     try:
         moment = datetime.datetime.strptime(text.strip(), "%Y-%m-%dT%H:%M:%SZ")
@@ -144,9 +143,6 @@ def write_without_blocking(fd: int, data: bytes, name: str) -> None:
 
 
 def _write_with_stall_limit(fd: int, data: bytes, name: str, *, wait_for_room: bool) -> None:
-    import select
-
-    from gfd import interrupt
 
     stalled_since = time.monotonic()
     while data:
@@ -297,7 +293,6 @@ class FileOutput(Output):
                 f"output directory {clip_path(directory)} does not exist (is the NFD features.d "
                 "directory mounted?)"
             )
-        import tempfile  # the file output only: stdout never pays for it
 
         _refuse_special(self.path, "replace")
         temporary = None

@@ -26,6 +26,7 @@ from gfd.kube.client import (
     retry_budget,
     string_map,
 )
+from gfd.labels.features import node_features
 from gfd.observability import get_logger
 from gfd.outputs import Output
 
@@ -133,7 +134,6 @@ class NodeFeatureOutput(Output):
     def offer(self, snapshot: Snapshot) -> bool:
         """``spec.features``: the raw GPU features of the snapshot (gfd.labels.features);
         True when they changed, so the object is written again."""
-        from gfd.labels.features import node_features
 
         features = node_features(snapshot)
         if features == self.features:

@@ -15,7 +15,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
+from gfd.kube.client import MERGE_PATCH, KubeClient, retry_budget, string_map
+from gfd.labels.partitioning import partition_table
 from gfd.observability import get_logger
+from gfd.outputs.koordlet import KoordletDeviceInfos
+from gfd.partition_table import dumps
 
 if TYPE_CHECKING:
     from gfd.kube.client import KubeClient
@@ -31,7 +35,6 @@ class PartitionsAnnotation:
     """The partition table as one gfd-owned annotation on the Node."""
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
-        from gfd.kube.client import KubeClient, retry_budget
 
         assert settings.node_name
         self.node_name = settings.node_name
@@ -47,7 +50,6 @@ class PartitionsAnnotation:
         self._log = get_logger(output="node-annotation", node=self.node_name)
 
     def publish(self, table: PartitionTable) -> bool:
-        from gfd.partition_table import dumps
 
         value = dumps(table) if table else None
         if value == self._published:
@@ -63,7 +65,6 @@ class PartitionsAnnotation:
 
     def _current(self) -> str | None:
         """The annotation's value on the node now (None: absent)."""
-        from gfd.kube.client import string_map
 
         def read() -> str | None:
             node = self._client.request("GET", self._path)
@@ -73,7 +74,6 @@ class PartitionsAnnotation:
 
     def cleanup(self) -> None:
         """Remove the annotation if it is there (a node without it is not written to)."""
-        from gfd.kube.client import MERGE_PATCH, string_map
 
         def remove() -> None:
             node = self._client.request("GET", self._path)
@@ -85,7 +85,6 @@ class PartitionsAnnotation:
         self._published = None
 
     def _patch(self, value: str | None) -> None:
-        from gfd.kube.client import MERGE_PATCH
 
         patch: dict[str, Any] = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: value}}}
         self._client.run(
@@ -104,7 +103,6 @@ class TopologyOutputs:
         self.koordlet = koordlet
 
     def publish(self, snapshot: Snapshot, override: PartitionTable | None) -> None:
-        from gfd.labels.partitioning import partition_table  # decimal: only when asked for
 
         table = partition_table(snapshot, override)
         if self.annotation is not None:
@@ -128,8 +126,6 @@ def make_topology_outputs(settings: Settings, *, cleanup: bool = False) -> Topol
         annotation = PartitionsAnnotation(settings)
     koordlet = None
     if settings.koordlet_device_infos_dir:
-        from gfd.outputs.koordlet import KoordletDeviceInfos  # json, tempfile: only when asked
-
         koordlet = KoordletDeviceInfos(settings.koordlet_device_infos_dir)
     if annotation is None and koordlet is None:
         return None

@@ -14,6 +14,7 @@ UUID and bus id; a topology naming only listed GPUs), and the YAML and JSON text
 from __future__ import annotations
 
 import functools
+import json
 from typing import TYPE_CHECKING, Any
 
 from gfd.documents import parse_yaml, read_text
@@ -294,6 +295,5 @@ def dumps(snapshot: Snapshot) -> str:
 
 
 def dumps_json(snapshot: Snapshot) -> str:
-    import json
 
     return json.dumps(to_dict(snapshot), indent=2) + "\n"
