@@ -163,3 +163,52 @@ def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
         assert b"memfd:gfd-client.key" not in child.stdout
     finally:
         secret.close()
+
+
+def test_the_client_never_writes_inline_data_to_a_temporary_file(
+    tmp_path: Path, pki: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every inline certificate, key and CA of the context in use reaches the client as an
+    in-memory path: the client's own temporary-file writer is never called."""
+    from kubernetes.config import kube_config
+
+    from gfd.kube.client import KubeClient
+
+    def refuse(*args: object, **kwargs: object) -> str:
+        raise AssertionError("the kubernetes client wrote a secret to a temporary file")
+
+    monkeypatch.setattr(kube_config, "_create_temp_file_with_content", refuse)
+    encode = lambda name: base64.b64encode(pki[name].read_bytes()).decode()  # noqa: E731
+    with FakeApiServer() as api:
+        path = api.write_kubeconfig(
+            tmp_path / "kubeconfig",
+            user={"client-certificate-data": encode("client.crt"),
+                  "client-key-data": encode("client.key")},
+        )  # fmt: skip
+        config = json.loads(path.read_text())
+        config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = encode("ca.crt")
+        path.write_text(json.dumps(config))
+        client = KubeClient(str(path), budget=1.0)
+    configuration = client.api_client.configuration
+    for name in (configuration.cert_file, configuration.key_file, configuration.ssl_ca_cert):
+        assert name.startswith("/proc/self/fd/"), name
+    assert Path(configuration.key_file).read_bytes() == pki["client.key"].read_bytes()
+
+
+def test_without_memfd_the_fallback_file_is_private_and_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from gfd.kube.secret_files import SecretFile
+
+    monkeypatch.delattr(os, "memfd_create")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    secret = SecretFile(b"canary-key-material", "client.key")
+    assert not secret.in_memory
+    assert Path(secret.path).read_bytes() == b"canary-key-material"
+    assert os.stat(secret.path).st_mode & 0o077 == 0
+    assert os.stat(os.path.dirname(secret.path)).st_mode & 0o077 == 0
+    secret.close()
+    assert list(tmp_path.iterdir()) == []

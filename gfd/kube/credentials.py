@@ -35,7 +35,9 @@ gfd does not speak, a plugin that needs a terminal) is a usage error at start.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -133,9 +135,6 @@ def _check_service_address(environ: Mapping[str, str]) -> None:
     """The API server address the kubelet puts in a pod's environment, checked before the
     client joins it into a URL (it would take ``https://host:not-a-port`` and fail only at
     the first request, naming neither variable)."""
-    import ipaddress
-    import re
-
     host = environ.get("KUBERNETES_SERVICE_HOST")
     port = environ.get("KUBERNETES_SERVICE_PORT")
     if host is None or port is None:

@@ -47,9 +47,10 @@ class SecretFile:
             for directory in _FD_DIRECTORIES:
                 path = f"{directory}/{fd}"
                 with contextlib.suppress(OSError):
-                    os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
-                    self._fd = fd
-                    return path
+                    # the path must lead to this very file, as TLS will open it
+                    if os.path.samestat(os.stat(path), os.fstat(fd)):
+                        self._fd = fd
+                        return path
         except OSError:
             pass
         os.close(fd)
