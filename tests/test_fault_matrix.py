@@ -1168,6 +1168,7 @@ def test_kubeconfig_list_fault(fault: str, short_dir: Path) -> None:
         ("two-methods", "", "token: t, username: u, password: p"),
         ("cert-without-key", "", "client-certificate-data: eA=="),
     ],
+    ids=["insecure-with-ca", "two-methods", "cert-without-key"],
 )
 def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short_dir: Path) -> None:
     """What client-go's ConfirmUsable or its TLS rule refuses: one line, exit 2."""
@@ -1188,6 +1189,7 @@ def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short
         ("port", "127.0.0.1", "https", "KUBERNETES_SERVICE_PORT"),
         ("host", "a host", "443", "KUBERNETES_SERVICE_HOST"),
     ],
+    ids=["port", "host"],
 )
 def test_in_cluster_address_fault(fault: str, host: str, port: str, variable: str) -> None:
     env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
