@@ -17,7 +17,7 @@ IMAGE ?= gfd:$(VERSION)
 SYNC = UV_PROJECT_ENVIRONMENT=$(abspath $(1)) $(1)/bin/uv sync --locked --inexact --quiet \
 	--no-progress --python $(1)/bin/python
 
-.PHONY: run test coverage test-latest venv lock lint format bench clean image manifests e2e e2e-tools
+.PHONY: run test coverage test-latest venv lock lint format bench clean image push manifests e2e e2e-tools
 
 $(VENV)/.gfd-uv: uv-bootstrap.txt
 	@$(PYTHON) -m venv $(VENV)
@@ -93,6 +93,12 @@ lint: venv
 # debootstrap) on a local Python base made once from Debian's packages: scripts/image.sh
 image:
 	scripts/image.sh $(IMAGE)
+
+# Builds as `make image` does, then pushes: IMAGE must name a registry,
+#   make push IMAGE=registry.example.com/team/gfd:$(VERSION)
+# (docker push, or buildah push; log in to the registry first).
+push:
+	scripts/image.sh --push $(IMAGE)
 
 # The Go programs the e2e layer runs (helm, kube-apiserver of the current release,
 # etcd 3.6, nfd-master/nfd-worker), built once and cached by version (scripts/e2e-tools.sh).

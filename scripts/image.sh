@@ -2,6 +2,9 @@
 # Builds gfd's container image from the Dockerfile (`make image`):
 #
 #   scripts/image.sh [IMAGE]          default IMAGE: gfd:<version in pyproject.toml>
+#   scripts/image.sh --push IMAGE     the same, then pushes IMAGE (`make push IMAGE=...`); IMAGE
+#                                     must name its registry: <registry>/gfd:<tag>. Log in
+#                                     first (docker login / buildah login <registry>).
 #
 # With docker where a Docker engine answers; otherwise with buildah (no engine, no registry
 # needed). buildah builds FROM a local stand-in for python:3.11-slim-bookworm -- same Debian
@@ -14,13 +17,27 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$ROOT/pyproject.toml")
+PUSH=
+if [[ ${1:-} == --push ]]; then
+    PUSH=1
+    shift
+fi
 IMAGE=${1:-gfd:$VERSION}
+# A name without a registry (its first part has no '.' or ':' and is not localhost) would be
+# pushed to Docker Hub's library: refused before anything is built.
+registry=${IMAGE%%/*}
+if [[ -n $PUSH && ( $registry == "$IMAGE" || ! ( $registry == *.* || $registry == *:* || $registry == localhost ) ) ]]; then
+    echo "push: IMAGE=$IMAGE names no registry; use IMAGE=<registry>/gfd:<tag>, e.g. make push IMAGE=registry.example.com/team/gfd:$VERSION" >&2
+    exit 2
+fi
 LOCAL_BASE=localhost/gfd-python-base:3.11-bookworm
 MINBASE=localhost/gfd-debian:bookworm-minbase
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 
 if command -v docker >/dev/null && docker info >/dev/null 2>&1; then
-    exec docker build ${PYTHON_IMAGE:+--build-arg PYTHON_IMAGE="$PYTHON_IMAGE"} -t "$IMAGE" "$ROOT"
+    docker build ${PYTHON_IMAGE:+--build-arg PYTHON_IMAGE="$PYTHON_IMAGE"} -t "$IMAGE" "$ROOT"
+    [[ -n $PUSH ]] && docker push "$IMAGE"
+    exit 0
 fi
 for tool in buildah podman debootstrap; do
     command -v "$tool" >/dev/null || {
@@ -78,4 +95,7 @@ buildah bud --isolation chroot --pull=never --layers=false \
     --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
     -v "$CA_BUNDLE:$CA_BUNDLE:ro" \
     -t "$IMAGE" "$ROOT" >&2
+if [[ -n $PUSH ]]; then
+    buildah push "$IMAGE" "docker://$IMAGE" >&2
+fi
 echo "$IMAGE"

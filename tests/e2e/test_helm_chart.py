@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.helm import CHART, NAMESPACE, helm, require_tool, template
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, helm, require_tool, set_args, template
 from tests.test_manifests import rendered, tool, versions  # noqa: F401 (fixtures)
 
 Obj = dict[str, Any]
@@ -189,7 +189,7 @@ def test_every_overlay_has_a_chart_mode() -> None:
 
 
 def test_the_chart_passes_helm_lint_strict(helm_bin: Path) -> None:
-    done = helm(helm_bin, "lint", "--strict", str(CHART), check=False)
+    done = helm(helm_bin, "lint", "--strict", str(CHART), *set_args(IMAGE), check=False)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -304,7 +304,8 @@ def test_config_map_is_mounted_and_its_entry_chosen_by_the_node_label(
 def test_without_the_node_label_one_entry_is_read_by_every_node(
     chart: Callable[[dict[str, Any]], list[Obj]],
 ) -> None:
-    objects = chart({**MODES[-2], "config.selectByNodeLabel": False})
+    # features-file: an output that needs no API, so only the config could need the token
+    objects = chart({**MODES[-2], "config.selectByNodeLabel": False, "output": "features-file"})
     env = gfd_env(objects)
     assert env["GFD_CONFIG_FILE"] == "/config/config.yaml"
     assert "CONFIG_FILE_SRCDIR" not in env
@@ -353,7 +354,12 @@ def test_a_cleanup_job_removes_the_koordlet_file_beside_the_features_file(
     directory, which removes the file (and the features file)."""
     objects = template(
         helm_bin,
-        {"mode": "cleanup-job", "job.nodes": ["n"], "koordlet.enabled": True},
+        {
+            "mode": "cleanup-job",
+            "job.nodes": ["n"],
+            "koordlet.enabled": True,
+            "output": "features-file",
+        },
     )
     pod = only(objects, "Job")["spec"]["template"]["spec"]
     (container,) = pod["containers"]

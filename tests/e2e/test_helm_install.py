@@ -24,7 +24,7 @@ import pytest
 from tests.e2e import nfd, servers
 from tests.e2e.controlplane import Server
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
-from tests.e2e.helm import CHART, NAMESPACE, RELEASE, require_tool, set_args
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, require_tool, set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
@@ -54,6 +54,8 @@ def plane() -> Iterator[ControlPlane]:
 
 def helm(helm_bin: Path, plane: ControlPlane, tmp: Path, *args: str) -> str:
     kubeconfig = plane.kubeconfig(tmp / "admin.kubeconfig", ADMIN_TOKEN)
+    if args[0] in ("install", "upgrade"):
+        args = (*args, *set_args(IMAGE))
     done = subprocess.run(
         [str(helm_bin), "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE, *args],
         capture_output=True,
@@ -318,7 +320,10 @@ def test_the_nfd_outputs_install_on_every_server(
     with started(server) as plane:
         plane.apply_all([c for c in nfd.crds() if c["spec"]["names"]["kind"] == "NodeFeature"])
         plane.create_node("gpu-node-1")
-        helm(helm_bin, plane, tmp_path, "install", RELEASE, str(CHART), "--create-namespace")
+        helm(
+            helm_bin, plane, tmp_path, "install", RELEASE, str(CHART), "--create-namespace",
+            *set_args({"output": "features-file"}),
+        )  # fmt: skip
         daemonset = plane.ok("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
         env = {
             e["name"]: e.get("value")

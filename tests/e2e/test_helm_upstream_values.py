@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.helm import CHART, NAMESPACE, RELEASE, helm, require_tool, set_args
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, helm, require_tool, set_args
 
 Obj = dict[str, Any]
 FIXTURE = (
@@ -59,7 +59,7 @@ def render(
     upstream_file: bool = True,
     namespace: str = NAMESPACE,
 ) -> subprocess.CompletedProcess[str]:
-    files = ["-f", str(FIXTURE)] if upstream_file else []
+    files = ["-f", str(FIXTURE)] if upstream_file else [*set_args(IMAGE)]
     return helm(
         helm_bin,
         "template", RELEASE, str(chart), "--namespace", namespace, *files, *set_args(values),

@@ -131,7 +131,7 @@ def test_the_charts_rbac_lets_gfd_follow_its_node_label(server: Server, tmp_path
         helm(
             helm_bin, plane, tmp_path,
             "install", RELEASE, str(CHART), "--create-namespace",
-            *set_args({"config.map": ENTRIES}),
+            *set_args({"config.map": ENTRIES, "output": "features-file"}),
         )  # fmt: skip
         base = f"/api/v1/namespaces/{NAMESPACE}"
         daemonset = plane.ok("GET", f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
