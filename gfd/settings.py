@@ -32,7 +32,6 @@ from gfd.durations import format_duration
 from gfd.echo import clip, clip_path, describe
 from gfd.errors import ConfigError, UsageError
 from gfd.files import file_kind
-from gfd.kubeconfig_paths import kubeconfig_files
 
 # the option table's names that modules outside the settings read from here
 from gfd.options import DEFAULT_KUBE_API_BURST as DEFAULT_KUBE_API_BURST
@@ -457,12 +456,13 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
             )
     if settings.kubeconfig and settings.output_kind in ("nodefeature", "node-labels"):
         origin = origins.get("kubeconfig", "--kubeconfig")
-        # the files client-go would read: a missing one named here, with its origin
-        for path in kubeconfig_files(settings.kubeconfig, origin):
-            kind = _special_file_kind(path)
+        # a missing file is the client's to name (it knows client-go's list rules)
+        for part in settings.kubeconfig.split(os.pathsep):
+            path = os.path.expanduser(part)
+            kind = _special_file_kind(path) if path else None
             if kind:
-                raise UsageError(f"{origin} {describe(path)}: is {kind}, not a regular file")
-            if os.path.isfile(path):
+                raise UsageError(f"{origin} {describe(part)}: is {kind}, not a regular file")
+            if path and os.path.isfile(path):
                 # the kubernetes client reads it with PyYAML, unbounded: read it first
                 # with the bounded reader (size, nesting, aliases, duplicate keys)
                 parse_yaml(
