@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from gfd import interrupt, signals
+from gfd import dra_source, interrupt, signals
 from gfd import labels as labelling
 from gfd.discovery import read_snapshot
 from gfd.echo import error_text
@@ -30,7 +30,7 @@ from gfd.errors import (
     UsageError,
 )
 from gfd.nodeconfig import NodeConfigError, NodeLabelReader, choose_for
-from gfd.observability import Metrics, get_logger, start_metrics
+from gfd.observability import Metrics, get_logger, restart_coalescing, start_metrics
 from gfd.output_kinds import output_identity, output_place
 from gfd.outputs import Output, make_output
 from gfd.outputs.topology_extras import make_topology_outputs
@@ -61,19 +61,25 @@ SnapshotSource = Callable[..., Snapshot]
 def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) -> Snapshot:
     """The default snapshot source; discovery is imported on the first pass that needs it
     (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
-
+    if settings.device_discovery_strategy == "dra" and not settings.snapshot_file:
+        return dra_source.read(settings)
     return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
 
 
 class _Signals:
-    """What the signal handlers asked for (set in a handler: plain attributes, no lock)."""
+    """What the signal handlers and the watches asked for (set in a handler or another
+    thread: plain attributes, no lock)."""
 
-    __slots__ = ("name", "reload", "stop")
+    __slots__ = ("changed", "name", "reload", "repair", "stop")
 
     def __init__(self) -> None:
         self.stop = False
         self.reload = False
         self.name = ""
+        # a watch saw the published object undone: check it now, not at the verify interval
+        self.repair = False
+        # a watch saw something the loop follows change (the node's config label)
+        self.changed = False
 
 
 class _Retiree:
@@ -114,7 +120,9 @@ class Agent:
         ``metrics``: what passes are reported to (default: as ``--metrics-address`` says).
         ``clock``: the run's timestamp; ``monotonic``: pass durations and verification.
         ``wait(interval)``: sleeps between passes (None: forever); it must return early
-        when :meth:`request_stop` or :meth:`request_reload` is called.
+        when :meth:`request_stop` or :meth:`request_reload` is called.  The default also
+        returns when a watch of what the API outputs publish sees it undone; a wait handed
+        in stands for that whole machinery, so no watch runs with it.
         ``node_label()``: the value of this node's config label (``--config-file-srcdir``:
         read before each pass; default: one GET of the Node).  ``reload_settings`` is then
         called with ``config_choice=``, the entry to load."""
@@ -128,6 +136,7 @@ class Agent:
         self._signals = _Signals()
         self._wake = interrupt.Wakeup()  # set from signal handlers: takes no lock
         self._sleep = self._sleep_until_woken if wait is None else wait
+        self._watching = wait is None
         self.metrics: Metrics = start_metrics(settings) if metrics is None else metrics
         self.output: Output = build_output(settings) if output is None else output
         self.topology_outputs = make_topology_outputs(settings)  # besides the labels; or None
@@ -164,6 +173,30 @@ class Agent:
         self._signals.stop = True
         self._signals.name = name
         self._wake.set()
+
+    def _undone(self) -> None:
+        """A watch's thread saw a change that undoes what was published: run a pass now,
+        which checks the destination and publishes again."""
+        self._signals.repair = True
+        self._signals.changed = True
+        self._wake.set()
+
+    def _node_changed(self) -> None:
+        """A watch's thread saw the node's config label change: follow it now."""
+        self._signals.changed = True
+        self._wake.set()
+
+    def _watch(self, output: object) -> None:
+        """Let an API output watch what it publishes (a daemon only: a oneshot ends first)."""
+        start = getattr(output, "watch", None)
+        if start is not None and self._watching and not self.settings.oneshot:
+            start(self._undone)
+
+    @staticmethod
+    def _unwatch(output: object) -> None:
+        stop = getattr(output, "unwatch", None)
+        if stop is not None:
+            stop()
 
     def install_signal_handlers(self) -> None:
         """Take the process's signals over from start-up (a SIGHUP that came while gfd was
@@ -312,7 +345,8 @@ class Agent:
                 self.metrics.publish_result(kind, "success")
                 return True
             interval = self.output.verify_interval
-            if interval is not None and now - self._last_check >= interval:
+            repair, self._signals.repair = self._signals.repair, False
+            if repair or (interval is not None and now - self._last_check >= interval):
                 republished = self.output.verify(labels)
                 self._last_check = now
                 if republished:
@@ -336,7 +370,8 @@ class Agent:
         in_force = None if current is None else current.entry
         try:
             if self._node_label is None:
-                self._node_label = NodeLabelReader(self.settings)
+                self._node_label = reader = NodeLabelReader(self.settings)
+                self._watch_node_label(reader)
             value = self._node_label()
             choice = choose_for(self.settings, value)
         except NodeConfigError as exc:
@@ -365,6 +400,11 @@ class Agent:
         )
         if not self._reload(choice):
             self._refused = f"entry {choice.entry}"
+
+    def _watch_node_label(self, reader: object) -> None:
+        start = getattr(reader, "watch", None)
+        if start is not None and self._watching and not self.settings.oneshot:
+            start(self._node_changed)
 
     def _reload(self, config_choice: ConfigChoice | None = None) -> bool:
         """Reload the settings (SIGHUP, or the node label choosing another config entry);
@@ -395,6 +435,7 @@ class Agent:
                 return False
             except interrupt.Interrupted:
                 return False  # the stop is recorded: the loop exits
+        restart_coalescing()
         for warning in new.warnings:
             self.log.warning("config warning", detail=warning)
         self.log.info("settings reloaded")
@@ -419,6 +460,9 @@ class Agent:
         the new settings' first pass has published (:meth:`_retire`), so that the node
         always has one of the two."""
         old = self._places()
+        if output is not self.output:
+            self._unwatch(self.output)
+            self._watch(output)
         self.settings = settings
         self.output = output
         self.topology_outputs = make_topology_outputs(settings)
@@ -479,10 +523,14 @@ class Agent:
             )
 
     def run(self) -> int:
+        self._watch(self.output)
+        if self._node_label is not None:  # the reader the CLI made to choose the first entry
+            self._watch_node_label(self._node_label)
         try:
             while True:
                 if self._signals.stop:  # came before the first pass: nothing to finish
                     return self._stop()
+                self._signals.changed = False
                 if self.settings.config_file_srcdir and (
                     self._started or self.settings.config_choice is None
                 ):
@@ -507,7 +555,7 @@ class Agent:
         if self._signals.stop or self._signals.reload:
             return
         self._wake.clear()
-        if self._signals.stop or self._signals.reload:
+        if self._signals.stop or self._signals.reload or self._signals.changed:
             return
         self._sleep(self.settings.sleep_interval)
 

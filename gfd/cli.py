@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gfd import __version__, goflags, logsink, partition_table, signals, snapshot
+from gfd import __version__, dra_source, goflags, logsink, partition_table, signals, snapshot
 from gfd.agent import EXIT_RUNTIME, EXIT_USAGE, Agent, AgentExit
 from gfd.discovery import read_snapshot
 from gfd.echo import bounded_message, clip
@@ -214,12 +214,19 @@ def _one_off(settings: Settings, preloaded: Snapshot | None) -> int:
     return _cleanup(settings)
 
 
+def _read_once(settings: Settings) -> Snapshot:
+    """The node's snapshot for a dump: its ResourceSlices under ``dra``, else the host."""
+    if settings.device_discovery_strategy == "dra":
+        return dra_source.read(settings)
+    return read_snapshot(settings, first_pass=True, metrics=NullMetrics())
+
+
 def _dump_snapshot(settings: Settings, preloaded: Snapshot | None) -> int:
 
     found = preloaded
     try:
         if found is None:
-            found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
+            found = _read_once(settings)
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)
     problem = write_stdout(snapshot.dumps(found))
@@ -233,7 +240,7 @@ def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
     found = preloaded
     try:
         if found is None:
-            found = read_snapshot(settings, first_pass=True, metrics=NullMetrics())
+            found = _read_once(settings)
         table = partitioning.partition_table(found, settings.config.partitions)
     except (NvmlUnavailableError, DiscoveryError) as exc:
         return _fail(str(exc), EXIT_RUNTIME)

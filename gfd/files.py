@@ -15,6 +15,10 @@ a terminal.  Reading through :func:`read_regular` bounds all of them (docs/SECUR
   without reading the rest (sysfs reports 4096 bytes for every attribute, so the size a
   ``stat`` gives is not trusted either way).
 
+Whatever gfd hands to the dynamic loader (the driver libraries) is checked the same way
+first, by :func:`load_regular`: the loader ``open``s and ``mmap``s what it is given, so a
+FIFO there blocks it for good and ``/dev/zero`` maps without end.
+
 Every failure is an :class:`UnreadableFileError` carrying a short reason without the path;
 the caller says which file it was, clipped, in its own words.
 """
@@ -24,6 +28,10 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Callable
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 _OPEN_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -123,3 +131,27 @@ def read_regular(
         return read_bounded(fd, limit, cut=cut)
     finally:
         os.close(fd)
+
+
+#: the largest shared library gfd loads (the driver's libcuda.so.1 is well under 200 MiB)
+LIBRARY_MAX_BYTES = 512 * 1024 * 1024
+
+
+def load_regular(path: str, load: Callable[[str], _T], limit: int = LIBRARY_MAX_BYTES) -> _T:
+    """``load(path)`` for the dynamic loader, once ``path`` is known to be a regular file
+    of at most ``limit`` bytes (after every link is followed; a FIFO, device, directory or
+    dangling link is an :class:`UnreadableFileError` and the loader never sees it).
+
+    The loader is handed the path, not the checked descriptor (``/proc/self/fd/N``): the
+    loader knows a library by the string it was opened by, so a later load of another
+    file through the same descriptor number would get the first library back.  The window
+    between check and load is open only to whoever can write the driver root, who could
+    as well plant a library of their own; the watchdog bounds a load that blocks anyway."""
+    fd = open_regular(path)
+    try:
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise UnreadableFileError(f"is larger than the limit of {limit} bytes")
+    return load(path)

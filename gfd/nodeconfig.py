@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from gfd.config_choice import _LABEL_VALUE, NAMED_FALLBACK_ENTRY, ConfigChoice
 from gfd.echo import clip
 from gfd.errors import ConfigError
 from gfd.kube.client import KubeClient, bad_answer, path_segment, retry_budget, string_map
+from gfd.kube.watch import JSON, ObjectWatch, follow, watch_client
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -134,7 +135,8 @@ def choose_for(settings: Settings, label_value: str | None) -> ConfigChoice:
 
 class NodeLabelReader:
     """Reads one label of this node: one GET of the Node per call, under the API outputs'
-    retry policy.  Needs ``get`` on ``nodes`` and nothing else."""
+    retry policy -- or, once :meth:`watch` follows the Node (``list`` and ``watch`` on
+    ``nodes``), the label as the watch last saw it, with no request at all."""
 
     def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
         self.node_name = settings.node_name or ""
@@ -145,10 +147,41 @@ class NodeLabelReader:
             origin=settings.kubeconfig_origin,
             budget=retry_budget(settings.sleep_interval),
         )
+        self._settings = settings
+        self._watch: ObjectWatch | None = None
+        self._seen: str | None = None
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Follow the Node (gfd.kube.watch): ``wake()`` when the label changes."""
+
+        def seen(node: JSON | None) -> None:
+            value = _label_of(node, self.label)
+            if value != self._seen:
+                self._seen = value
+                wake()
+
+        settings = self._settings
+        self._watch = follow(
+            lambda: watch_client(
+                settings.kubeconfig,
+                settings.kube_api_qps,
+                settings.kube_api_burst,
+                self._client.rate_limiter,
+            ),
+            "/api/v1/nodes",
+            self.node_name,
+            f"Node {self.node_name}",
+            seen,
+            lambda: None,
+        )
 
     def __call__(self) -> str | None:
         """The label's value; None when the node has no such label.  PublishError when the
         node cannot be read."""
+
+        watch = self._watch
+        if watch is not None and watch.synced and not watch.refused and watch.current:
+            return _label_of(watch.current, self.label)
 
         def read() -> str | None:
             node = self._client.request("GET", self._path)
@@ -160,3 +193,10 @@ class NodeLabelReader:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _label_of(node: JSON | None, label: str) -> str | None:
+    """The value of ``label`` on ``node`` as a watch saw it (None: absent, or not a string)."""
+    labels = ((node or {}).get("metadata") or {}).get("labels")
+    value = labels.get(label) if isinstance(labels, dict) else None
+    return value if isinstance(value, str) else None

@@ -40,6 +40,7 @@ def configure_logging(log_format: str | None, log_level: str) -> None:
     structlog itself is imported and configured by the first record that passes the level
     filter, so that a quiet ``gfd --oneshot`` pays nothing for logging."""
     _config.update(format=log_format, level=_LEVELS.get(log_level, 20), renderer=None)
+    restart_coalescing()
     _adopt_library_messages()
     signals = sys.modules.get("gfd.signals")
     if signals is not None and signals.without_watchdog():
@@ -111,6 +112,12 @@ def coalesce(_logger: Any, method: str, record: MutableMapping[str, Any]) -> Any
         del _seen[next(iter(_seen))]
     _seen[key] = [now, 0]
     return record
+
+
+def restart_coalescing() -> None:
+    """Forget the records seen: a new run (a start, or a reload that changed the settings)
+    says again what applies to it, even a warning the last run already said."""
+    _seen.clear()
 
 
 class _StderrLogger:

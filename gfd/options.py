@@ -4,11 +4,13 @@ default, parser and help, in one place.  The command line (gfd.cli), the resolut
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gfd.config_choice import check_label_key, parse_fallbacks
+from gfd.pathpolicy import PathRule
 from gfd.values import (
     choice,
     parse_address,
@@ -23,7 +25,7 @@ from gfd.values import (
 
 NFD_FEATURES_FILE = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 MIG_STRATEGIES = ("none", "single", "mixed")
-DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio")
+DISCOVERY_STRATEGIES = ("auto", "nvml", "tegra", "vfio", "dra")
 #: upstream's default for --driver-root-ctr-path (api/config/v1/consts.go)
 DEFAULT_DRIVER_ROOT = "/driver-root"
 #: the node label whose value picks the entry of --config-file-srcdir (gfd.nodeconfig)
@@ -64,6 +66,8 @@ class Option:
     short: str | None = None
     #: upstream's other long names for the flag (e.g. ``--output`` for ``--output-file``)
     aliases: tuple[str, ...] = ()
+    #: a path-valued option with a config key: what the config file may name (gfd.pathpolicy)
+    config_paths: PathRule | None = None
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -138,6 +142,7 @@ OPTIONS: tuple[Option, ...] = (
         f"that chooses no output)",
         short="-o",
         aliases=("--output",),
+        config_paths=PathRule(may_name=(os.path.dirname(NFD_FEATURES_FILE),), values=("", "-")),
     ),
     Option(
         "machine_type_file",
@@ -147,6 +152,7 @@ OPTIONS: tuple[Option, ...] = (
         "/sys/class/dmi/id/product_name",
         parse_str,
         "file holding the machine type",
+        config_paths=PathRule(may_name=("/sys/class/dmi/id",), values=("",), confined=True),
     ),
     Option(
         "config_file",
@@ -217,8 +223,9 @@ OPTIONS: tuple[Option, ...] = (
         ("flags", "deviceDiscoveryStrategy"),
         "auto",
         choice(*DISCOVERY_STRATEGIES),
-        "how devices are discovered: auto, nvml, tegra (CUDA on Jetson/IGX) or vfio "
-        "(GPUs bound to vfio-pci, from PCI sysfs)",
+        "how devices are discovered: auto, nvml, tegra (CUDA on Jetson/IGX), vfio "
+        "(GPUs bound to vfio-pci, from PCI sysfs) or dra (this node's ResourceSlices of "
+        "NVIDIA's DRA driver, from the API server; no NVML)",
     ),
     Option(
         "driver_root_ctr_path",
@@ -232,6 +239,7 @@ OPTIONS: tuple[Option, ...] = (
         "where the NVIDIA driver root is mounted in the container: libnvidia-ml.so.1 and "
         "libcuda.so.1 are loaded from its library directories when found there",
         aliases=("--container-driver-root",),
+        config_paths=PathRule(values=("", "/")),
     ),
     Option(
         "node_name",
@@ -305,6 +313,9 @@ OPTIONS: tuple[Option, ...] = (
         None,
         parse_optional_str,
         "label this snapshot instead of discovering through NVML",
+        # SPEC names flags.gfd.snapshotFile: the config file may name a snapshot anywhere
+        # but the kernel's trees and the credentials, as it may name the outputs
+        config_paths=PathRule(),
     ),
     Option(
         "metrics_address",
@@ -336,6 +347,7 @@ OPTIONS: tuple[Option, ...] = (
         "also write koordlet device-info JSON (GPUs and NVLink partitions) into this "
         "directory, koordlet's --xpu-device-infos-dir (/var/run/koordlet/xpu-device-infos "
         "by default); empty: off",
+        config_paths=PathRule(values=("",)),
     ),
     Option(
         "log_format",

@@ -43,6 +43,7 @@ from gfd.options import OPTIONS as OPTIONS
 from gfd.options import OPTIONS_BY_NAME
 from gfd.options import Option as Option
 from gfd.output_kinds import output_kind_of
+from gfd.pathpolicy import refusal
 from gfd.values import parse_bool as parse_bool
 from gfd.values import split_address as split_address
 
@@ -290,6 +291,33 @@ _NAME_RULES: dict[str, tuple[str, int, LazyPattern]] = {
 }
 
 
+def _check_config_paths(
+    from_file: Mapping[str, Any],
+    trusted: tuple[Mapping[str, Any], ...],
+    config_file: str | None,
+    values: Mapping[str, Any],
+) -> None:
+    """Refuse a path the config file names where its option's rule forbids (gfd.pathpolicy):
+    the one place a value from the file (or the node's entry) is judged as a path.  A value
+    the command line or the environment set wins over the file's, which is then not used."""
+    # the kubeconfig files in use, and the running user's kubectl folder
+    credentials = [*str(values.get("kubeconfig") or "").split(os.pathsep), "~/.kube"]
+    credentials = [os.path.expanduser(path) for path in credentials if path]
+    for option in OPTIONS:
+        rule = option.config_paths
+        if rule is None or option.name not in from_file:
+            continue
+        if any(option.name in layer for layer in trusted):
+            continue
+        value = from_file[option.name]
+        reason = refusal(rule, value, credentials) if isinstance(value, str) else None
+        if reason:
+            key = ".".join(option.config_key or ())
+            raise ConfigError(
+                f"config file {clip_path(str(config_file))}: {key}: {describe(value)}: {reason}"
+            )
+
+
 def _check_names(values: Mapping[str, Any], origins: Mapping[str, str]) -> None:
     """Refuse a node, pod or namespace name that is not a Kubernetes name.
 
@@ -412,6 +440,7 @@ def resolve(
 
     values: dict[str, Any] = {}
     explicit = _merge((parsed_cli, from_env, loaded.flags), values)
+    _check_config_paths(loaded.flags, (parsed_cli, from_env), config_file, values)
     values["config_file"] = config_file
     warnings = list(loaded.warnings)
     if ignored_config_file:

@@ -46,8 +46,6 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from gfd import interrupt
-
 RELOAD = signal.SIGHUP
 STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 HANDLED = (RELOAD, *STOPS)
@@ -150,6 +148,8 @@ def attach(receiver: Receiver) -> None:
 def ignore_reload(signum: int) -> None:
     """A receiver for one-off actions (``--cleanup``, the dumps): SIGHUP changes nothing;
     a stop ends blocking API work (:mod:`gfd.interrupt`), and the action fails with one line."""
+    # imported here: the entry point installs the handlers before any other gfd module loads
+    from gfd import interrupt
 
     if signum != RELOAD:
         interrupt.request_stop(signal.Signals(signum).name)

@@ -53,6 +53,7 @@ WORKLOAD_COMPONENTS = (
     "runtime-class-nvidia",
     "koordlet",
     "node-config",
+    "dra",
 )
 # Components that are themselves a way of running (used by an overlay already).
 USE_COMPONENTS = ("nfd-worker-sidecar",)

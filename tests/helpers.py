@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import yaml
 
 from gfd.snapshot import (
@@ -73,3 +76,9 @@ def node(
         vgpu=Vgpu() if vgpu is None else vgpu,
         gpus=tuple(gpus),
     )
+
+
+def table(cases: list[tuple[Any, ...]]) -> list[Any]:
+    """Rows (description, *values) of a table-driven test as pytest params, each with its
+    description as its id."""
+    return [pytest.param(*values, id=description) for description, *values in cases]

@@ -105,16 +105,9 @@ MIG_PROFILES: dict[str, tuple[int, int, tuple[int, int], tuple[int, int, int, in
 
 PCI_CLASSES = (0x030200, 0x030000, None, 0x038000, 0x030201, 0)
 
-CLUSTER_UUIDS = (
-    "7b968a6d-c8aa-45e1-9e07-e1e51be99c31",
-    "0c0ffee0-1111-4222-8333-944455556666",
-)
+CLUSTER_UUIDS = ("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", "0c0ffee0-1111-4222-8333-944455556666")
 
-VGPU_DEVICES = (
-    ("460.16", "r460_00"),
-    ("535.129.03", "r535_00"),
-    ("550.54.15", "r550_40"),
-)
+VGPU_DEVICES = (("460.16", "r460_00"), ("535.129.03", "r535_00"), ("550.54.15", "r550_40"))
 
 MACHINES = (
     "DGXA100 920-23687-2530-000",
@@ -399,11 +392,7 @@ _GPU_PATTERNS = ("*", "*A100*", "NVIDIA A100-*-40GB", "*H100*", "NVIDIA *", "*(P
 _MIG_PATTERNS = ("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", "2g.10gb")
 
 #: the three kinds of pattern text, a third each: a fixed pattern, a starred name, pieces
-gpu_pattern_kinds = (
-    st.sampled_from(_GPU_PATTERNS),
-    _starred(GPU_NAMES[:20]),
-    _pieced(odd=True),
-)
+gpu_pattern_kinds = (st.sampled_from(_GPU_PATTERNS), _starred(GPU_NAMES[:20]), _pieced(odd=True))
 mig_pattern_kinds = (
     st.sampled_from(_MIG_PATTERNS),
     _starred(tuple(sorted(MIG_PROFILES))),

@@ -62,7 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the Kubernetes API client
     ("gfd.kube",),
     # what reads the API and what publishes
-    ("gfd.nodeconfig", "gfd.outputs"),
+    ("gfd.nodeconfig", "gfd.dra_source", "gfd.outputs"),
     # the daemon's loop
     ("gfd.agent",),
     # the entry points
@@ -83,6 +83,8 @@ LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset(
     {
         ("gfd.launch", "main", "gfd.cli"),
         ("gfd.launch", "main", "gfd.signals"),
+        # the handlers' own module imports nothing of gfd before they are installed
+        ("gfd.signals", "ignore_reload", "gfd.interrupt"),
         # the module made of prometheus_client's and http.server's classes: loaded only where
         # --metrics-address asks for it, as prometheus_client itself is (SPEC §9)
         ("gfd.observability", "start_metrics", "gfd.metrics"),

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes.util
 import http.server
+import json
 import os
 import resource
 import shutil
@@ -36,6 +38,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ import yaml
 
 from gfd.discovery import sysfs
 from gfd.documents import MAX_DOCUMENT_BYTES
+from gfd.files import LIBRARY_MAX_BYTES
 from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
@@ -484,6 +488,89 @@ def test_a_redirect_is_never_followed_with_the_credential(status: int, short_dir
 
 
 # =============================================================== runtime channels of a daemon
+
+
+# =============================================================== the watch stream
+
+
+def _flood() -> bytes:
+    event = {"type": "MODIFIED", "object": {"metadata": {"name": "n1", "resourceVersion": "7"}}}
+    return (json.dumps(event) + "\n").encode() * 1000
+
+
+#: what the server may send on a watch of gfd's Node instead of events of it
+WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
+    "huge": lambda: Fault(huge=8 * 1024 * 1024, watch=True, count=None),
+    "malformed": lambda: Fault(status=200, body=b"<html>\n" * 100, watch=True, count=None),
+    "wrong-type": lambda: Fault(
+        status=200, body=b'{"type": "ADDED", "object": [1]}\n', watch=True, count=None
+    ),
+    "flood": lambda: Fault(status=200, body=_flood(), watch=True, count=None),
+    "closed": lambda: Fault(drop=True, watch=True, count=None),
+    "missing": lambda: Fault(status=404, watch=True, count=None),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(WATCH_FAULTS))
+def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApiServer) -> None:
+    """A watch stream that is not a stream of this object's events: the stream ends, one
+    warning line (not one per attempt), the labels stay and the daemon labels on; once the
+    server behaves, the watch is back and a removed label is repaired at once; SIGTERM
+    ends it with 0."""
+    daemon = _api_daemon(short_dir, api)
+    try:
+        daemon.wait_for("pass finished", limit=60)
+        daemon.wait_until(lambda: api.open_watches == 1, "the watch")
+        labels = api.node_labels("n1")
+        api.inject(WATCH_FAULTS[fault]())
+        with api.down():  # ends the stream in progress: the next ones meet the fault
+            daemon.wait_until(lambda: api.open_watches == 0, "the stream to end")
+        interrupted = daemon.wait_for("watch of Node n1 interrupted; reconnecting", limit=60)
+        assert len(str(interrupted[0].get("error", ""))) <= LONGEST_LINE
+        daemon.wait_until(lambda: api.watch_requests() >= 3, "attempts against the fault")
+        api.clear_faults()
+        daemon.wait_until(lambda: api.open_watches == 1, "the watch back", limit=90)
+        assert api.node_labels("n1") == labels
+        api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].clear())
+        daemon.wait_until(lambda: api.node_labels("n1") == labels, "the repair")
+        assert daemon.stop(signal.SIGTERM) == 0
+    finally:
+        daemon.kill()
+    assert daemon.log().count("interrupted; reconnecting") == 1
+    assert "Traceback" not in daemon.log()
+
+
+@pytest.mark.parametrize("fault", ["hung", "stalled"])
+def test_a_watch_that_never_answers_or_stalls_ends_by_its_deadline(
+    fault: str, api: FakeApiServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No headers at all, or headers and then silence: the request's total deadline
+    (timeoutSeconds and a grace) ends it and the watch reconnects (in-process, with the
+    watch's seconds shortened: at their real length the test would wait half an hour)."""
+    from gfd.kube import watch
+
+    monkeypatch.setattr(watch, "WATCH_SECONDS", 1)
+    monkeypatch.setattr(watch, "STALL_GRACE_SECONDS", 0.5)
+    api.add_node("n1")
+    if fault == "hung":
+        api.inject(Fault(hang=True, watch=True, count=None))
+    else:
+        api.stall_watches()
+    kubeconfig = str(api.write_kubeconfig(tmp_path / "kube.cfg"))
+    client = watch.watch_client(kubeconfig, -1, 0)
+    followed = watch.ObjectWatch(client, "/api/v1/nodes", "n1", "Node n1")
+    followed.follow(lambda obj: None, lambda: None)
+    followed.start()
+    try:
+        deadline = time.monotonic() + 60
+        while api.watch_requests() < 2:  # the first ended by its deadline, then another
+            assert time.monotonic() < deadline, "the stalled stream was never ended"
+            time.sleep(0.05)
+        assert not followed.refused
+    finally:
+        followed.stop()
+        api.clear_faults()
+        api.stall_watches(False)
 
 
 @dataclass
@@ -1194,3 +1281,94 @@ def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short
 def test_in_cluster_address_fault(fault: str, host: str, port: str, variable: str) -> None:
     env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
     assert_refused(_kubeconfig_start(env), variable)
+
+
+# ==================================================== driver libraries (loaded files)
+#
+# What gfd hands to the dynamic loader under --driver-root-ctr-path is a channel like
+# every file it reads: each special file, an over-size one and a dangling link in place
+# of each library gives one line and the minimal label set (--no-fail-on-init-error),
+# in a oneshot and in a daemon, never a loader blocked on a FIFO.
+
+DRIVER_LIBRARIES = {"libnvidia-ml.so.1": "nvml", "libcuda.so.1": "tegra"}
+
+
+def _oversize(path: Path) -> None:
+    with path.open("wb") as handle:
+        handle.truncate(LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
+
+
+def _dangling(path: Path) -> None:
+    path.symlink_to(path.parent / "gone" / path.name)
+
+
+def _loop(path: Path) -> None:
+    path.symlink_to(path.name)  # itself: following it never ends
+
+
+LIBRARY_FAULTS: dict[str, Callable[[Path], None]] = {
+    "fifo": SPECIAL["fifo"],
+    "dev-zero": SPECIAL["dev-zero"],
+    "directory": SPECIAL["directory"],
+    "over-size": _oversize,
+    "dangling-link": _dangling,
+    "symlink-loop": _loop,
+}
+
+
+def _driver_root_with(fault: str, library: str, directory: Path) -> Path:
+    root = directory / "driver-root"
+    (root / "usr" / "lib64").mkdir(parents=True)
+    LIBRARY_FAULTS[fault](root / "usr" / "lib64" / library)
+    return root
+
+
+def _no_driver_on_this_machine() -> bool:
+    return (
+        ctypes.util.find_library("nvidia-ml") is None and ctypes.util.find_library("cuda") is None
+    )
+
+
+needs_no_driver = pytest.mark.skipif(
+    not _no_driver_on_this_machine(), reason="a driver library is found by name here"
+)
+
+
+@needs_no_driver
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("library", sorted(DRIVER_LIBRARIES))
+@pytest.mark.parametrize("fault", sorted(LIBRARY_FAULTS))
+def test_driver_library_fault_in_a_oneshot(fault: str, library: str, short_dir: Path) -> None:
+    root = _driver_root_with(fault, library, short_dir)
+    strategy = DRIVER_LIBRARIES[library]
+    args = ["--oneshot", "--no-timestamp", "--machine-type-file", "", "-o", "-"]
+    args += ["--device-discovery-strategy", strategy, "--driver-root-ctr-path", str(root)]
+    refused = run_gfd(*args, timeout=30)
+    line = assert_refused(refused, library.split(".")[0], status=1)
+    assert "is not loaded" in line or "could not be loaded" in line
+    tolerant = run_gfd(*args, "--no-fail-on-init-error", "--log-format", "json", timeout=30)
+    assert tolerant.returncode == 0, tolerant.stderr[-2000:]
+    assert tolerant.stdout == "nvidia.com/vgpu.present=false\n"
+    assert "Traceback" not in tolerant.stderr
+    assert len(tolerant.stderr.splitlines()) == 1, tolerant.stderr[-2000:]
+
+
+@needs_no_driver
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("library", sorted(DRIVER_LIBRARIES))
+@pytest.mark.parametrize("fault", ["fifo", "dev-zero", "over-size"])
+def test_driver_library_fault_in_a_daemon(fault: str, library: str, short_dir: Path) -> None:
+    root = _driver_root_with(fault, library, short_dir)
+    features = short_dir / "features"
+    daemon = _daemon(
+        "--no-fail-on-init-error", "--no-timestamp", "--machine-type-file", "",
+        "-o", str(features), "--device-discovery-strategy", DRIVER_LIBRARIES[library],
+        "--driver-root-ctr-path", str(root),
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished", count=2)
+        assert features.read_text().endswith("nvidia.com/vgpu.present=false\n")
+        assert library.split(".")[0] in daemon.log()
+    finally:
+        assert daemon.stop() == 0
+    assert "Traceback" not in daemon.log()

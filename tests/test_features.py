@@ -71,10 +71,7 @@ def test_features_of_a_dgx_a100() -> None:
         "cuda_major": "12",
         "cuda_minor": "4",
     }
-    assert features["attributes"]["nvidia.node"]["elements"] == {
-        "gpu_count": "8",
-        "gpus_lost": "0",
-    }
+    assert features["attributes"]["nvidia.node"]["elements"] == {"gpu_count": "8", "gpus_lost": "0"}
     assert features["instances"]["nvidia.mig"]["elements"] == []
 
 

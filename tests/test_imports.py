@@ -149,10 +149,7 @@ def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
         "--no-timestamp",
         "--machine-type-file",
         overrides["machine_type_file"],
-        env={
-            "RECORD_FAKE_NVML_SNAPSHOT": str(as_json),
-            "GFD_SYSFS_ROOT": overrides["sysfs_root"],
-        },
+        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
     )
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML

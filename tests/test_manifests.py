@@ -38,13 +38,15 @@ from gfd.errors import UsageError
 from gfd.labels import keys
 from gfd.options import NFD_FEATURES_FILE, OPTIONS
 from gfd.settings import Settings, resolve
-from tests.helpers import SAFE_LOADER
+from tests.helpers import SAFE_LOADER, table
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
 FEATURES_DIR = str(Path(NFD_FEATURES_FILE).parent)
 MACHINE_TYPE_DEFAULT = Settings().machine_type_file
 NAMESPACE = "gpu-feature-discovery"
+Obj = dict[str, Any]
+Render = Callable[[str], list[Obj]]
 
 
 def _load_tool() -> ModuleType:
@@ -76,14 +78,14 @@ def _require_module(name: str, package: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def rendered() -> Callable[[str], list[dict[str, Any]]]:
+def rendered() -> Render:
     """Render an overlay (or 'overlay+component'), once per module: the objects come from
     kustomize's YAML, placeholders substituted and parsed by the same tool functions."""
     if tool.kustomize_command() is None:
         _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
-    cache: dict[str, list[dict[str, Any]]] = {}
+    cache: dict[str, list[Obj]] = {}
 
-    def get(name: str) -> list[dict[str, Any]]:
+    def get(name: str) -> list[Obj]:
         if name not in cache:
             overlay, *components = name.split("+")
             text = tool.build(tool.Variant(overlay, tuple(components)))
@@ -93,7 +95,7 @@ def rendered() -> Callable[[str], list[dict[str, Any]]]:
     return get
 
 
-def load_objects(rendered: str) -> list[dict[str, Any]]:
+def load_objects(rendered: str) -> list[Obj]:
     """``tool.load_objects`` with libyaml's parser where PyYAML has it (the same objects,
     several times faster on kustomize's output)."""
     return [doc for doc in yaml.load_all(rendered, Loader=SAFE_LOADER) if doc is not None]
@@ -102,7 +104,7 @@ def load_objects(rendered: str) -> list[dict[str, Any]]:
 _validated: dict[tuple[str, str], list[str]] = {}
 
 
-def validate_objects(objects: list[dict[str, Any]], versions: list[str]) -> list[str]:
+def validate_objects(objects: list[Obj], versions: list[str]) -> list[str]:
     """``tool.validate_objects``, remembered per (object, version): the overlays and their
     component variants share most objects, and schema validation is a pure function of
     the object and the version."""
@@ -152,41 +154,39 @@ CLUSTER_SCOPED = {
 }
 
 
-def only(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+def only(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
     found = [
         o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
     ]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    result: dict[str, Any] = found[0]
+    result: Obj = found[0]
     return result
 
 
-def workload(overlay: str, objects: list[dict[str, Any]]) -> dict[str, Any]:
+def workload(overlay: str, objects: list[Obj]) -> Obj:
     kind, _ = WORKLOADS[overlay.split("+")[0]]
     return only(objects, kind)
 
 
-def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+def pod_spec(obj: Obj) -> Obj:
+    spec: Obj = obj["spec"]["template"]["spec"]
     return spec
 
 
-def gfd_container(obj: dict[str, Any]) -> dict[str, Any]:
-    containers: list[dict[str, Any]] = [
-        c for c in pod_spec(obj)["containers"] if c["name"] == "gfd"
-    ]
+def gfd_container(obj: Obj) -> Obj:
+    containers: list[Obj] = [c for c in pod_spec(obj)["containers"] if c["name"] == "gfd"]
     assert len(containers) == 1
     return containers[0]
 
 
-def effective_security(obj: dict[str, Any], container: dict[str, Any]) -> dict[str, Any]:
+def effective_security(obj: Obj, container: Obj) -> Obj:
     """Pod-level security settings overridden by the container's, as the kubelet does."""
     merged = dict(pod_spec(obj).get("securityContext") or {})
     merged.update(container.get("securityContext") or {})
     return merged
 
 
-def container_environment(obj: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+def container_environment(obj: Obj, container: Obj) -> dict[str, str]:
     """The container's environment as the kubelet would set it on a sample node."""
     field_values = {
         "spec.nodeName": pod_spec(obj).get("nodeName") or tool.SAMPLE_NODE,
@@ -202,10 +202,10 @@ def container_environment(obj: dict[str, Any], container: dict[str, Any]) -> dic
     return env
 
 
-def gfd_settings(obj: dict[str, Any], container: dict[str, Any]) -> Settings:
+def gfd_settings(obj: Obj, container: Obj) -> Settings:
     """What gfd itself makes of the container's args and environment."""
     flags = {o.flag: o for o in OPTIONS if o.flag}
-    cli_values: dict[str, Any] = {}
+    cli_values: Obj = {}
     actions = {"dump_snapshot": False, "cleanup": False}
     for arg in [*container.get("command", [])[1:], *container.get("args", [])]:
         flag, sep, value = arg.partition("=")
@@ -219,15 +219,15 @@ def gfd_settings(obj: dict[str, Any], container: dict[str, Any]) -> Settings:
     return resolve(cli_values, container_environment(obj, container), **actions)
 
 
-def mounts(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def mounts(container: Obj) -> dict[str, Obj]:
     return {m["mountPath"].rstrip("/") or "/": m for m in container.get("volumeMounts", [])}
 
 
-def volumes(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def volumes(obj: Obj) -> dict[str, Obj]:
     return {v["name"]: v for v in pod_spec(obj).get("volumes", [])}
 
 
-def port_number(container: dict[str, Any], port: int | str) -> int:
+def port_number(container: Obj, port: int | str) -> int:
     if isinstance(port, int):
         return port
     named = [p["containerPort"] for p in container.get("ports", []) if p.get("name") == port]
@@ -244,7 +244,7 @@ def test_there_is_one_overlay_per_use() -> None:
 
 @pytest.mark.parametrize("overlay", sorted(EXPECTED_OVERLAYS))
 def test_overlay_renders_and_every_object_is_schema_valid(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+    overlay: str, rendered: Render, versions: list[str]
 ) -> None:
     objects = rendered(overlay)
     assert objects
@@ -255,7 +255,7 @@ def test_overlay_renders_and_every_object_is_schema_valid(
     "variant", [v.name for v in tool.variants() if v.components], ids=lambda v: v
 )
 def test_overlay_with_component_renders_and_is_schema_valid(
-    variant: str, rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+    variant: str, rendered: Render, versions: list[str]
 ) -> None:
     assert validate_objects(rendered(variant), versions) == []
 
@@ -267,7 +267,7 @@ def test_validation_targets_the_oldest_supported_and_the_newest_kubernetes(
     assert len(versions) == 2 and versions[1] > versions[0]
 
 
-TYPOS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
+TYPOS: list[tuple[str, Callable[[Obj], None]]] = [
     (
         "container securityContext key",
         lambda ds: gfd_container(ds)["securityContext"].update(readOnlyRootFilesytem=True),
@@ -281,9 +281,7 @@ TYPOS: list[tuple[str, Callable[[dict[str, Any]], None]]] = [
 
 @pytest.mark.parametrize("mutate", [m for _, m in TYPOS], ids=[n for n, _ in TYPOS])
 def test_a_typo_in_a_field_is_rejected(
-    mutate: Callable[[dict[str, Any]], None],
-    rendered: Callable[[str], list[dict[str, Any]]],
-    versions: list[str],
+    mutate: Callable[[Obj], None], rendered: Render, versions: list[str]
 ) -> None:
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     assert validate_objects([daemonset], versions) == []
@@ -292,9 +290,7 @@ def test_a_typo_in_a_field_is_rejected(
     assert len(errors) == len(versions), errors
 
 
-def test_a_typo_in_the_admission_policy_is_rejected(
-    rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
-) -> None:
+def test_a_typo_in_the_admission_policy_is_rejected(rendered: Render, versions: list[str]) -> None:
     policy = only(rendered("node-labels"), "ValidatingAdmissionPolicy")
     policy["spec"]["validations"][0]["messageExpresion"] = "'x'"
     assert validate_objects([policy], versions)
@@ -325,7 +321,7 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
 
 
 def test_validation_agrees_with_kubernetes_validate_itself(
-    rendered: Callable[[str], list[dict[str, Any]]], versions: list[str]
+    rendered: Render, versions: list[str]
 ) -> None:
     """scripts/manifests.py reads each schema once and reuses its validator; the package's
     own validate() (which reads the schemas on every call) gives the same verdict, path
@@ -353,9 +349,7 @@ def test_validation_agrees_with_kubernetes_validate_itself(
             assert (expected == []) == (obj is daemonset)
 
 
-def test_cluster_scoped_objects_have_no_namespace_and_the_rest_share_one(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_cluster_scoped_objects_have_no_namespace_and_the_rest_share_one(rendered: Render) -> None:
     for overlay in sorted(EXPECTED_OVERLAYS - {"nfd-worker-sidecar"}):
         objects = rendered(overlay)
         for obj in objects:
@@ -370,9 +364,7 @@ def test_cluster_scoped_objects_have_no_namespace_and_the_rest_share_one(
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
-def test_environment_and_args_select_the_intended_output(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
-) -> None:
+def test_environment_and_args_select_the_intended_output(overlay: str, rendered: Render) -> None:
     obj = workload(overlay, rendered(overlay))
     container = gfd_container(obj)
     settings = gfd_settings(obj, container)
@@ -399,7 +391,7 @@ def test_environment_and_args_select_the_intended_output(
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
 def test_every_environment_variable_is_one_gfd_or_the_nvidia_runtime_reads(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, rendered: Render
 ) -> None:
     known = {env for option in OPTIONS for env in option.envs}
     runtime = {"NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "NVIDIA_MIG_MONITOR_DEVICES"}
@@ -411,9 +403,7 @@ def test_every_environment_variable_is_one_gfd_or_the_nvidia_runtime_reads(
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
-def test_security_context_is_least_privilege(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
-) -> None:
+def test_security_context_is_least_privilege(overlay: str, rendered: Render) -> None:
     obj = workload(overlay, rendered(overlay))
     container = gfd_container(obj)
     security = effective_security(obj, container)
@@ -431,9 +421,7 @@ def test_security_context_is_least_privilege(
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
-def test_mounts_are_read_only_except_features_d(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
-) -> None:
+def test_mounts_are_read_only_except_features_d(overlay: str, rendered: Render) -> None:
     obj = workload(overlay, rendered(overlay))
     container = gfd_container(obj)
     settings = gfd_settings(obj, container)
@@ -457,7 +445,7 @@ def test_mounts_are_read_only_except_features_d(
 
 @pytest.mark.parametrize("overlay", DAEMONSETS)
 def test_probes_use_the_served_health_paths_on_the_metrics_port(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, rendered: Render
 ) -> None:
     obj = workload(overlay, rendered(overlay))
     container = gfd_container(obj)
@@ -477,9 +465,7 @@ def test_probes_use_the_served_health_paths_on_the_metrics_port(
 
 
 @pytest.mark.parametrize("overlay", JOBS)
-def test_jobs_run_once_on_the_named_node_without_probes(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
-) -> None:
+def test_jobs_run_once_on_the_named_node_without_probes(overlay: str, rendered: Render) -> None:
     job = workload(overlay, rendered(overlay))
     container = gfd_container(job)
     assert pod_spec(job)["nodeName"] == tool.SAMPLE_NODE
@@ -491,9 +477,7 @@ def test_jobs_run_once_on_the_named_node_without_probes(
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
-def test_resources_placement_and_image(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
-) -> None:
+def test_resources_placement_and_image(overlay: str, rendered: Render) -> None:
     obj = workload(overlay, rendered(overlay))
     container = gfd_container(obj)
     resources = container["resources"]
@@ -520,13 +504,13 @@ def test_resources_placement_and_image(
     assert all(len(term["matchExpressions"]) == 1 for term in terms)  # any one term suffices
 
 
-def node_affinity_selects(spec: dict[str, Any], node_labels: dict[str, str]) -> bool:
+def node_affinity_selects(spec: Obj, node_labels: dict[str, str]) -> bool:
     """The kubelet's reading of required node affinity: any term, all its expressions."""
     terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
         "nodeSelectorTerms"
     ]
 
-    def holds(expression: dict[str, Any]) -> bool:
+    def holds(expression: Obj) -> bool:
         assert expression["operator"] == "In"
         return node_labels.get(expression["key"]) in expression["values"]
 
@@ -559,7 +543,7 @@ OTHER_NODES = {
     "overlay", sorted(set(WORKLOADS) - {"nfd-worker-sidecar", "node-labels-cleanup-job"})
 )
 def test_every_workload_is_scheduled_on_gpu_nodes_of_a_stock_nfd(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, rendered: Render
 ) -> None:
     """A stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
     spec = pod_spec(workload(overlay, rendered(overlay)))
@@ -570,7 +554,7 @@ def test_every_workload_is_scheduled_on_gpu_nodes_of_a_stock_nfd(
 
 
 def test_sidecar_is_a_second_container_of_nfd_worker_sharing_its_features_volume(
-    rendered: Callable[[str], list[dict[str, Any]]],
+    rendered: Render,
 ) -> None:
     objects = rendered("nfd-worker-sidecar")
     daemonset = only(objects, "DaemonSet", "nfd-worker")
@@ -591,7 +575,7 @@ def test_sidecar_is_a_second_container_of_nfd_worker_sharing_its_features_volume
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
 @pytest.mark.parametrize("strategy", ["single", "mixed"])
 def test_mig_components_set_the_strategy_and_the_monitor_device(
-    overlay: str, strategy: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, strategy: str, rendered: Render
 ) -> None:
     obj = workload(overlay, rendered(f"{overlay}+mig-{strategy}"))
     container = gfd_container(obj)
@@ -607,7 +591,7 @@ def test_mig_components_set_the_strategy_and_the_monitor_device(
     assert security["runAsUser"] != 0
 
 
-def all_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
+def all_containers(obj: Obj) -> list[Obj]:
     spec = pod_spec(obj)
     return [*spec.get("initContainers", []), *spec["containers"]]
 
@@ -615,7 +599,7 @@ def all_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("component", ["", "+mig-single", "+mig-mixed", "+runtime-class-nvidia"])
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
 def test_no_container_runs_as_root_with_a_capability(
-    overlay: str, component: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, component: str, rendered: Render
 ) -> None:
     """Root appears only in the features.d init container, and there with no capability;
     a capability (the MIG components' SYS_ADMIN) appears only in a non-root container."""
@@ -636,7 +620,7 @@ def test_no_container_runs_as_root_with_a_capability(
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
 def test_features_d_is_made_group_writable_for_gfd_by_an_init_container(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, rendered: Render
 ) -> None:
     obj = workload(overlay, rendered(overlay))
     gfd = gfd_container(obj)
@@ -657,9 +641,7 @@ def test_features_d_is_made_group_writable_for_gfd_by_an_init_container(
     assert init["image"] == gfd["image"]
 
 
-def test_the_init_script_needs_no_capability(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_the_init_script_needs_no_capability(rendered: Render) -> None:
     """Run the init container's script as uid 0 in group 65532 with every capability
     dropped (setpriv), on a root-owned 0755 directory: it becomes root:65532 0775, and gfd's
     user can then replace a file in it."""
@@ -689,7 +671,7 @@ def test_the_init_script_needs_no_capability(
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
 def test_vgpu_component_makes_only_the_gfd_container_privileged(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, rendered: Render
 ) -> None:
     obj = workload(overlay, rendered(f"{overlay}+vgpu-privileged"))
     container = gfd_container(obj)
@@ -702,9 +684,7 @@ def test_vgpu_component_makes_only_the_gfd_container_privileged(
 
 
 @pytest.mark.parametrize("overlay", sorted(WORKLOADS))
-def test_runtime_class_component(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
-) -> None:
+def test_runtime_class_component(overlay: str, rendered: Render) -> None:
     obj = workload(overlay, rendered(f"{overlay}+runtime-class-nvidia"))
     assert pod_spec(obj)["runtimeClassName"] == "nvidia"
 
@@ -712,7 +692,7 @@ def test_runtime_class_component(
 # ---------------------------------------------------------------------- RBAC
 
 
-def rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+def rules(role: Obj) -> set[tuple[str, str, str]]:
     return {
         (group, resource, verb)
         for rule in role["rules"]
@@ -722,22 +702,22 @@ def rules(role: dict[str, Any]) -> set[tuple[str, str, str]]:
     }
 
 
-def service_account_of(overlay: str, objects: list[dict[str, Any]]) -> tuple[str, str]:
+def service_account_of(overlay: str, objects: list[Obj]) -> tuple[str, str]:
     obj = workload(overlay, objects)
     name = pod_spec(obj)["serviceAccountName"]
     account = only(objects, "ServiceAccount", name)
     return account["metadata"]["namespace"], name
 
 
-def test_nodefeature_rbac_is_namespaced_and_minimal(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_nodefeature_rbac_is_namespaced_and_minimal(rendered: Render) -> None:
     objects = rendered("nodefeature")
     assert not [o for o in objects if o["kind"].startswith("Cluster")]
     assert rules(only(objects, "Role")) == {
         ("nfd.k8s-sigs.io", "nodefeatures", "get"),
         ("nfd.k8s-sigs.io", "nodefeatures", "create"),
         ("nfd.k8s-sigs.io", "nodefeatures", "update"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "list"),
+        ("nfd.k8s-sigs.io", "nodefeatures", "watch"),
         ("", "pods", "get"),
     }
     binding = only(objects, "RoleBinding")
@@ -746,28 +726,27 @@ def test_nodefeature_rbac_is_namespaced_and_minimal(
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
 
 
-def test_node_labels_rbac_is_nodes_get_and_patch(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_node_labels_rbac_is_nodes_get_patch_list_and_watch(rendered: Render) -> None:
     objects = rendered("node-labels")
-    assert rules(only(objects, "ClusterRole")) == {("", "nodes", "get"), ("", "nodes", "patch")}
+    assert rules(only(objects, "ClusterRole")) == {
+        ("", "nodes", "get"),
+        ("", "nodes", "patch"),
+        ("", "nodes", "list"),
+        ("", "nodes", "watch"),
+    }
     binding = only(objects, "ClusterRoleBinding")
     namespace, name = service_account_of("node-labels", objects)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
     assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
 
 
-def test_file_overlays_grant_no_api_access(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_file_overlays_grant_no_api_access(rendered: Render) -> None:
     for overlay in ("nfd-features-file", "oneshot-job"):
         kinds = {o["kind"] for o in rendered(overlay)}
         assert not kinds & {"Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
 
 
-def test_cleanup_job_uses_the_node_labels_identity(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_cleanup_job_uses_the_node_labels_identity(rendered: Render) -> None:
     policy = only(rendered("node-labels"), "ValidatingAdmissionPolicy")
     cleanup_objects = rendered("node-labels-cleanup-job")
     namespace, name = service_account_of("node-labels-cleanup-job", cleanup_objects)
@@ -785,9 +764,9 @@ class Policy:
     #: compiled programs by expression text, shared by every Policy of the process: a
     #: program is immutable and each evaluation gets its own activation, so a policy built
     #: again (each nodefeature case) compiles nothing it compiled before
-    _programs: ClassVar[dict[str, Any]] = {}
+    _programs: ClassVar[Obj] = {}
 
-    def __init__(self, policy: dict[str, Any]) -> None:
+    def __init__(self, policy: Obj) -> None:
         self.celpy = _require_module("celpy", "cel-python")
         spec = policy["spec"]
         self.conditions = [self._program(c["expression"]) for c in spec["matchConditions"]]
@@ -801,7 +780,7 @@ class Policy:
             program = self._programs[expression] = env.program(env.compile(expression))
         return program
 
-    def _activation(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _activation(self, request: Obj) -> Obj:
         json_to_cel = self.celpy.adapter.json_to_cel
         return {
             "request": json_to_cel(request),
@@ -809,7 +788,7 @@ class Policy:
             "oldObject": json_to_cel(request["oldObject"]),
         }
 
-    def denials(self, request: dict[str, Any]) -> list[str]:
+    def denials(self, request: Obj) -> list[str]:
         """Messages of the failed validations; [] when the request is let through."""
         activation = self._activation(request)
         if not all(bool(c.evaluate(activation)) for c in self.conditions):
@@ -835,8 +814,8 @@ class Policy:
 
 def node(
     name: str, labels: dict[str, str], annotations: dict[str, str] | None = None, **spec: Any
-) -> dict[str, Any]:
-    metadata: dict[str, Any] = {"name": name, "labels": labels}
+) -> Obj:
+    metadata: Obj = {"name": name, "labels": labels}
     if annotations is not None:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": spec}
@@ -853,15 +832,25 @@ GOOD = node(
 )
 
 
-def with_changes(obj: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    changed = copy.deepcopy(obj)
-    change(changed)
-    return changed
+def edited(obj: Obj, path: str, changes: Obj) -> Obj:
+    """A copy of obj with the mapping at path ("metadata.labels", "spec") updated; a change
+    to None removes the key."""
+    copied = copy.deepcopy(obj)
+    target = copied
+    for part in path.split("."):
+        target = target[part]
+    for key, value in changes.items():
+        if value is None:
+            target.pop(key)
+        else:
+            target[key] = value
+    return copied
 
 
-def request_from(
-    username: str, requester_node: str | None, old: dict[str, Any], new: dict[str, Any]
-) -> dict[str, Any]:
+LABELS, ANNOTATIONS = "metadata.labels", "metadata.annotations"
+
+
+def request_from(username: str, requester_node: str | None, old: Obj, new: Obj) -> Obj:
     extra = (
         {}
         if requester_node is None
@@ -878,195 +867,112 @@ def request_from(
     }
 
 
-POLICY_CASES: list[tuple[str, str | None, dict[str, Any], dict[str, Any], bool]] = [
-    # (case, requester node, old node, new node, allowed)
-    ("own node: add nvidia.com/ labels and the annotation", "gpu-node-1", OLD, GOOD, True),
-    (
+def case(name: str, new: Obj, allowed: bool, old: Obj = OLD, by: str | None = "gpu-node-1") -> Any:
+    """One admission request: the requester's node updates old to new; allowed or not."""
+    return pytest.param(by, old, new, allowed, id=name)
+
+
+OPERATOR_LABELS = {
+    "nvidia.com/mig.config": "all-1g.5gb",
+    "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/device-plugin.config": "a100",
+}
+OLD_WITH_OPERATOR_LABELS = edited(GOOD, LABELS, OPERATOR_LABELS)
+POLICY_CASES = [
+    case("own node: add nvidia.com/ labels and the annotation", GOOD, True),
+    case(
         "own node: remove an owned label",
-        "gpu-node-1",
-        GOOD,
-        with_changes(GOOD, lambda n: n["metadata"]["labels"].pop("nvidia.com/gpu.count")),
+        edited(GOOD, LABELS, {"nvidia.com/gpu.count": None}),
         True,
+        GOOD,
     ),
-    (
+    case(
         "own node: first labels on a node without labels or annotations",
-        "gpu-node-1",
-        node("gpu-node-1", {}, None),
         node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None),
         True,
+        node("gpu-node-1", {}, None),
     ),
-    (
+    case(
         "own node: cleanup removes the annotation",
-        "gpu-node-1",
+        edited(GOOD, ANNOTATIONS, {"nvidia.com/gfd.managed-labels": None}),
+        True,
         GOOD,
-        with_changes(
-            GOOD, lambda n: n["metadata"]["annotations"].pop("nvidia.com/gfd.managed-labels")
-        ),
-        True,
     ),
-    ("another node", "gpu-node-2", OLD, GOOD, False),
-    ("token without a node", None, OLD, GOOD, False),
-    (
+    case("another node", GOOD, False, by="gpu-node-2"),
+    case("token without a node", GOOD, False, by=None),
+    case(
         "change a label outside nvidia.com/",
-        "gpu-node-1",
-        OLD,
-        with_changes(
-            GOOD, lambda n: n["metadata"]["labels"].update({"kubernetes.io/hostname": "x"})
-        ),
+        edited(GOOD, LABELS, {"kubernetes.io/hostname": "x"}),
         False,
     ),
-    (
+    case(
         "add a label outside nvidia.com/",
-        "gpu-node-1",
-        OLD,
-        with_changes(
-            GOOD, lambda n: n["metadata"]["labels"].update({"node-role.kubernetes.io/x": ""})
-        ),
+        edited(GOOD, LABELS, {"node-role.kubernetes.io/x": ""}),
         False,
     ),
-    (
+    case(
         "remove a label outside nvidia.com/",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, lambda n: n["metadata"]["labels"].pop("kubernetes.io/hostname")),
+        edited(GOOD, LABELS, {"kubernetes.io/hostname": None}),
         False,
     ),
-    (
-        "lookalike prefix",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, lambda n: n["metadata"]["labels"].update({"nvidia.com.evil/x": "1"})),
-        False,
-    ),
-    (
+    case("lookalike prefix", edited(GOOD, LABELS, {"nvidia.com.evil/x": "1"}), False),
+    case(
         "change another annotation",
-        "gpu-node-1",
-        OLD,
-        with_changes(
-            GOOD,
-            lambda n: n["metadata"]["annotations"].update({"node.alpha.kubernetes.io/ttl": "30"}),
-        ),
+        edited(GOOD, ANNOTATIONS, {"node.alpha.kubernetes.io/ttl": "30"}),
         False,
     ),
-    (
+    case(
         "add another nvidia.com/ annotation",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, lambda n: n["metadata"]["annotations"].update({"nvidia.com/x": "1"})),
+        edited(GOOD, ANNOTATIONS, {"nvidia.com/x": "1"}),
         False,
     ),
-    (
+    case(
         "add a taint",
-        "gpu-node-1",
-        OLD,
-        with_changes(
-            GOOD, lambda n: n["spec"].update({"taints": [{"key": "k", "effect": "NoSchedule"}]})
-        ),
+        edited(GOOD, "spec", {"taints": [{"key": "k", "effect": "NoSchedule"}]}),
         False,
     ),
-    (
-        "cordon",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, lambda n: n["spec"].update({"unschedulable": True})),
-        False,
-    ),
-    (
-        "add a finalizer",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, lambda n: n["metadata"].update({"finalizers": ["x/y"]})),
-        False,
-    ),
-]
-
-
-def set_label(key: str, value: str | None) -> Callable[[dict[str, Any]], None]:
-    def change(obj: dict[str, Any]) -> None:
-        if value is None:
-            obj["metadata"]["labels"].pop(key, None)
-        else:
-            obj["metadata"]["labels"][key] = value
-
-    return change
-
-
-OLD_WITH_OPERATOR_LABELS = with_changes(
-    GOOD,
-    lambda n: n["metadata"]["labels"].update(
-        {
-            "nvidia.com/mig.config": "all-1g.5gb",
-            "nvidia.com/gpu.deploy.device-plugin": "true",
-            "nvidia.com/device-plugin.config": "a100",
-        }
-    ),
-)
-for _key in (
-    "nvidia.com/mig.config",
-    "nvidia.com/gpu.deploy.device-plugin",
-    "nvidia.com/gpu.present",
-    "nvidia.com/device-plugin.config",
-):
-    POLICY_CASES += [
-        (
-            f"change {_key}",
-            "gpu-node-1",
-            OLD_WITH_OPERATOR_LABELS,
-            with_changes(OLD_WITH_OPERATOR_LABELS, set_label(_key, "changed")),
+    case("cordon", edited(GOOD, "spec", {"unschedulable": True}), False),
+    case("add a finalizer", edited(GOOD, "metadata", {"finalizers": ["x/y"]}), False),
+    *(
+        case(
+            f"{verb} {key}",
+            edited(OLD_WITH_OPERATOR_LABELS, LABELS, {key: value}),
             False,
-        ),
-        (
-            f"remove {_key}",
-            "gpu-node-1",
             OLD_WITH_OPERATOR_LABELS,
-            with_changes(OLD_WITH_OPERATOR_LABELS, set_label(_key, None)),
-            False,
-        ),
-    ]
-POLICY_CASES += [
-    (
+        )
+        for key in [*OPERATOR_LABELS, "nvidia.com/gpu.present"]
+        for verb, value in (("change", "changed"), ("remove", None))
+    ),
+    case(
         "add a nvidia.com/ key gfd cannot produce",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, set_label("nvidia.com/gpu.deploy.gpu-feature-discovery", "false")),
+        edited(GOOD, LABELS, {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"}),
         False,
     ),
-    (
+    case(
         "add gfd keys of a renamed MIG resource",
-        "gpu-node-1",
-        OLD,
-        with_changes(GOOD, set_label("nvidia.com/mig-1g.5gb.me.slices.gi", "1")),
+        edited(GOOD, LABELS, {"nvidia.com/mig-1g.5gb.me.slices.gi": "1"}),
         True,
     ),
-    (
+    case(
         "gfd keys change while operator labels stay",
-        "gpu-node-1",
-        OLD_WITH_OPERATOR_LABELS,
-        with_changes(OLD_WITH_OPERATOR_LABELS, set_label("nvidia.com/gpu.count", "4")),
+        edited(OLD_WITH_OPERATOR_LABELS, LABELS, {"nvidia.com/gpu.count": "4"}),
         True,
+        OLD_WITH_OPERATOR_LABELS,
     ),
 ]
 
 
 @pytest.fixture(scope="module")
-def node_policy(rendered: Callable[[str], list[dict[str, Any]]]) -> tuple[Policy, str]:
+def node_policy(rendered: Render) -> tuple[Policy, str]:
     objects = rendered("node-labels")
     namespace, name = service_account_of("node-labels", objects)
     username = f"system:serviceaccount:{namespace}:{name}"
     return Policy(only(objects, "ValidatingAdmissionPolicy")), username
 
 
-@pytest.mark.parametrize(
-    ("requester", "old", "new", "allowed"),
-    [case[1:] for case in POLICY_CASES],
-    ids=[case[0] for case in POLICY_CASES],
-)
+@pytest.mark.parametrize(("requester", "old", "new", "allowed"), POLICY_CASES)
 def test_admission_policy(
-    requester: str | None,
-    old: dict[str, Any],
-    new: dict[str, Any],
-    allowed: bool,
-    node_policy: tuple[Policy, str],
+    requester: str | None, old: Obj, new: Obj, allowed: bool, node_policy: tuple[Policy, str]
 ) -> None:
     policy, username = node_policy
     denials = policy.denials(request_from(username, requester, old, new))
@@ -1079,15 +985,13 @@ def test_admission_policy_explains_a_denial_and_ignores_other_users(
     policy, username = node_policy
     denied = policy.denials(request_from(username, "gpu-node-2", OLD, GOOD))
     assert denied == ["gfd on node gpu-node-2 may not change node gpu-node-1"]
-    cordon = with_changes(OLD, lambda n: n["spec"].update({"unschedulable": True}))
+    cordon = edited(OLD, "spec", {"unschedulable": True})
     assert policy.denials(request_from("kubernetes-admin", None, OLD, cordon)) == []
     other_account = username.rsplit(":", 1)[0] + ":other"
     assert policy.denials(request_from(other_account, "gpu-node-2", OLD, cordon)) == []
 
 
-def test_admission_policy_is_bound_and_denies(
-    rendered: Callable[[str], list[dict[str, Any]]],
-) -> None:
+def test_admission_policy_is_bound_and_denies(rendered: Render) -> None:
     objects = rendered("node-labels")
     policy = only(objects, "ValidatingAdmissionPolicy")
     binding = only(objects, "ValidatingAdmissionPolicyBinding")
@@ -1124,7 +1028,7 @@ SAMPLE_KEYS = [
 
 @pytest.mark.parametrize("overlay", ["node-labels", "nodefeature"])
 def test_the_policies_admit_exactly_the_keys_gfd_can_produce(
-    overlay: str, rendered: Callable[[str], list[dict[str, Any]]]
+    overlay: str, rendered: Render
 ) -> None:
     """The CEL spelling of "a key gfd can produce" agrees with gfd/labels/keys.py."""
     policy = Policy(only(rendered(overlay), "ValidatingAdmissionPolicy"))
@@ -1150,7 +1054,7 @@ def test_the_policies_admit_exactly_the_keys_gfd_can_produce(
 
 def nodefeature_request(
     requester: str | None, name: str, node_label: str, labels: dict[str, str]
-) -> dict[str, Any]:
+) -> Obj:
     obj = {
         "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
         "kind": "NodeFeature",
@@ -1164,38 +1068,26 @@ def nodefeature_request(
     return request_from(f"system:serviceaccount:{NAMESPACE}:gfd", requester, obj, obj)
 
 
+OWN_OBJECT = "nvidia-features-for-gpu-node-1"
 NODEFEATURE_CASES = [
-    ("own node", "gpu-node-1", "nvidia-features-for-gpu-node-1", "gpu-node-1", {}, True),
+    # (case, requester node, object name, its node-name label, its labels, allowed)
+    ("own node", "gpu-node-1", OWN_OBJECT, "gpu-node-1", {}, True),
     (
         "own node with gfd labels",
         "gpu-node-1",
-        "nvidia-features-for-gpu-node-1",
+        OWN_OBJECT,
         "gpu-node-1",
         {"nvidia.com/gpu.count": "8", "nvidia.com/gfd.timestamp": "1"},
         True,
     ),
-    (
-        "another node's object",
-        "gpu-node-2",
-        "nvidia-features-for-gpu-node-1",
-        "gpu-node-1",
-        {},
-        False,
-    ),
-    (
-        "own name, other node's label",
-        "gpu-node-1",
-        "nvidia-features-for-gpu-node-1",
-        "gpu-node-2",
-        {},
-        False,
-    ),
-    ("token without a node", None, "nvidia-features-for-gpu-node-1", "gpu-node-1", {}, False),
+    ("another node's object", "gpu-node-2", OWN_OBJECT, "gpu-node-1", {}, False),
+    ("own name, other node's label", "gpu-node-1", OWN_OBJECT, "gpu-node-2", {}, False),
+    ("token without a node", None, OWN_OBJECT, "gpu-node-1", {}, False),
     ("another object name", "gpu-node-1", "gpu-node-1", "gpu-node-1", {}, False),
     (
         "an operator control label",
         "gpu-node-1",
-        "nvidia-features-for-gpu-node-1",
+        OWN_OBJECT,
         "gpu-node-1",
         {"nvidia.com/mig.config": "all-disabled"},
         False,
@@ -1203,7 +1095,7 @@ NODEFEATURE_CASES = [
     (
         "a label outside nvidia.com/",
         "gpu-node-1",
-        "nvidia-features-for-gpu-node-1",
+        OWN_OBJECT,
         "gpu-node-1",
         {"node-role.kubernetes.io/control-plane": ""},
         False,
@@ -1213,8 +1105,7 @@ NODEFEATURE_CASES = [
 
 @pytest.mark.parametrize(
     ("requester", "name", "node_label", "labels", "allowed"),
-    [case[1:] for case in NODEFEATURE_CASES],
-    ids=[case[0] for case in NODEFEATURE_CASES],
+    table(NODEFEATURE_CASES),
 )
 def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
     requester: str | None,
@@ -1222,7 +1113,7 @@ def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
     node_label: str,
     labels: dict[str, str],
     allowed: bool,
-    rendered: Callable[[str], list[dict[str, Any]]],
+    rendered: Render,
 ) -> None:
     objects = rendered("nodefeature")
     policy = Policy(only(objects, "ValidatingAdmissionPolicy"))
@@ -1261,7 +1152,7 @@ def _poll(port: int, path: str, attempts: int = 200) -> Iterator[int | None]:
 
 
 def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
-    tmp_path: Path, rendered: Callable[[str], list[dict[str, Any]]]
+    tmp_path: Path, rendered: Render
 ) -> None:
     """gfd started with the features-file DaemonSet's environment (paths moved into
     tmp_path, a snapshot instead of NVML) answers its probe paths with 200 once it has

@@ -195,3 +195,30 @@ def test_oneshot_reads_the_entry_the_label_names(
     assert done.returncode == 0, done.stderr
     assert f"{STRATEGY}=mixed" in done.stdout.splitlines()
     assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/n1")]
+
+
+def test_the_config_label_is_followed_by_the_watch_with_no_read_per_pass(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """SPEC §6.4: the node's config label is watched; a relabel is followed at once, and
+    passes at steady state read nothing (an interval of an hour: only the watch can have
+    woken the loop)."""
+    root = config_dir(tmp_path, {"mig-mixed": MIXED, "mig-single": SINGLE, "default": SINGLE})
+    kubeconfig = str(api.write_kubeconfig(tmp_path / "kube.cfg"))
+    daemon = Daemon(
+        "--use-node-labels", "--snapshot-file", MIG_NODE, "--sleep-interval", "1h",
+        "--no-timestamp", "--node-name", "n1", "--kubeconfig", kubeconfig,
+        "--config-file-srcdir", str(root), "--fallback-strategies", "named,single",
+    )  # fmt: skip
+    try:
+        daemon.wait_for("node config chosen")
+        daemon.wait_until(lambda: api.open_watches == 1, "one watch of the node")
+        daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "mixed", "mixed")
+        before = api.count("GET", "/nodes/n1")
+        relabel(api, "mig-single")
+        daemon.wait_until(lambda: api.node_labels("n1").get(STRATEGY) == "single", "single")
+        # followed through the watch: the label was not read with a GET of the node
+        assert api.count("GET", "/nodes/n1") - before <= 1  # the publish's own read
+        assert api.watch_requests() == 1  # the node labels and the config label share it
+    finally:
+        daemon.kill()

@@ -147,9 +147,7 @@ def test_a_file_edited_by_someone_else_is_written_again(tmp_path: Path) -> None:
     assert output.publish(snap, table) is False
 
 
-def test_a_fifo_swapped_in_while_running_fails_the_pass_without_blocking(
-    tmp_path: Path,
-) -> None:
+def test_a_fifo_swapped_in_while_running_fails_the_pass_without_blocking(tmp_path: Path) -> None:
     output = KoordletDeviceInfos(str(tmp_path))
     snap, table = snapshot_and_table()
     output.publish(snap, table)
@@ -166,3 +164,35 @@ def test_its_own_temp_dir_left_writable_by_others_is_made_private(tmp_path: Path
     snap, table = snapshot_and_table()
     assert KoordletDeviceInfos(str(tmp_path)).publish(snap, table) is True
     assert (tmp_path / TEMP_DIR).stat().st_mode & 0o777 == 0o700
+
+
+# ------------------------------------------------ --cleanup: everything gfd made
+
+
+def test_cleanup_removes_the_working_directory_gfd_made(tmp_path: Path) -> None:
+    """``--cleanup`` leaves nothing of gfd's behind: the device-info file, the working
+    directory it is written through, and a temporary file a killed gfd left in it."""
+    directory = tmp_path / "device-infos"
+    directory.mkdir()
+    args = ["--oneshot", "--snapshot-file", str(DGX1), "--koordlet-device-infos-dir"]
+    assert run_gfd_here(*args, str(directory)).returncode == 0
+    assert (directory / TEMP_DIR).is_dir()
+    (directory / TEMP_DIR / "gfd-4242-0badcafe").write_text("[]")  # a killed run's
+    (directory / "koordlets-own.json").write_text("[]")
+    features = tmp_path / "features"
+    result = run_gfd_here(
+        "--cleanup", "-o", str(features), "--koordlet-device-infos-dir", str(directory)
+    )
+    assert result.returncode == 0, result.stderr
+    assert tree(directory) == {"koordlets-own.json": "file:[]"}
+
+
+def test_cleanup_leaves_a_working_directory_someone_else_filled(tmp_path: Path) -> None:
+    (tmp_path / TEMP_DIR).mkdir()
+    (tmp_path / TEMP_DIR / "not-gfds").write_text("precious")
+    (tmp_path / TEMP_DIR / "gfd-link").symlink_to(tmp_path / TEMP_DIR / "not-gfds")
+    KoordletDeviceInfos(str(tmp_path)).cleanup()
+    assert tree(tmp_path / TEMP_DIR) == {
+        "not-gfds": "file:precious",
+        "gfd-link": "link:" + str(tmp_path / TEMP_DIR / "not-gfds"),
+    }

@@ -133,10 +133,7 @@ def test_a_fifo_in_sysfs_is_never_waited_on(settings: Settings) -> None:
     result: list[Any] = []
     worker = threading.Thread(
         target=lambda: result.append(
-            (
-                sysfs.nvidia_gpu_functions(settings.sysfs_root),
-                sysfs.read_attribute(str(numa)),
-            )
+            (sysfs.nvidia_gpu_functions(settings.sysfs_root), sysfs.read_attribute(str(numa)))
         ),
         daemon=True,
     )

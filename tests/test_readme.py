@@ -23,7 +23,7 @@ import yaml
 import gfd.cli
 from gfd import snapshot
 from gfd.options import OPTIONS, Option
-from tests.process import run_gfd_here
+from tests.process import clean_env, run_gfd, run_gfd_here
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -366,3 +366,32 @@ def test_one_version_everywhere() -> None:
     for doc in (README, DEPLOY):
         for tag in re.findall(r"gfd[:=](\d+\.\d+\.\d+)|image\.tag=(\d+\.\d+\.\d+)", doc):
             assert gfd.__version__ in tag
+
+
+def _troubleshooting_line(start: str) -> str:
+    """The quoted line of README's troubleshooting row that begins with ``start``, up to
+    its ``...``."""
+    for row in _section(README, "## Troubleshooting").splitlines():
+        cells = row.split(" | ")
+        if cells[0].startswith(f"| `{start}"):
+            return cells[0][3:].split("...", 1)[0].rstrip("` ")
+    raise AssertionError(f"no troubleshooting row starts with {start!r}")
+
+
+@pytest.mark.parametrize(
+    ("start", "args", "env"),
+    [
+        ("--node-name", (), {}),
+        # no driver: an empty library path and no NVIDIA library anywhere on this machine
+        ("NVML is unavailable", ("--oneshot",), {"LD_LIBRARY_PATH": ""}),
+    ],
+    ids=["no-node-name", "no-driver"],
+)
+def test_troubleshooting_quotes_the_lines_gfd_prints(
+    start: str, args: tuple[str, ...], env: dict[str, str]
+) -> None:
+    """Each quoted line of the troubleshooting table is what gfd really says there."""
+    quoted = _troubleshooting_line(start)
+    result = run_gfd(*args, env=clean_env(env))
+    assert result.returncode != 0
+    assert f"gfd: error: {quoted}" in result.stderr, result.stderr

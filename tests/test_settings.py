@@ -297,7 +297,8 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         "sleep_interval": ("2m", 120.0),
         "expiry_horizon": ("2h", 7200.0),
         "output_file": ("/tmp/out", "/tmp/out"),
-        "machine_type_file": ("/tmp/m", "/tmp/m"),
+        # what a config file may name here is confined (gfd/pathpolicy.py, SECURITY.md)
+        "machine_type_file": ("/sys/class/dmi/id/board_name", "/sys/class/dmi/id/board_name"),
         "use_node_feature_api": (False, False),
         "device_discovery_strategy": ("nvml", "nvml"),
         "driver_root_ctr_path": ("/host", "/host"),
@@ -319,7 +320,12 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         node[option.config_key[-1]] = raw
         import yaml
 
-        settings = resolve({"config_file": write(tmp_path, yaml.safe_dump(document))}, NODE)
+        config = write(tmp_path, yaml.safe_dump(document))
+        if expected is ConfigError:
+            with pytest.raises(ConfigError, match=".".join(option.config_key)):
+                resolve({"config_file": config}, NODE)
+            continue
+        settings = resolve({"config_file": config}, NODE)
         assert getattr(settings, option.name) == expected, option.name
 
 

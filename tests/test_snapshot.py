@@ -183,7 +183,7 @@ def test_an_unknown_compute_capability_is_minus_one() -> None:
     [
         (
             ("gpus:\n", "discovery: cuda\ngpus:\n"),
-            "discovery: expected one of nvml, vfio, tegra, got 'cuda'",
+            "discovery: expected one of nvml, vfio, tegra, dra, got 'cuda'",
         ),
         (("gpus:\n", "discovery: 3\ngpus:\n"), "discovery: expected a string, got 3"),
         (

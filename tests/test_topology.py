@@ -85,7 +85,7 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     # Every pair NVLink joins is a 2-GPU partition, aligned or not (0-3, 1-2, ... are
     # the doubled, faster ones); every 4-set with a ring, each of whose rings has a
     # single-link hop (25G); 0-3-2-1-5-6-7-4-0 is an 8-GPU ring of doubled links (50G).
-    # Scores: all 1 -- test_dgx1_scores_derived_from_what_is_left shows why.
+    # Scores: all 1 -- test_scores_derived_from_what_is_left shows why.
     DGX1: {
         "1": singletons({m: 1 for m in range(8)}),
         "2": sorted(
@@ -111,41 +111,27 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     L40S: {},
 }
 
+
+def labels(text: str) -> dict[str, str]:
+    """'gpu.a=x gpu.b=y' as a mapping."""
+    return dict(item.split("=") for item in text.split())
+
+
+NUMA = "gpu.numa.nodes=2 gpu.numa.gpus-per-node="
 EXPECTED_LABELS: dict[Path, dict[str, str]] = {
-    DGX1: {
-        "gpu.interconnect": "nvlink",
-        "gpu.nvlink.version": "2",
-        "gpu.nvlink.links": "6",
-        "gpu.nvlink.largest-group": "8",
-        "gpu.partition-sizes": "1-2-4-8",
-        "gpu.numa.nodes": "2",
-        "gpu.numa.gpus-per-node": "4",
-    },
-    H100: {
-        "gpu.interconnect": "nvswitch",
-        "gpu.nvlink.version": "4",
-        "gpu.nvlink.links": "18",
-        "gpu.nvlink.largest-group": "8",
-        "gpu.partition-sizes": "1-2-4-8",
-        "gpu.numa.nodes": "2",
-        "gpu.numa.gpus-per-node": "4",
-    },
-    A100_PCIE: {
-        "gpu.interconnect": "nvlink",
-        "gpu.nvlink.version": "3",
-        "gpu.nvlink.links": "12",
-        "gpu.nvlink.largest-group": "2",
-        "gpu.partition-sizes": "1-2",
-        "gpu.numa.nodes": "2",
-        "gpu.numa.gpus-per-node": "2",
-    },
-    L40S: {
-        "gpu.interconnect": "pcie",
-        "gpu.nvlink.links": "0",
-        "gpu.nvlink.largest-group": "1",
-        "gpu.numa.nodes": "2",
-        "gpu.numa.gpus-per-node": "2",
-    },
+    DGX1: labels(
+        "gpu.interconnect=nvlink gpu.nvlink.version=2 gpu.nvlink.links=6"
+        f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"
+    ),
+    H100: labels(
+        "gpu.interconnect=nvswitch gpu.nvlink.version=4 gpu.nvlink.links=18"
+        f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"
+    ),
+    A100_PCIE: labels(
+        "gpu.interconnect=nvlink gpu.nvlink.version=3 gpu.nvlink.links=12"
+        f" gpu.nvlink.largest-group=2 gpu.partition-sizes=1-2 {NUMA}2"
+    ),
+    L40S: labels(f"gpu.interconnect=pcie gpu.nvlink.links=0 gpu.nvlink.largest-group=1 {NUMA}2"),
 }
 TOPOLOGY_KEYS = {f"nvidia.com/{k}" for labels in EXPECTED_LABELS.values() for k in labels}
 
@@ -250,21 +236,15 @@ def _left(table: dict[int, tuple[partitions.Partition, ...]]) -> dict[tuple[int,
     return left_after(found)
 
 
-def test_dgx1_scores_derived_from_what_is_left() -> None:
-    table = partition_table(load(DGX1), None)
+@pytest.mark.parametrize(
+    ("path", "quad"), [(DGX1, QUAD_25G), (H100, (4, 450 * 10**9))], ids=["dgx1", "hgx_nvswitch"]
+)
+def test_scores_derived_from_what_is_left(path: Path, quad: tuple[int, int]) -> None:
+    table = partition_table(load(path), None)
     left = _left(dict(table))
     assert left[tuple(range(8))] == (0, -1)
     for size in (1, 2, 4):
-        assert {left[p.minors] for p in table[size]} == {QUAD_25G}
-    assert {p.allocation_score for size in table for p in table[size]} == {1}
-
-
-def test_hgx_nvswitch_scores_derived_from_what_is_left() -> None:
-    table = partition_table(load(H100), None)
-    left = _left(dict(table))
-    assert left[tuple(range(8))] == (0, -1)
-    for size in (1, 2, 4):
-        assert {left[p.minors] for p in table[size]} == {(4, 450 * 10**9)}
+        assert {left[p.minors] for p in table[size]} == {quad}
     assert {p.allocation_score for size in table for p in table[size]} == {1}
 
 
@@ -339,13 +319,7 @@ def bridged(pairs: list[tuple[int, int]]) -> Snapshot:
         ),
         # one bridge, 1-2: giving 1 or 2 away breaks the only pair (score 2); 0 and 3 on
         # their own break nothing (score 1)
-        (
-            [(1, 2)],
-            {
-                "1": singletons({0: 1, 1: 2, 2: 2, 3: 1}),
-                "2": [group([1, 2], "300G", 1)],
-            },
-        ),
+        ([(1, 2)], {"1": singletons({0: 1, 1: 2, 2: 2, 3: 1}), "2": [group([1, 2], "300G", 1)]}),
         ([], {}),  # no bridge: PCIe only, the empty table
     ],
     ids=["0-1+2-3", "1-2+0-3", "1-2", "none"],
@@ -395,10 +369,7 @@ def test_p2p_not_ok_removes_the_pair() -> None:
     )
     snap = replace(snap, topology=replace(snap.topology, pairs=pairs))
     table = partitions.to_json_document(partition_table(snap, None))
-    assert table == {
-        "1": singletons({0: 1, 1: 1, 2: 2, 3: 2}),
-        "2": [group([2, 3], "300G", 1)],
-    }
+    assert table == {"1": singletons({0: 1, 1: 1, 2: 2, 3: 2}), "2": [group([2, 3], "300G", 1)]}
 
 
 def test_nvswitch_is_recognised_by_the_remote_type_not_the_pci_id() -> None:
@@ -586,11 +557,12 @@ def test_minimal_topology_loads_and_round_trips() -> None:
 # ----------------------------------------------------------------------------- discovery
 
 
-def discover_node(snap: Snapshot, root: Path, **options: Any) -> Snapshot:
-    overrides = build_from_snapshot(root, snap)
-    settings = replace(Settings(), **overrides)
-    fake = FakeNvml.from_snapshot(snap, **options)
-    found = discover(settings, nvml=fake.module)
+def discover_node(
+    snap: Snapshot, root: Path, fake: FakeNvml | None = None, **options: Any
+) -> Snapshot:
+    """Discovery on the fake NVML (``fake``, else one made from ``snap``) and sysfs."""
+    fake = fake or FakeNvml.from_snapshot(snap, **options)
+    found = discover(replace(Settings(), **build_from_snapshot(root, snap)), nvml=fake.module)
     assert fake.init_depth == 0
     return found
 
@@ -646,8 +618,7 @@ def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
     bare = replace(
         snap,
         topology=replace(
-            snap.topology,
-            gpus=tuple(replace(e, pcie_root=None) for e in snap.topology.gpus),
+            snap.topology, gpus=tuple(replace(e, pcie_root=None) for e in snap.topology.gpus)
         ),
     )
     found = discover_node(bare, tmp_path / "bare")  # GPUs not below a root in sysfs
@@ -666,9 +637,7 @@ TOPOLOGY_CALLS = [
 def test_no_topology_call_can_fail_the_pass(how: str, tmp_path: Path) -> None:
     """Bindings without the entry points, or a driver without them: fields left out."""
     snap = load(DGX1)
-    overrides = build_from_snapshot(tmp_path, snap)
-    fake = FakeNvml.from_snapshot(snap, **{how: TOPOLOGY_CALLS})
-    found = discover(replace(Settings(), **overrides), nvml=fake.module)
+    found = discover_node(snap, tmp_path, **{how: TOPOLOGY_CALLS})
     assert found.gpus == snap.gpus
     assert found.topology is not None
     assert [e.nvlinks for e in found.topology.gpus] == [()] * 8
@@ -689,8 +658,7 @@ def test_each_link_field_is_optional(tmp_path: Path) -> None:
             if number % 3 == 2:
                 link.remote_bus_id = None
     fake.common_ancestor.clear()
-    overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(replace(Settings(), **overrides), nvml=fake.module)
+    found = discover_node(snap, tmp_path, fake)
     assert found.topology is not None
     links = found.topology.gpus[0].nvlinks
     assert len(links) == 18
@@ -704,8 +672,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
     snap = load(A100_PCIE)
     fake = FakeNvml.from_snapshot(snap)
     fake.gpus[0].nvlinks[5].active = False
-    overrides = build_from_snapshot(tmp_path, snap)
-    found = discover(replace(Settings(), **overrides), nvml=fake.module)
+    found = discover_node(snap, tmp_path, fake)
     assert found.topology is not None
     assert [n.link for n in found.topology.gpus[0].nvlinks] == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11]
     # 12 links answered, the 13th said INVALID_ARGUMENT: no walk to NVML_NVLINK_MAX_LINKS
@@ -715,7 +682,7 @@ def test_walk_stops_at_the_last_link_and_skips_inactive_ones(tmp_path: Path) -> 
 def test_pcie_only_gpu_costs_one_state_call(tmp_path: Path) -> None:
     snap = load(L40S)
     fake = FakeNvml.from_snapshot(snap)
-    discover(replace(Settings(), **build_from_snapshot(tmp_path, snap)), nvml=fake.module)
+    discover_node(snap, tmp_path, fake)
     assert fake.calls["nvmlDeviceGetNvLinkState"] == 4
 
 
@@ -747,13 +714,8 @@ def test_cpu_list() -> None:
 
 
 def test_quantities() -> None:
-    assert [partitions.format_quantity(v) for v in (450 * 10**9, 25 * 10**9, 10**12, 7, 0)] == [
-        "450G",
-        "25G",
-        "1T",
-        "7",
-        "0",
-    ]
+    quantities = [partitions.format_quantity(v) for v in (450 * 10**9, 25 * 10**9, 10**12, 7, 0)]
+    assert quantities == ["450G", "25G", "1T", "7", "0"]
     assert partitions.parse_quantity("400Gi") == 400 * 2**30
     assert partitions.parse_quantity("1.5T") == 1_500_000_000_000
     with pytest.raises(ValueError, match="whole number"):

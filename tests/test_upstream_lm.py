@@ -44,6 +44,7 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
+from tests.helpers import table
 
 P = "nvidia.com/"
 MOCKMODEL = "MOCKMODEL"
@@ -265,11 +266,7 @@ MIG_STRATEGY_NONE = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("devices", "sharing", "expected"),
-    [case[1:] for case in MIG_STRATEGY_NONE],
-    ids=[case[0] for case in MIG_STRATEGY_NONE],
-)
+@pytest.mark.parametrize(("devices", "sharing", "expected"), table(MIG_STRATEGY_NONE))
 def test_mig_strategy_none_labels(
     devices: tuple[Mock, ...], sharing: TimeSlicing, expected: dict[str, str]
 ) -> None:
@@ -284,9 +281,8 @@ def test_mig_strategy_none_labels(
 # sharing-strategy whatever the sharing, with product, count, replicas, memory as upstream
 
 A_1G = new_mig_device(1, 2, 100)
-A_1G_ATTRS = new_mig_device(
-    1, 2, 100, multiprocessors=12, copy=13, decoder=14, encoder=15, jpeg=16, ofa=17
-)
+ATTRS = {"multiprocessors": 12, "copy": 13, "decoder": 14, "encoder": 15, "jpeg": 16, "ofa": 17}
+A_1G_ATTRS = new_mig_device(1, 2, 100, **ATTRS)
 
 MIG_STRATEGY_SINGLE = [
     ("no devices returns empty labels", (), NO_SHARING, {}),
@@ -313,30 +309,10 @@ MIG_STRATEGY_SINGLE = [
         "multiple mig-enabled devices returns mig labels",
         (mig_enabled_device(A_1G_ATTRS), mig_enabled_device(A_1G_ATTRS)),
         NO_SHARING,
-        mig_labels(
-            "gpu",
-            2,
-            1,
-            "MOCKMODEL-MIG-1g.100gb",
-            "none",
-            100,
-            gi=1,
-            ci=2,
-            multiprocessors=12,
-            copy=13,
-            decoder=14,
-            encoder=15,
-            jpeg=16,
-            ofa=17,
-        )
+        mig_labels("gpu", 2, 1, "MOCKMODEL-MIG-1g.100gb", "none", 100, gi=1, ci=2, **ATTRS)
         | {"mig.strategy": "single"},
     ),
-    (
-        "empty mig devices returns MIG invalid label",
-        (mig_enabled_device(),),
-        NO_SHARING,
-        INVALID,
-    ),
+    ("empty mig devices returns MIG invalid label", (mig_enabled_device(),), NO_SHARING, INVALID),
     (
         "mixed mig config returns MIG invalid label",
         (mig_enabled_device(A_1G, new_mig_device(3, 4, 100)),),
@@ -382,11 +358,7 @@ MIG_STRATEGY_SINGLE = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("devices", "sharing", "expected"),
-    [case[1:] for case in MIG_STRATEGY_SINGLE],
-    ids=[case[0] for case in MIG_STRATEGY_SINGLE],
-)
+@pytest.mark.parametrize(("devices", "sharing", "expected"), table(MIG_STRATEGY_SINGLE))
 def test_mig_strategy_single_labels(
     devices: tuple[Mock, ...], sharing: TimeSlicing, expected: dict[str, str]
 ) -> None:
@@ -422,11 +394,7 @@ GPU_RESOURCE_LABELER = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("count", "sharing", "expected"),
-    [case[1:] for case in GPU_RESOURCE_LABELER],
-    ids=[case[0] for case in GPU_RESOURCE_LABELER],
-)
+@pytest.mark.parametrize(("count", "sharing", "expected"), table(GPU_RESOURCE_LABELER))
 def test_gpu_resource_labeler(count: int, sharing: TimeSlicing, expected: dict[str, str]) -> None:
     labels = labels_of(manager(*[full_gpu()] * count), "none", sharing.config())
     assert one_resource(labels, "gpu") == ns(expected)
@@ -484,11 +452,7 @@ MIG_RESOURCE_LABELER = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("resource", "count", "sharing", "expected"),
-    [case[1:] for case in MIG_RESOURCE_LABELER],
-    ids=[case[0] for case in MIG_RESOURCE_LABELER],
-)
+@pytest.mark.parametrize(("resource", "count", "sharing", "expected"), table(MIG_RESOURCE_LABELER))
 def test_mig_resource_labeler(
     resource: str, count: int, sharing: TimeSlicing, expected: dict[str, str]
 ) -> None:
@@ -518,11 +482,7 @@ MIG_CAPABILITY = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("devices", "expected"),
-    [case[1:] for case in MIG_CAPABILITY],
-    ids=[case[0] for case in MIG_CAPABILITY],
-)
+@pytest.mark.parametrize(("devices", "expected"), table(MIG_CAPABILITY))
 def test_mig_capability_labeler(devices: tuple[Mock, ...], expected: Any) -> None:
     labels = only(labels_of(manager(*devices), "none", Config()), "mig.capable")
     assert labels == ({} if expected == {} else ns({"mig.capable": expected}))
@@ -559,11 +519,7 @@ SHARING_LABELER = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("devices", "sharing", "expected"),
-    [case[1:] for case in SHARING_LABELER],
-    ids=[case[0] for case in SHARING_LABELER],
-)
+@pytest.mark.parametrize(("devices", "sharing", "expected"), table(SHARING_LABELER))
 def test_sharing_labeler(devices: tuple[Mock, ...], sharing: TimeSlicing, expected: Any) -> None:
     if expected is ConfigError:
         with pytest.raises(ConfigError, match="MPS sharing is not supported for MIG devices"):
@@ -591,11 +547,7 @@ GPU_MODE = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("classes", "expected"),
-    [case[1:] for case in GPU_MODE],
-    ids=[case[0] for case in GPU_MODE],
-)
+@pytest.mark.parametrize(("classes", "expected"), table(GPU_MODE))
 def test_gpu_mode_labeler(classes: tuple[Any, ...], expected: str) -> None:
     devices = [
         Mock(mig=Mig(True, ()), cc=(0, 0), pci_class=GRAPHICS)
@@ -660,9 +612,7 @@ VERSIONS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("driver", "expected"), [case[1:] for case in VERSIONS], ids=[case[0] for case in VERSIONS]
-)
+@pytest.mark.parametrize(("driver", "expected"), table(VERSIONS))
 def test_version_labeler(driver: Driver, expected: dict[str, str]) -> None:
     snapshot = Snapshot(driver=driver, gpus=manager(full_gpu()).gpus)
     assert only(labels_of(snapshot, "none", Config()), *CUDA_KEYS) == ns(expected)
@@ -685,9 +635,7 @@ IMEX = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("fabrics", "expected"), [case[1:] for case in IMEX], ids=[case[0] for case in IMEX]
-)
+@pytest.mark.parametrize(("fabrics", "expected"), table(IMEX))
 def test_imex_labeler(fabrics: tuple[Fabric | None, ...], expected: Any) -> None:
     snapshot = manager(*[full_gpu(fabric=fabric) for fabric in fabrics])
     labels = only(labels_of(snapshot, "none", Config()), "gpu.clique")
@@ -708,9 +656,7 @@ MACHINE = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("machine", "expected"), [case[1:] for case in MACHINE], ids=[case[0] for case in MACHINE]
-)
+@pytest.mark.parametrize(("machine", "expected"), table(MACHINE))
 def test_machine_type_labeler(machine: str | None, expected: str) -> None:
     labels = only(labels_of(manager(full_gpu(), machine=machine), "none", Config()), "gpu.machine")
     assert labels == ns({"gpu.machine": expected})
@@ -744,9 +690,7 @@ VGPU = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("vgpu", "expected"), [case[1:] for case in VGPU], ids=[case[0] for case in VGPU]
-)
+@pytest.mark.parametrize(("vgpu", "expected"), table(VGPU))
 def test_vgpu_labeler(vgpu: Vgpu | None, expected: dict[str, str]) -> None:
     keys = ("vgpu.present", "vgpu.host-driver-version", "vgpu.host-driver-branch")
     labels = only(labels_of(manager(full_gpu(), vgpu=vgpu), "none", Config()), *keys)

@@ -247,22 +247,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     yield Installed(venv, python, venv / "bin", wheel)
 
 
-def _run(installed: Installed, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _run(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(installed.bin / args[0]), *args[1:]],
+        argv,
         capture_output=True,
         text=True,
         check=False,
         cwd=cwd,
-        env=_clean_env(),
+        env=env or _clean_env(),
         stdin=subprocess.DEVNULL,
         timeout=120,
     )
 
 
-def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(
-    installed: Installed,
-) -> None:
+def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(installed: Installed) -> None:
     # Requirements without an extra marker (the runtime ones) must all be installed.
     probe = (
         "import importlib.metadata as m, re, gfd\n"
@@ -272,14 +272,7 @@ def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(
         "        name = re.match(r'[A-Za-z0-9._-]+', r).group()\n"
         "        print('requires', name, m.version(name))\n"
     )
-    done = subprocess.run(
-        [str(installed.python), "-c", probe],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=installed.venv,
-        env=_clean_env(),
-    )
+    done = _run([str(installed.python), "-c", probe], installed.venv)
     assert done.returncode == 0, done.stderr[-3000:]
     first, *requirements = done.stdout.splitlines()
     assert Path(first).resolve().is_relative_to(installed.venv.resolve())
@@ -289,7 +282,7 @@ def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(
 
 def test_gfd_version_from_the_installed_wheel(installed: Installed, tmp_path: Path) -> None:
     for command in ("gfd", "gpu-feature-discovery"):
-        done = _run(installed, command, "--version", cwd=tmp_path)
+        done = _run([str(installed.bin / command), "--version"], tmp_path)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["gfd", __version__]
     assert installed.wheel.name.startswith(f"gfd-{__version__}-")
@@ -311,20 +304,13 @@ def test_oneshot_from_the_installed_wheel_matches_the_source_tree(
 ) -> None:
     snapshot = _example_snapshot()
     args = ("--oneshot", "--no-timestamp", "--snapshot-file", str(snapshot))
-    from_wheel = _run(installed, "gfd", *args, cwd=tmp_path)
+    from_wheel = _run([str(installed.bin / "gfd"), *args], tmp_path)
     assert from_wheel.returncode == 0, from_wheel.stderr[-3000:]
     lines = from_wheel.stdout.splitlines()
     assert lines and all(re.fullmatch(r"nvidia\.com/[^=]+=.*", line) for line in lines), lines
     assert any(line.startswith("nvidia.com/gpu.count=") for line in lines)
-    from_source = subprocess.run(
-        [sys.executable, "-m", "gfd", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        env={**_clean_env(), "PYTHONPATH": str(ROOT)},
-        stdin=subprocess.DEVNULL,
-        timeout=120,
+    from_source = _run(
+        [sys.executable, "-m", "gfd", *args], ROOT, {**_clean_env(), "PYTHONPATH": str(ROOT)}
     )
     assert from_source.returncode == 0, from_source.stderr[-3000:]
     assert from_wheel.stdout == from_source.stdout

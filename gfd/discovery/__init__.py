@@ -31,7 +31,8 @@ Tegra files are there and NVML's library is not, or when NVML lists an integrate
 (a name holding ``(nvgpu)`` or ``NVIDIA Thor``); NVML otherwise (a WSL host is NVML too).
 ``auto`` never picks vfio.  With neither NVML nor Tegra files upstream finds no platform;
 here that is NVML being unavailable, with the same consequences (exit 1 under
-``--fail-on-init-error``, else the minimal label set).
+``--fail-on-init-error``, else the minimal label set).  ``dra`` reads no host at all: this
+node's ResourceSlices of NVIDIA's DRA driver from the API server (gfd.dra_source).
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ def discover(settings: Settings, *, nvml: Any = None, cuda: Any = None) -> Snaps
         raise UsageError(
             f"--device-discovery-strategy {describe(strategy)}: "
             f"must be one of {', '.join(DISCOVERY_STRATEGIES)}"
+        )
+    if strategy == "dra":
+        raise UsageError(
+            "--device-discovery-strategy dra reads the API server, not the host "
+            "(gfd.dra_source); it has no host discovery"
         )
     if strategy == "vfio":
         return _host_snapshot(settings, *vfio.read(settings.sysfs_root), "vfio")

@@ -17,8 +17,10 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from gfd.discovery.driver_root import resolve_library
+from gfd.discovery.driver_root import load_shared, resolve_library
+from gfd.echo import clip_path
 from gfd.errors import DiscoveryError, NvmlUnavailableError
+from gfd.files import UnreadableFileError
 from gfd.snapshot import MAX_GPUS, ComputeCapability, Driver, Gpu
 
 LIBRARY = "libcuda.so.1"
@@ -56,7 +58,12 @@ def load_library(driver_root: str) -> Any:
     """``libcuda.so.1``, from the driver root when it is there, else by name."""
     path = resolve_library(driver_root, LIBRARY)
     try:
-        return ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+        return load_shared(path, ctypes.RTLD_GLOBAL)
+    except UnreadableFileError as exc:
+        raise NvmlUnavailableError(
+            f"CUDA is unavailable: {LIBRARY} under --driver-root-ctr-path "
+            f"({clip_path(path)}) is not loaded: {exc.reason}; {UNAVAILABLE_HINT}"
+        ) from None
     except OSError as exc:
         raise NvmlUnavailableError(
             f"CUDA is unavailable: {path} could not be loaded ({exc}); {UNAVAILABLE_HINT}"

@@ -8,11 +8,18 @@ when none has it the bare name is used again.  gfd loads ``libnvidia-ml.so.1`` (
 ``libcuda.so.1`` (the tegra strategy) through this, so a driver root mounted without the
 NVIDIA container runtime still works; upstream's default, ``/driver-root``, is usually
 absent in a GFD container, and then the loader's search path decides, as before.
+
+A library found under the root is checked before the loader sees it (gfd.files
+``load_regular``): a FIFO, a device, a directory or an over-size file planted there is
+refused in one line instead of blocking or exhausting the loader.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+
+from gfd.files import load_regular
 
 #: upstream's search list, in its order
 LIBRARY_DIRECTORIES = (
@@ -37,3 +44,13 @@ def resolve_library(root: str, name: str) -> str:
         except (OSError, ValueError):
             continue
     return name
+
+
+def load_shared(path: str, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
+    """The shared library at ``path`` (a bare name: through the loader's search path).
+
+    A path is checked first (gfd.files.load_regular).  Raises gfd.files.UnreadableFileError
+    for a file that is not one, OSError for one the loader refuses."""
+    if os.sep not in path:
+        return ctypes.CDLL(path, mode=mode)
+    return load_regular(path, lambda checked: ctypes.CDLL(checked, mode=mode))

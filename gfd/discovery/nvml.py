@@ -25,9 +25,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from gfd.discovery import mig_profile
-from gfd.discovery.driver_root import resolve_library
+from gfd.discovery.driver_root import load_shared, resolve_library
 from gfd.discovery.gpu_links import TopologyReader
+from gfd.echo import clip_path
 from gfd.errors import DiscoveryError, NvmlLibraryMissingError, NvmlUnavailableError
+from gfd.files import UnreadableFileError
 from gfd.labels.devices import is_skipped_device
 from gfd.observability import get_logger
 from gfd.snapshot import (
@@ -102,10 +104,16 @@ def use_library(module: Any, path: str) -> None:
     if os.sep not in path or getattr(module, "nvmlLib", "absent") is not None:
         return
     try:
-        library = ctypes.CDLL(path)
+        library = load_shared(path)
+    except UnreadableFileError as exc:
+        raise NvmlLibraryMissingError(
+            f"NVML is unavailable: {LIBRARY} under --driver-root-ctr-path "
+            f"({clip_path(path)}) is not loaded: {exc.reason}"
+        ) from None
     except OSError as exc:
         raise NvmlLibraryMissingError(
-            f"NVML is unavailable: {path} (from --driver-root-ctr-path) could not be loaded: {exc}"
+            f"NVML is unavailable: {clip_path(path)} (from --driver-root-ctr-path) could not "
+            f"be loaded: {exc}"
         ) from None
     lock = getattr(module, "libLoadLock", None)
     if lock is None:

@@ -4,6 +4,7 @@ module docstring of gfd.kube.credentials gives the rules and their sources)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -130,11 +131,13 @@ class ExecPlugin(CredentialSource):
             # in the middle of Popen, it would leave the plugin running, unknown to anyone
             with interrupt.deferred():
                 process = self._start(env, what)
+                _RUNNING.add(process.pid)
             with interrupt.interruptible():
                 stdout, stderr, status = _collect(process, deadline)
         finally:
             if process is not None:
                 with interrupt.deferred():  # nor while it is being ended
+                    _RUNNING.discard(process.pid)
                     _end_group(process)
         if status is None:
             raise CredentialError(
@@ -304,6 +307,19 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
+
+
+#: the plugins running now, by pid (= process group): killed at exit, whichever thread
+#: started them (a watch's thread is not waited for when the process ends)
+_RUNNING: set[int] = set()
+
+
+def _end_running() -> None:
+    for pid in list(_RUNNING):
+        _kill_group(pid)
+
+
+atexit.register(_end_running)
 
 
 def _kill_group(pid: int) -> None:

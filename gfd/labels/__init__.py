@@ -192,7 +192,13 @@ def _publishable(labels: dict[str, str], warnings: list[str]) -> dict[str, str]:
             published[keys.full_key(name)] = labels[name]
             continue
         value, changed = valid_label_value(labels[name])
-        if changed:
+        if changed and name.endswith(f".{keys.MACHINE}"):
+            # the machine type is a file's content, and what a path leads to is never shown
+            warnings.append(
+                f"label {keys.PREFIX}{name}: a value of {len(labels[name])} characters is not "
+                "a valid label value; published cut to fit"
+            )
+        elif changed:
             warnings.append(
                 f"label {keys.PREFIX}{name}: value {describe(labels[name])} is not a valid label "
                 f"value; published as {value!r}"
@@ -254,7 +260,11 @@ def _gpu_labels(
     if config.sharing.strategy == "mps" and any(gpu.mig_enabled for gpu in gpus):
         raise ConfigError("sharing.mps: MPS sharing is not supported for MIG devices")
     labels = node.driver_labels(snapshot.driver)
-    labels[keys.MIG_CAPABLE] = node.bool_label(any(gpu.mig_capable for gpu in gpus))
+    capable = any(gpu.mig_capable for gpu in gpus)
+    # DRA slices of GPUs with MIG off do not say whether MIG could be enabled: no answer
+    # rather than an invented "false"
+    if capable or snapshot.discovery != "dra":
+        labels[keys.MIG_CAPABLE] = node.bool_label(capable)
     if mig_strategy != "none":
         labels[keys.MIG_STRATEGY] = mig_strategy
     labels[keys.MPS_CAPABLE] = node.bool_label(config.sharing.strategy == "mps")

@@ -193,18 +193,18 @@ class KoordletDeviceInfos:
         return True
 
     def cleanup(self) -> None:
-        """Remove the file if it is there and a regular file (what gfd writes)."""
+        """Remove the file if it is there and a regular file, and gfd's working directory
+        beside it when it is an empty real directory (what gfd made)."""
         try:
             directory = _open_directory(self.directory)
         except OSError:
             self._written = None
             return  # no directory: no file
         try:
-            if self._kind(directory) == "missing":
-                self._written = None
-                return
-            self._refuse_special(directory)
-            os.unlink(FILE_NAME, dir_fd=directory)
+            if self._kind(directory) != "missing":
+                self._refuse_special(directory)
+                os.unlink(FILE_NAME, dir_fd=directory)
+            self._remove_temp_dir(directory)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -214,6 +214,25 @@ class KoordletDeviceInfos:
         self._written = None
 
     # ------------------------------------------------------------- internals
+
+    @staticmethod
+    def _remove_temp_dir(directory: int) -> None:
+        """Remove the working directory when it is a real directory of gfd's: the
+        temporary files a killed gfd left in it first (only regular files named as gfd
+        names them), then the directory (rmdir never follows a symlink and leaves a
+        directory someone else filled)."""
+        with contextlib.suppress(OSError):
+            temp_dir = _open_directory(TEMP_DIR, follow=False, dir_fd=directory)
+            try:
+                if os.fstat(temp_dir).st_uid != os.geteuid():
+                    return  # not gfd's
+                for name in os.listdir(temp_dir):
+                    mode = os.stat(name, dir_fd=temp_dir, follow_symlinks=False).st_mode
+                    if name.startswith("gfd-") and stat.S_ISREG(mode):
+                        os.unlink(name, dir_fd=temp_dir)
+            finally:
+                os.close(temp_dir)
+            os.rmdir(TEMP_DIR, dir_fd=directory)
 
     @staticmethod
     def _kind(directory: int) -> str:

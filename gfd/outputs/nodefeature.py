@@ -14,7 +14,7 @@ the raw GPU features of gfd.labels.features, which the agent sets in ``features`
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.kube.client import (
@@ -26,6 +26,7 @@ from gfd.kube.client import (
     retry_budget,
     string_map,
 )
+from gfd.kube.watch import OwnedObject, watch_client
 from gfd.labels.features import node_features
 from gfd.observability import get_logger
 from gfd.outputs import Output
@@ -102,6 +103,32 @@ class NodeFeatureOutput(Output):
         namespace = path_segment(settings.namespace)
         self._collection = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
         self._path = f"{self._collection}/{path_segment(self.object_name)}"
+        # the labels last published or verified: what a change seen by the watch may undo;
+        # and the version gfd's own last write made (its own event undoes nothing)
+        self._desired: dict[str, str] | None = None
+        self._written: str | None = None
+        self._owned = _owned_object(self, settings)
+
+    # ------------------------------------------------------------- the watch
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Watch the object (gfd.kube.watch) instead of re-reading it periodically:
+        ``wake()`` when a change undoes what was published."""
+        self.verify_interval = None
+        self._owned.start(wake, self._watch_refused)
+
+    def unwatch(self) -> None:
+        self._owned.stop()
+        self._watch_refused()
+
+    def _watch_refused(self) -> None:
+        self.verify_interval = type(self).verify_interval  # the periodic re-read again
+
+    def _undone(self, obj: JSON | None) -> bool:
+        desired = self._desired
+        if desired is None or (obj is not None and _version(obj) == self._written):
+            return False
+        return obj is None or self._differs(self._checked(obj), desired)
 
     # ------------------------------------------------------------- the Output protocol
 
@@ -111,14 +138,22 @@ class NodeFeatureOutput(Output):
             f"publish NodeFeature {self.namespace}/{self.object_name}",
             lambda: self._reconcile(desired, self._get()),
         )
+        self._desired = desired
 
     def verify(self, labels: Mapping[str, str]) -> bool:
         desired = dict(sorted(labels.items()))
         wrote = False
+        # the object as the watch last saw it saves a read; a stale view only costs a write
+        # refused with 409 (AlreadyExists, or a resourceVersion conflict), after which the
+        # retry reads the object itself
+        watched, seen = self._owned.view()
 
         def check() -> None:
-            nonlocal wrote
-            current = self._get()
+            nonlocal wrote, watched
+            current = self._checked(copy.deepcopy(seen)) if watched and seen else None
+            if not watched:
+                current = self._get()
+            watched = False
             if current is not None and not self._differs(current, desired):
                 return
             self._log.warning(
@@ -129,6 +164,7 @@ class NodeFeatureOutput(Output):
             wrote = self._reconcile(desired, current) or wrote
 
         self._client.run(f"verify NodeFeature {self.namespace}/{self.object_name}", check)
+        self._desired = desired
         return wrote
 
     def offer(self, snapshot: Snapshot) -> bool:
@@ -211,7 +247,9 @@ class NodeFeatureOutput(Output):
             }
             if owners:
                 body["metadata"]["ownerReferences"] = owners
-            self._checked(self._client.request("POST", self._collection, body))
+            self._written = _version(
+                self._checked(self._client.request("POST", self._collection, body))
+            )
             self._log.info(
                 "created NodeFeature object", object=self.object_name, labels=len(desired)
             )
@@ -231,7 +269,7 @@ class NodeFeatureOutput(Output):
         updated.setdefault("status", {})
         # metadata.resourceVersion stays as read: a concurrent write answers 409 and the
         # retry policy re-runs the whole read-compare-write
-        self._checked(self._client.request("PUT", self._path, updated))
+        self._written = _version(self._checked(self._client.request("PUT", self._path, updated)))
         self._log.info("updated NodeFeature object", object=self.object_name, labels=len(desired))
         return True
 
@@ -291,6 +329,27 @@ class NodeFeatureOutput(Output):
                 },
             ]
         return self._owner_references
+
+
+def _owned_object(output: NodeFeatureOutput, settings: Settings) -> OwnedObject:
+    client = output._client
+    return OwnedObject(
+        lambda: watch_client(
+            settings.kubeconfig,
+            settings.kube_api_qps,
+            settings.kube_api_burst,
+            client.rate_limiter,
+        ),
+        output._collection,
+        output.object_name,
+        f"NodeFeature {output.namespace}/{output.object_name}",
+        output._undone,
+    )
+
+
+def _version(obj: JSON) -> str | None:
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
 
 
 def _owner_keys(references: Any) -> list[tuple[Any, ...]]:

@@ -24,7 +24,7 @@ What keeps ownership honest:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
@@ -37,6 +37,7 @@ from gfd.kube.client import (
     retry_budget,
     string_map,
 )
+from gfd.kube.watch import OwnedObject, watch_client
 from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
 from gfd.outputs import Output
@@ -122,6 +123,35 @@ class NodeLabelsOutput(Output):
         self._nfd: frozenset[str] = frozenset()
         self._logged_left_out: frozenset[str] = frozenset()
         self._log = get_logger(output=self.kind, node=self.node_name)
+        # the labels last published or verified (those gfd may own): what the watch compares
+        self._desired: dict[str, str] | None = None
+        self._written: str | None = None  # the node's version after gfd's own last patch
+        self._owned_object = _owned_object(self, settings)
+
+    # ------------------------------------------------------------- the watch
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """Watch the Node (gfd.kube.watch) instead of re-reading it periodically:
+        ``wake()`` when a change undoes what was published."""
+        self.verify_interval = None
+        self._owned_object.start(wake, self._watch_refused)
+
+    def unwatch(self) -> None:
+        self._owned_object.stop()
+        self._watch_refused()
+
+    def _watch_refused(self) -> None:
+        self.verify_interval = type(self).verify_interval  # the periodic re-read again
+
+    def _undone(self, node: JSON | None) -> bool:
+        desired, owned = self._desired, self._owned
+        if desired is None or owned is None:
+            return False  # a write in flight, or nothing published yet
+        if node is None:
+            return True
+        if (node.get("metadata") or {}).get("resourceVersion") == self._written:
+            return False  # gfd's own patch
+        return bool(self._differences(self._checked_node(node), desired, owned))
 
     # ------------------------------------------------------------- the Output protocol
 
@@ -134,6 +164,7 @@ class NodeLabelsOutput(Output):
                 if not self._differences(node, desired, recorded | self._unconfirmed):
                     self._owned = frozenset(desired)
                     self._unconfirmed = frozenset()
+                    self._desired = desired
                     self._log.info("node labels already up to date", labels=len(desired))
                     return
                 self._patch(desired, recorded)
@@ -154,6 +185,7 @@ class NodeLabelsOutput(Output):
             if not problems:
                 self._owned = frozenset(desired)
                 self._unconfirmed = frozenset()
+                self._desired = desired
                 return
             self._log.warning(
                 "node labels were removed or edited, publishing again", problems=problems
@@ -243,11 +275,13 @@ class NodeLabelsOutput(Output):
         # until the answer arrives, what this write sets may or may not be on the node
         self._unconfirmed = owned | frozenset(desired)
         self._owned = None
-        self._checked_node(
+        answer = self._checked_node(
             self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
         )
+        self._written = (answer.get("metadata") or {}).get("resourceVersion")
         self._owned = frozenset(desired)
         self._unconfirmed = frozenset()
+        self._desired = dict(desired)
         removed = sorted(owned - set(desired))
         self._log.info("patched node labels", labels=len(desired), removed=len(removed))
 
@@ -266,3 +300,19 @@ class NodeLabelsOutput(Output):
         if annotations.get(MANAGED_LABELS_ANNOTATION) != (managed_labels_value(desired) or None):
             problems.append(f"annotation {MANAGED_LABELS_ANNOTATION} differs")
         return problems
+
+
+def _owned_object(output: NodeLabelsOutput, settings: Settings) -> OwnedObject:
+    client = output._client
+    return OwnedObject(
+        lambda: watch_client(
+            settings.kubeconfig,
+            settings.kube_api_qps,
+            settings.kube_api_burst,
+            client.rate_limiter,
+        ),
+        "/api/v1/nodes",
+        output.node_name,
+        f"Node {output.node_name}",
+        output._undone,
+    )

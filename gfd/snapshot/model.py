@@ -71,7 +71,7 @@ class ComputeCapability:
 
 
 #: the discovery backends a snapshot may come from (``discovery:``; nvml when absent)
-DISCOVERY_KINDS = ("nvml", "vfio", "tegra")
+DISCOVERY_KINDS = ("nvml", "vfio", "tegra", "dra")
 
 
 @dataclass(frozen=True, slots=True)

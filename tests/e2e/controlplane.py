@@ -94,6 +94,35 @@ class ControlPlane:
     audit_log: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     _plurals: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: etcd's client URL, and how the API server was started (an outage restarts it)
+    etcd_url: str = ""
+    apiserver_argv: list[str] = field(default_factory=list)
+
+    # ----------------------------------------------------------------- an outage
+
+    def stop_apiserver(self) -> None:
+        """Kill the API server (as a crashed or unreachable one: connections reset)."""
+        apiserver = self.processes[-1]
+        apiserver.kill()
+        apiserver.wait()
+
+    def start_apiserver(self) -> None:
+        """Start it again, as before, and wait until it is ready."""
+        log = (self.workdir / "logs" / "kube-apiserver.log").open("ab")
+        apiserver = subprocess.Popen(self.apiserver_argv, stdout=subprocess.DEVNULL, stderr=log)
+        self.processes[-1] = apiserver
+        deadline = time.monotonic() + START_PATIENCE_SECONDS
+        while True:
+            if apiserver.poll() is not None:
+                raise AssertionError("kube-apiserver exited on restart")
+            try:
+                if self.request("GET", "/readyz")[0] == 200:
+                    return
+            except (OSError, ssl.SSLError):
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError("kube-apiserver not ready after restart")
+            time.sleep(0.1)
 
     @property
     def version(self) -> str:
@@ -368,13 +397,18 @@ def _base(api_version: str) -> str:
     return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
 
 
-def _token_file() -> str:
+def _token_file(extra: Sequence[tuple[str, str, str]] = ()) -> str:
+    """The static tokens; ``extra``: more (token, user, group) lines (a fleet of nodes,
+    each with a credential of its own)."""
     sa_groups = ",".join([*gfd_groups(), "system:authenticated"])
+    lines = [
+        f'{token},{user},{user},"{group},system:authenticated"\n' for token, user, group in extra
+    ]
     return (
         f'{ADMIN_TOKEN},admin,admin,"system:masters"\n'
         f'{GFD_TOKEN},{GFD_USER},gfd-e2e-sa-uid,"{sa_groups}"\n'
         f'{OTHER_TOKEN},{OTHER_USER},other-writer,"system:masters"\n'
-    )
+    ) + "".join(lines)
 
 
 def stop(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -389,8 +423,11 @@ def stop(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 @contextmanager
-def running(server: Server) -> Iterator[ControlPlane]:
+def running(
+    server: Server, extra_tokens: Sequence[tuple[str, str, str]] = ()
+) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver of ``server``, ready for requests; stopped afterwards.
+    ``extra_tokens``: more static tokens, (token, user, group) each.
 
     ``GFD_E2E_KEEP=1`` keeps the working directory (logs, audit log, certificates)."""
     workdir = Path(tempfile.mkdtemp(prefix=f"gfd-e2e-{server.version}-"))
@@ -398,7 +435,7 @@ def running(server: Server) -> Iterator[ControlPlane]:
     logs = workdir / "logs"
     logs.mkdir()
     try:
-        (workdir / "tokens.csv").write_text(_token_file())
+        (workdir / "tokens.csv").write_text(_token_file(extra_tokens))
         (workdir / "audit-policy.yaml").write_text(yaml.safe_dump(AUDIT_POLICY))
         subprocess.run(
             ["openssl", "genrsa", "-out", str(workdir / "sa.key"), "2048"],
@@ -435,28 +472,30 @@ def running(server: Server) -> Iterator[ControlPlane]:
             ca_file=workdir / "certs" / "apiserver.crt",
             audit_log=workdir / "audit.log",
             processes=processes,
+            etcd_url=f"http://127.0.0.1:{client_port}",
         )
+        plane.apiserver_argv = [
+            str(server.apiserver),
+            f"--etcd-servers=http://127.0.0.1:{client_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={secure_port}",
+            f"--cert-dir={workdir / 'certs'}",
+            f"--token-auth-file={workdir / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            f"--service-account-key-file={workdir / 'sa.key'}",
+            f"--service-account-signing-key-file={workdir / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            f"--audit-log-path={plane.audit_log}",
+            f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
+            "--audit-log-mode=blocking",
+            # no kubelets and no Services here: nothing for the endpoint reconciler
+            "--endpoint-reconciler-type=none",
+            *server.extra_args,
+        ]
         apiserver = subprocess.Popen(
-            [
-                str(server.apiserver),
-                f"--etcd-servers=http://127.0.0.1:{client_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={secure_port}",
-                f"--cert-dir={workdir / 'certs'}",
-                f"--token-auth-file={workdir / 'tokens.csv'}",
-                "--authorization-mode=Node,RBAC",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                f"--service-account-key-file={workdir / 'sa.key'}",
-                f"--service-account-signing-key-file={workdir / 'sa.key'}",
-                "--service-cluster-ip-range=10.96.0.0/24",
-                f"--audit-log-path={plane.audit_log}",
-                f"--audit-policy-file={workdir / 'audit-policy.yaml'}",
-                "--audit-log-mode=blocking",
-                # no kubelets and no Services here: nothing for the endpoint reconciler
-                "--endpoint-reconciler-type=none",
-                *server.extra_args,
-            ],
+            plane.apiserver_argv,
             stdout=subprocess.DEVNULL,
             stderr=(logs / "kube-apiserver.log").open("wb"),
         )

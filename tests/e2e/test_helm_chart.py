@@ -298,7 +298,9 @@ def test_config_map_is_mounted_and_its_entry_chosen_by_the_node_label(
     assert (env["DEFAULT_CONFIG"], env["FALLBACK_STRATEGIES"]) == ("", "named,single")
     assert pod["spec"]["automountServiceAccountToken"] is True
     role = next(o for o in objects if o["kind"] == "ClusterRole")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}
+    ]
 
 
 def test_without_the_node_label_one_entry_is_read_by_every_node(

@@ -89,7 +89,8 @@ def follow_relabels(plane: ControlPlane, tmp_path: Path, token: str, env: dict[s
         assert STRATEGY not in features(output)
         assert agent.stop() == 0
         requests = set(gfd_requests(plane, mark))
-        assert requests == {f"get nodes/{NODE} -> 200"}, requests
+        # the label is followed by the watch of its own node (SPEC §6.4): no read per pass
+        assert requests <= {f"watch nodes/{NODE} -> 200", f"list nodes/{NODE} -> 200"}, requests
     finally:
         agent.kill()
 
@@ -108,8 +109,10 @@ def test_the_overlays_rbac_lets_gfd_follow_its_node_label(server: Server, tmp_pa
         plane.create_node("gpu-node-2", {LABEL: "mig-single"})
         token = pod_token(plane, GFD_NAMESPACE, "gfd", NODE)
         wait_until(lambda: allowed(plane, token, "get", "nodes"), "the ClusterRole never applied")
-        # get, and nothing more: no list, no watch, no write
-        for verb in ("list", "watch", "patch", "update"):
+        # get, list and watch (its own node, watched: SPEC §6.4), and no write
+        for verb in ("list", "watch"):
+            assert allowed(plane, token, verb, "nodes"), verb
+        for verb in ("patch", "update"):
             assert not allowed(plane, token, verb, "nodes"), verb
         (daemonset,) = [o for o in objects if o["kind"] == "DaemonSet"]
         (container,) = daemonset["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
@@ -148,7 +151,8 @@ def test_the_charts_rbac_lets_gfd_follow_its_node_label(server: Server, tmp_path
         env["CONFIG_FILE_SRCDIR"] = str(config_dir(tmp_path, config_map["data"]))
         token = pod_token(plane, NAMESPACE, "gfd", NODE)
         wait_until(lambda: allowed(plane, token, "get", "nodes"), "the ClusterRole never applied")
-        assert not allowed(plane, token, "list", "nodes")
+        assert allowed(plane, token, "watch", "nodes")  # its own node, watched (SPEC §6.4)
+        assert not allowed(plane, token, "patch", "nodes")
         follow_relabels(plane, tmp_path, token, without_pod_paths(env))
 
         helm(helm_bin, plane, tmp_path, "uninstall", RELEASE, "--wait", "--timeout", "60s")

@@ -85,6 +85,11 @@ def test_daemon_publishes_once_then_sends_nothing_at_steady_state(
         first = agent.passes(1)[0]
         assert first["changed"] is True
         assert_published(gfd_rbac, node, SNAPSHOT_A)
+        # the watch of its own node (SPEC §6.4) is open: one long request, not a poll
+        gfd_rbac.wait_for(
+            "the watch",
+            lambda: f"watch nodes/{node} -> 200" in gfd_requests(gfd_rbac, 0, "nodes"),
+        )
         mark = gfd_rbac.audit_mark()
         later = agent.passes(10)
         assert [p["changed"] for p in later] == [False] * 10

@@ -11,6 +11,12 @@ Nodes, Pods, DaemonSets and NFD NodeFeatures:
 - Every object carries ``uid``, ``resourceVersion`` (one global counter, as etcd's) and
   ``creationTimestamp``; errors are ``Status`` objects as the real API server returns them.
 - Every request is recorded (method, path, status, content type) and can be counted.
+- Watches (``?watch=1`` on a collection, as client-go's reflector sends them): a
+  ``fieldSelector`` on ``metadata.name``, resumed from a ``resourceVersion`` (410 Gone, as an
+  ERROR event, once :meth:`FakeApiServer.compact` dropped the history), ``BOOKMARK`` events on
+  :meth:`FakeApiServer.bookmark` when ``allowWatchBookmarks``, ``timeoutSeconds``; one JSON
+  event a line until the server ends the stream.  A watch can be refused (403 from RBAC)
+  or stalled (headers sent, then nothing) on demand.
 - Faults on demand: an HTTP status (5xx, 429 with Retry-After), a delay, a dropped connection
   (the socket is closed without a response), or the whole server going "down" (the listening
   socket is closed: connection refused) and coming back on the same port.
@@ -39,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 JSON = dict[str, Any]
 
@@ -61,6 +67,7 @@ RESOURCES = (
     ResourceType("/api/v1", "pods", "Pod", namespaced=True),
     ResourceType("/apis/apps/v1", "daemonsets", "DaemonSet", namespaced=True),
     ResourceType("/apis/nfd.k8s-sigs.io/v1alpha1", "nodefeatures", "NodeFeature", namespaced=True),
+    ResourceType("/apis/resource.k8s.io/v1", "resourceslices", "ResourceSlice", namespaced=False),
 )
 _BY_PLURAL = {resource.plural: resource for resource in RESOURCES}
 _BY_KIND = {resource.kind: resource for resource in RESOURCES}
@@ -89,6 +96,7 @@ class Request:
     body: Any
     authorization: str | None = None  # the Authorization header as it arrived
     client_cn: str | None = None  # over TLS: the common name of the client's certificate
+    query: str = ""  # the query string (a list's field selector, a watch's parameters)
 
 
 @dataclass
@@ -115,8 +123,11 @@ class Fault:
     huge: int | None = None  # answer 200 with this many bytes
     declare_length: bool = True  # with ``huge``: send Content-Length (else: until close)
     echo_authorization: bool = False  # with ``status``: the message quotes the credentials
+    watch: bool | None = None  # only watch requests (True) or only the others (False)
 
-    def matches(self, method: str, path: str) -> bool:
+    def matches(self, method: str, path: str, watch: bool = False) -> bool:
+        if self.watch is not None and self.watch != watch:
+            return False
         if self.method is not None and self.method != method:
             return False
         return self.path_contains is None or self.path_contains in path
@@ -170,6 +181,28 @@ class _State:
     huge_bytes_sent: int = 0
     # the Authorization header values let in (None: any request, with or without one)
     accepted: frozenset[str] | None = None
+    # every change, for watches: (resourceVersion, type, plural, namespace, name, object)
+    events: list[tuple[int, str, str, str, str, JSON]] = field(default_factory=list)
+    last_version: int = 999
+    compacted: int = 0  # a watch from an older version is answered 410 Gone
+    bookmarks: int = 0  # bumped by bookmark(): every open watch sends one
+    watch_refused: int | None = None  # answer every watch with this status
+    watch_stalled: bool = False  # send a watch's headers, then nothing
+    open_watches: int = 0
+    changed: threading.Condition = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.changed = threading.Condition(self.lock)
+
+    def version(self) -> str:
+        self.last_version = next(self.versions)
+        return str(self.last_version)
+
+    def note(self, kind: str, resource: ResourceType, key: tuple[str, str, str], obj: JSON) -> None:
+        """Record a change for the watches (under the lock)."""
+        version = int(obj["metadata"]["resourceVersion"])
+        self.events.append((version, kind, resource.plural, key[1], key[2], copy.deepcopy(obj)))
+        self.changed.notify_all()
 
 
 @dataclass(frozen=True)
@@ -295,6 +328,7 @@ class FakeApiServer:
                 resource, stored["metadata"].get("namespace", ""), stored["metadata"]["name"]
             )
             self._state.objects[key] = stored
+            self._state.note("ADDED", resource, key, stored)
             return copy.deepcopy(stored)
 
     def add_node(
@@ -365,15 +399,21 @@ class FakeApiServer:
         """Change a stored object in place (as another client would), bumping its version."""
         resource = _BY_KIND[kind]
         with self._state.lock:
-            obj = self._state.objects[_key(resource, namespace, name)]
+            key = _key(resource, namespace, name)
+            obj = self._state.objects[key]
             change(obj)
-            obj["metadata"]["resourceVersion"] = str(next(self._state.versions))
+            obj["metadata"]["resourceVersion"] = self._state.version()
+            self._state.note("MODIFIED", resource, key, obj)
             return copy.deepcopy(obj)
 
     def delete(self, kind: str, name: str, namespace: str = "") -> None:
         resource = _BY_KIND[kind]
         with self._state.lock:
-            self._state.objects.pop(_key(resource, namespace, name), None)
+            key = _key(resource, namespace, name)
+            gone = self._state.objects.pop(key, None)
+            if gone is not None:
+                gone["metadata"]["resourceVersion"] = self._state.version()
+                self._state.note("DELETED", resource, key, gone)
 
     def objects(self, kind: str) -> list[JSON]:
         resource = _BY_KIND[kind]
@@ -453,6 +493,43 @@ class FakeApiServer:
     def clear_faults(self) -> None:
         with self._state.lock:
             self._state.faults.clear()
+
+    # ------------------------------------------------------------- watches
+
+    def compact(self) -> None:
+        """Drop the history: a watch resumed from any version seen so far gets 410 Gone."""
+        with self._state.lock:
+            self._state.compacted = self._state.last_version + 1
+            self._state.events.clear()
+
+    def bookmark(self) -> None:
+        """Every open watch that allows bookmarks sends one (the current version)."""
+        with self._state.lock:
+            self._state.bookmarks += 1
+            self._state.changed.notify_all()
+
+    def refuse_watches(self, status: int | None = 403) -> None:
+        """Answer every watch with ``status`` (None: serve them again)."""
+        with self._state.lock:
+            self._state.watch_refused = status
+
+    def stall_watches(self, stalled: bool = True) -> None:
+        """Send a watch's headers and then nothing (a stalled stream)."""
+        with self._state.lock:
+            self._state.watch_stalled = stalled
+
+    @property
+    def open_watches(self) -> int:
+        with self._state.lock:
+            return self._state.open_watches
+
+    def watch_requests(self, path_contains: str = "") -> int:
+        """How many watch requests arrived (on a path containing ``path_contains``)."""
+        return sum(
+            1
+            for request in self.requests
+            if "watch=" in request.query and path_contains in request.path
+        )
 
     def accept_only(self, *authorizations: str) -> None:
         """Answer 401 Unauthorized (as the real server does) to a request whose
@@ -574,7 +651,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(401, status_object(401, "Unauthorized", "Unauthorized"))
             return
 
-        fault = self._take_fault(method, path)
+        query = parse_qs(urlsplit(self.path).query)
+        watch = method == "GET" and query.get("watch", [""])[0] in ("1", "true")
+        fault = self._take_fault(method, path, watch)
         if fault is not None and fault.after_apply:
             # the server does the work; then the answer is lost (a proxy's 504, a timeout)
             try:
@@ -607,6 +686,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
 
         try:
+            if watch:
+                self._watch(path, query)
+                return
             code, answer = self._dispatch(method, path, content_type, body)
         except ApiStatusError as error:
             code = error.code
@@ -685,10 +767,10 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _take_fault(self, method: str, path: str) -> Fault | None:
+    def _take_fault(self, method: str, path: str, watch: bool = False) -> Fault | None:
         with self.state.lock:
             for fault in self.state.faults:
-                if fault.matches(method, path):
+                if fault.matches(method, path, watch):
                     if fault.count is not None:
                         fault.count -= 1
                         if fault.count <= 0:
@@ -701,9 +783,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         authorization = self.headers.get("Authorization")
         client_cn = self._client_cn()
+        query = urlsplit(self.path).query
         with self.state.lock:
             self.state.requests.append(
-                Request(method, path, status, content_type, body, authorization, client_cn)
+                Request(method, path, status, content_type, body, authorization, client_cn, query)
             )
 
     def _client_cn(self) -> str | None:
@@ -724,7 +807,93 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
+    # ------------------------------------------------------------- watches
+
+    def _watch(self, path: str, query: Mapping[str, list[str]]) -> None:
+        """Serve one watch: the events after its resourceVersion, until its timeoutSeconds,
+        the server's stop or the client going away."""
+        resource, namespace, name = self._route(path)
+        if name is not None:
+            raise ApiStatusError(405, "MethodNotAllowed", "watch a collection")
+        with self.state.lock:
+            refused = self.state.watch_refused
+        if refused is not None:
+            raise ApiStatusError(refused, _REASONS.get(refused, "Forbidden"), "watch refused")
+        selector = query.get("fieldSelector", [""])[0]
+        wanted = selector.partition("metadata.name=")[2] if selector else None
+        since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
+        deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
+        self._record("GET", path, 200, None, None)
+        self.close_connection = True
+        with suppress(OSError):
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.flush()
+            with self.state.lock:
+                self.state.open_watches += 1
+            try:
+                self._stream_events(resource, namespace, wanted, since, bookmarks, deadline)
+            finally:
+                with self.state.lock:
+                    self.state.open_watches -= 1
+
+    def _stream_events(
+        self,
+        resource: ResourceType,
+        namespace: str,
+        wanted: str | None,
+        since: int,
+        bookmarks: bool,
+        deadline: float,
+    ) -> None:
+        state = self.state
+        with state.lock:
+            seen_bookmarks = state.bookmarks
+        while time.monotonic() < deadline and not state.closing.is_set():
+            lines: list[JSON] = []
+            with state.lock:
+                if state.watch_stalled:
+                    pass
+                elif since and since < state.compacted:
+                    gone = status_object(410, "Expired", "too old resource version")
+                    lines.append({"type": "ERROR", "object": gone})
+                else:
+                    for version, kind, plural, ns, name, obj in state.events:
+                        if version <= since or plural != resource.plural:
+                            continue
+                        if (resource.namespaced and ns != namespace) or wanted not in (
+                            None,
+                            name,
+                        ):
+                            continue
+                        lines.append({"type": kind, "object": copy.deepcopy(obj)})
+                        since = version
+                    if bookmarks and state.bookmarks != seen_bookmarks:
+                        seen_bookmarks = state.bookmarks
+                        since = max(since, state.last_version)
+                        mark: JSON = {"kind": resource.kind, "apiVersion": resource.api_version}
+                        mark["metadata"] = {"resourceVersion": str(since)}
+                        lines.append({"type": "BOOKMARK", "object": mark})
+                if not lines:
+                    state.changed.wait(0.05)
+            for line in lines:
+                self.wfile.write(json.dumps(line).encode() + b"\n")
+            self.wfile.flush()
+            if any(line["type"] == "ERROR" for line in lines):
+                return
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                return  # the client closed its end
+
     # ------------------------------------------------------------- the API
+
+    def _field_selector(self) -> dict[str, str]:
+        """``fieldSelector=a.b=v,...`` of the request (equality terms only, as used here)."""
+        values = parse_qs(urlsplit(self.path).query).get("fieldSelector") or [""]
+        terms = [term.split("=", 1) for term in values[0].split(",") if "=" in term]
+        return {field: value for field, value in terms}
 
     @staticmethod
     def _route(path: str) -> tuple[ResourceType, str, str | None]:
@@ -757,11 +926,12 @@ class _Handler(BaseHTTPRequestHandler):
                         for (plural, ns, _), obj in sorted(objects.items())
                         if plural == resource.plural
                         and (not resource.namespaced or ns == namespace)
+                        and _selected(obj, self._field_selector())
                     ]
                     return 200, {
                         "kind": resource.kind + "List",
                         "apiVersion": resource.api_version,
-                        "metadata": {"resourceVersion": str(next(self.state.versions))},
+                        "metadata": {"resourceVersion": self.state.version()},
                         "items": items,
                     }
                 if method == "POST":
@@ -781,6 +951,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return 200, copy.deepcopy(current)
             if method == "DELETE":
                 del objects[key]
+                current["metadata"]["resourceVersion"] = self.state.version()
+                self.state.note("DELETED", resource, key, current)
                 return 200, status_object(200, "", "", {"name": name, "kind": resource.plural})
             if method == "PUT":
                 if not isinstance(body, dict):
@@ -840,6 +1012,7 @@ class _Handler(BaseHTTPRequestHandler):
         _validate(resource, body)
         stored = self.prepare_new(self.state, resource, copy.deepcopy(body))
         self.state.objects[key] = stored
+        self.state.note("ADDED", resource, key, stored)
         return copy.deepcopy(stored)
 
     def _replace(
@@ -877,7 +1050,8 @@ class _Handler(BaseHTTPRequestHandler):
         new_metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
         _drop_empty_metadata(stored)
         if stored != current:
-            new_metadata["resourceVersion"] = str(next(self.state.versions))
+            new_metadata["resourceVersion"] = self.state.version()
+            self.state.note("MODIFIED", resource, key, stored)
         self.state.objects[key] = stored
         return copy.deepcopy(stored)
 
@@ -891,7 +1065,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             metadata.pop("namespace", None)
         metadata["uid"] = str(uuid.uuid4())
-        metadata["resourceVersion"] = str(next(state.versions))
+        metadata["resourceVersion"] = state.version()
         metadata["creationTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         _drop_empty_metadata(obj)
         return obj
@@ -923,3 +1097,14 @@ def write_kubeconfig(
     target = Path(path)
     target.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return target
+
+
+def _selected(obj: JSON, selector: Mapping[str, str]) -> bool:
+    """Whether ``obj`` matches every ``path.to.field=value`` term of a field selector."""
+    for field_path, wanted in selector.items():
+        value: Any = obj
+        for part in field_path.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value != wanted:
+            return False
+    return True

@@ -86,7 +86,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Does the pod need its API token? */}}
 {{- define "gfd.usesApi" -}}
-{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") (include "gfd.nodeConfig" .) }}true{{ end -}}
+{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") (include "gfd.nodeConfig" .) (eq (toString .Values.deviceDiscoveryStrategy) "dra") }}true{{ end -}}
 {{- end -}}
 
 {{- define "gfd.featuresDir" -}}

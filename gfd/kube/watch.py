@@ -1,0 +1,511 @@
+"""Watching the one object of a kind that gfd owns, so that a change that undoes its work is
+seen within moments and nothing is re-read at steady state.
+
+One :class:`ObjectWatch` per object (its NodeFeature, its Node), shared by everything that
+follows that object (the node-label output and the per-node config both follow the Node).
+It runs in a thread of its own, with a client of its own (the API client is not
+thread-safe), and tells its followers what the object is now: on start and after a relist,
+and on every event.  The followers decide whether that undoes what gfd published and, if
+so, wake the agent's loop.
+
+The protocol is the API server's own (what client-go's reflector does): a list with a field
+selector on the name gives the object and a ``resourceVersion``; a watch from there with
+``allowWatchBookmarks`` streams the changes; when the stream ends (the server's timeout,
+the server going away) the watch is resumed from the last version seen; when that version
+is too old (410 Gone) the object is listed once more.
+
+The stream is a channel from the API server and bounded as such:
+
+- an event (one JSON line) is at most :data:`MAX_EVENT_BYTES`; a longer line ends the stream;
+- at most :data:`EVENT_BURST` events at once and :data:`EVENTS_PER_SECOND` after: a flood
+  ends the stream (the object is one object; nobody edits it that fast);
+- a stream asks the server to end it after ``timeoutSeconds``; one still open
+  :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
+- anything that is not an event of this object ends the stream.
+
+A stream that ends early or fails is reconnected after a wait drawn at random up to a bound
+that doubles up to :data:`RECONNECT_MAX_SECONDS` (as client-go's reflector), so that a fleet
+whose API server came back does not reconnect in one second; every request also takes a token of the
+client-side rate limit (``--kube-api-qps``/``--kube-api-burst``) the outputs use.  A watch
+the server refuses (403: RBAC without ``watch`` or ``list``; 405) :data:`REFUSALS_BEFORE_GIVING_UP`
+times in a row is given up with one line, and the followers go back to re-reading the
+object periodically (fewer refusals are a server that is starting: retried as failures).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlencode
+
+from gfd import interrupt, signals
+from gfd.errors import PublishError
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer
+from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
+from gfd.observability import get_logger
+
+JSON = dict[str, Any]
+
+#: seconds a watch asks the server to keep the stream open (each asks up to a quarter more,
+#: at random, so that a fleet's streams do not end together)
+WATCH_SECONDS = 1800
+#: a stream still open this long after its timeoutSeconds is stalled
+STALL_GRACE_SECONDS = 30.0
+#: the longest event read: one object (the answers' own limit) and its envelope
+MAX_EVENT_BYTES = MAX_ANSWER_BYTES + 64 * 1024
+#: events accepted at once, and per second after that
+EVENT_BURST = 100
+EVENTS_PER_SECOND = 10.0
+#: the first wait before reconnecting after a failure, and the longest
+RECONNECT_INITIAL_SECONDS = 1.0
+RECONNECT_MAX_SECONDS = 30.0
+#: a stream that lasted this long was healthy: the next failure waits the shortest time again
+HEALTHY_STREAM_SECONDS = 60.0
+#: statuses that mean "you may not watch this": give up and re-read periodically ...
+REFUSED_STATUSES = frozenset({403, 405})
+#: ... once they came this many times in a row: an API server that is starting answers 403
+#: for a few seconds, until its authorizer has read the RBAC objects
+REFUSALS_BEFORE_GIVING_UP = 5
+
+_READ_BYTES = 64 * 1024
+
+Follower = Callable[[JSON | None], None]
+
+
+class Gone(Exception):
+    """The version the watch would resume from is no longer available (410)."""
+
+
+class Refused(Exception):
+    """The server will not let gfd list or watch this object."""
+
+
+def reconnect_wait(failures: int) -> float:
+    """Seconds before reconnecting after ``failures`` failures in a row: drawn at random up
+    to the doubling wait ("full jitter": a fleet that lost its server comes back spread over
+    the whole of the last wait, not bunched in its upper half)."""
+    base = min(RECONNECT_MAX_SECONDS, RECONNECT_INITIAL_SECONDS * 2 ** max(0, failures - 1))
+    return float(random.uniform(0, base))
+
+
+class _EventBudget:
+    """A token bucket over events: a flood ends the stream."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._tokens = float(EVENT_BURST)
+        self._last = clock()
+
+    def take(self) -> None:
+        now = self._clock()
+        refill = (now - self._last) * EVENTS_PER_SECOND
+        self._tokens = min(float(EVENT_BURST), self._tokens + refill)
+        self._last = now
+        if self._tokens < 1:
+            raise bad_answer(
+                f"more than {EVENT_BURST} events at once or {EVENTS_PER_SECOND:g} a second "
+                "on a watch of one object"
+            )
+        self._tokens -= 1
+
+
+class ObjectWatch:
+    """Follow ``name`` in ``collection`` (an API path such as ``/api/v1/nodes``)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        collection: str,
+        name: str,
+        what: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._client = client
+        self._collection = collection
+        self.name = name
+        self.what = what
+        self._clock = clock
+        self._followers: list[tuple[Follower, Callable[[], None]]] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._response: Any = None
+        self._thread: threading.Thread | None = None
+        self.refused = False
+        #: the object as last seen (None: absent), once the first list answered
+        self.current: JSON | None = None
+        self.synced = False
+        self.resource_version: str | None = None
+        self._log = get_logger(watch=what)
+
+    # ------------------------------------------------------------- followers
+
+    def follow(self, on_object: Follower, on_refused: Callable[[], None]) -> None:
+        """Call ``on_object(obj)`` with the object (None: absent) whenever it may have
+        changed, and ``on_refused()`` once if the server refuses the watch."""
+        with self._lock:
+            self._followers.append((on_object, on_refused))
+            refused, synced, current = self.refused, self.synced, self.current
+        if refused:
+            on_refused()
+        elif synced:
+            on_object(current)
+
+    def unfollow(self, on_object: Follower) -> bool:
+        """Stop telling ``on_object``; True when nobody follows any longer."""
+        with self._lock:
+            self._followers = [pair for pair in self._followers if pair[0] is not on_object]
+            return not self._followers
+
+    def _tell(self, obj: JSON | None) -> None:
+        with self._lock:
+            self.current, self.synced = obj, True
+            followers = [pair[0] for pair in self._followers]
+        for follower in followers:
+            try:
+                follower(obj)
+            except Exception:  # a follower's bug must not end the watch
+                self._log.exception("a follower of the watch failed")
+
+    def _give_up(self, reason: str) -> None:
+        with self._lock:
+            self.refused = True
+            followers = [pair[1] for pair in self._followers]
+        self._log.warning(
+            f"cannot watch {self.what}; re-reading it periodically instead", error=reason
+        )
+        for follower in followers:
+            follower()
+
+    # ------------------------------------------------------------- the thread
+
+    def start(self) -> None:
+        thread = threading.Thread(target=self._run, name=f"gfd-watch-{self.name}", daemon=True)
+        self._thread = thread
+        signals.start_thread(thread)
+
+    def stop(self) -> None:
+        """End the thread: a stream in progress is shut down (its blocking read ends)."""
+        self._stopping.set()
+        response = self._response
+        if response is not None:
+            try:
+                response.shutdown()
+            except Exception:  # already closed, or gone between the test and the call
+                self._log.debug("watch stream already closed")
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except interrupt.Interrupted:
+            return
+        except Refused as exc:
+            self._give_up(str(exc))
+        except Exception as exc:  # a bug: fall back to re-reading rather than follow nothing
+            self._log.exception("the watch ended unexpectedly")
+            self._give_up(f"{type(exc).__name__}")
+        finally:
+            self._client.close()
+
+    def _loop(self) -> None:
+        failures = 0
+        refusals = 0  # 403 or 405 in a row
+        warned = False  # the failures since the last healthy stream were reported
+        listed = False  # the last list was answered and no stream has run since
+        while not self._stopping.is_set():
+            started = self._clock()
+            try:
+                if self.resource_version is None:
+                    self._list()
+                    listed = True
+                self._stream()
+                listed = False
+            except Gone:
+                if not listed:
+                    self.resource_version = None  # list once more, at once
+                    continue
+                self.resource_version = None
+                failures += 1  # gone right after a list: wait before listing again
+            except Refused:
+                refusals += 1
+                if refusals >= REFUSALS_BEFORE_GIVING_UP:
+                    raise
+                failures += 1
+            except (KubeError, PublishError) as exc:
+                failures += 1
+                if not warned:  # one line for a run of failures, not one per attempt
+                    warned = True
+                    self._log.warning(
+                        f"watch of {self.what} interrupted; reconnecting", error=_text(exc)
+                    )
+            else:
+                refusals = 0
+                if self._clock() - started >= HEALTHY_STREAM_SECONDS:
+                    failures = 0
+                    warned = False
+                else:
+                    failures += 1  # ended early: never a tight loop against a flaky server
+            if self._stopping.is_set():
+                return
+            if failures:
+                self._stopping.wait(reconnect_wait(failures))
+
+    # ------------------------------------------------------------- list and stream
+
+    def _list(self) -> None:
+        query = urlencode({"fieldSelector": f"metadata.name={self.name}"})
+        refused: KubeError | None = None
+
+        def attempt() -> JSON | None:
+            nonlocal refused
+            try:
+                return self._client.request("GET", f"{self._collection}?{query}")
+            except KubeError as error:
+                if error.status in REFUSED_STATUSES:
+                    refused = error
+                    return None
+                raise
+
+        answer = self._client.run(f"list {self.what}", attempt)
+        if refused is not None:
+            raise Refused(refused.describe())
+        assert answer is not None
+        items = answer.get("items")
+        version = (answer.get("metadata") or {}).get("resourceVersion")
+        if not isinstance(items, list) or not isinstance(version, str) or not version:
+            raise bad_answer("a list without items or a resourceVersion")
+        mine = [item for item in items if self._is_mine(item)]
+        self.resource_version = version
+        self._tell(mine[0] if mine else None)
+
+    def _stream(self) -> None:
+        seconds = int(WATCH_SECONDS * random.uniform(1.0, 1.25))
+        query = urlencode(
+            {
+                "watch": "1",
+                "fieldSelector": f"metadata.name={self.name}",
+                "resourceVersion": self.resource_version,
+                "allowWatchBookmarks": "true",
+                "timeoutSeconds": str(seconds),
+            }
+        )
+        _open_stream(self._client, f"{self._collection}?{query}", self._read_events)
+
+    def _read_events(self, response: Any) -> None:
+        budget = _EventBudget(self._clock)
+        self._response = response
+        buffer = b""
+        try:
+            while not self._stopping.is_set():
+                chunk = response.read1(_READ_BYTES)
+                if not chunk:
+                    return
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if line.strip():
+                        budget.take()
+                        self._event(line)
+                if len(buffer) > MAX_EVENT_BYTES:
+                    raise bad_answer(f"a watch event of more than {MAX_EVENT_BYTES} bytes")
+        finally:
+            self._response = None
+
+    def _event(self, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except (ValueError, RecursionError):
+            raise bad_answer("a watch event that is not JSON") from None
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            raise bad_answer("a watch event that is not an object with an object")
+        kind, obj = event.get("type"), event["object"]
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise Gone()
+            raise KubeError(str(obj.get("message") or "")[:100], status=_code(obj))
+        metadata = obj.get("metadata")
+        version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
+        if not isinstance(version, str) or not version:
+            raise bad_answer("a watch event without a resourceVersion")
+        if kind == "BOOKMARK":
+            self.resource_version = version
+            return
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not self._is_mine(obj):
+            raise bad_answer(f"a watch event of another kind or object ({str(kind)[:20]})")
+        self.resource_version = version
+        self._tell(None if kind == "DELETED" else obj)
+
+    def _is_mine(self, obj: Any) -> bool:
+        return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.name
+
+
+def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -> None:
+    """GET ``path`` and hand the answer, unread, to ``reader`` (the request's total deadline
+    is the client's request timeout: see :func:`watch_client`)."""
+
+    def call(timeout: float) -> None:
+        api = client.api_client
+        # the credential (a token file read, an exec plugin run) under an ordinary request's
+        # deadline, not the stream's half hour
+        stream_deadline = client._request_deadline
+        client._request_deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
+        try:
+            serialized = api.param_serialize(
+                method="GET",
+                resource_path=path,
+                header_params={"Accept": "application/json", "Accept-Encoding": "identity"},
+                auth_settings=["BearerToken"],
+            )
+        finally:
+            client._request_deadline = stream_deadline
+        if not serialized[2].get("authorization"):
+            serialized[2].pop("authorization", None)  # a client certificate alone
+        response: Any = api.call_api(*serialized, _request_timeout=timeout).response
+        try:
+            status = int(response.status)
+            if status == 410:
+                raise Gone()
+            if status != 200:
+                error = KubeError("", status=status, reason=str(response.reason or "")[:60])
+                if status in REFUSED_STATUSES:
+                    raise Refused(error.describe())
+                raise error
+            encoding = str(response.headers.get("Content-Encoding") or "identity").lower()
+            if encoding.strip() != "identity":
+                raise bad_answer("a compressed watch stream, which gfd never asks for")
+            reader(response)
+        finally:
+            response.close()
+
+    client.invoke(call)
+
+
+def watch_client(kubeconfig: str | None, qps: float, burst: int, limiter: Any = None) -> KubeClient:
+    """A client for one watch's thread: its requests end by the stream's deadline, and it
+    shares the outputs' rate limit (``limiter``) when given."""
+    client = KubeClient(
+        kubeconfig,
+        budget=30.0,
+        request_timeout=WATCH_SECONDS * 1.25 + STALL_GRACE_SECONDS,
+        qps=qps,
+        burst=burst,
+    )
+    if limiter is not None:
+        client.rate_limiter = limiter
+    return client
+
+
+def _code(status: JSON) -> int | None:
+    code = status.get("code")
+    return code if isinstance(code, int) and 100 <= code <= 599 else None
+
+
+def _text(exc: Exception) -> str:
+    return exc.describe() if isinstance(exc, KubeError) else str(exc)
+
+
+# ----------------------------------------------------------------- one watch per object
+
+_watches: dict[tuple[str, str], ObjectWatch] = {}
+_registry_lock = threading.Lock()
+
+
+def follow(
+    client: Callable[[], KubeClient],
+    collection: str,
+    name: str,
+    what: str,
+    on_object: Follower,
+    on_refused: Callable[[], None],
+) -> ObjectWatch:
+    """Follow one object, with the watch already running for it or a new one (whose client
+    ``client()`` makes)."""
+    key = (collection, name)
+    with _registry_lock:
+        watch = _watches.get(key)
+        if watch is None or watch._stopping.is_set():
+            watch = ObjectWatch(client(), collection, name, what)
+            _watches[key] = watch
+            watch.start()
+    watch.follow(on_object, on_refused)
+    return watch
+
+
+def unfollow(watch: ObjectWatch, on_object: Follower) -> None:
+    """Stop following; the watch ends with its last follower."""
+    with _registry_lock:
+        if watch.unfollow(on_object):
+            watch.stop()
+            if _watches.get((watch._collection, watch.name)) is watch:
+                del _watches[(watch._collection, watch.name)]
+
+
+class OwnedObject:
+    """What an output needs to follow the object it publishes to.
+
+    ``undone(obj)`` says whether the object as seen (None: absent) no longer holds what was
+    published; when it does, ``wake()``.  ``on_refused()`` when the server refuses the
+    watch (the output goes back to re-reading the object periodically)."""
+
+    def __init__(
+        self,
+        make_client: Callable[[], KubeClient],
+        collection: str,
+        name: str,
+        what: str,
+        undone: Callable[[JSON | None], bool],
+    ) -> None:
+        self._make_client = make_client
+        self._collection = collection
+        self._name = name
+        self._what = what
+        self._undone = undone
+        self._watch: ObjectWatch | None = None
+        self._wake: Callable[[], None] = _nothing
+        self._log = get_logger(watch=what)
+
+    @property
+    def running(self) -> bool:
+        return self._watch is not None
+
+    def view(self) -> tuple[bool, JSON | None]:
+        """(True, the object as last seen, None: absent) while the watch follows it;
+        (False, None) before its first list, once refused, or when not watching."""
+        watch = self._watch
+        if watch is None or watch.refused or not watch.synced:
+            return False, None
+        return True, watch.current
+
+    def start(self, wake: Callable[[], None], on_refused: Callable[[], None]) -> None:
+        if self._watch is not None:
+            return
+        self._wake = wake
+        self._watch = follow(
+            self._make_client, self._collection, self._name, self._what, self._seen, on_refused
+        )
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            unfollow(self._watch, self._seen)
+            self._watch = None
+
+    def _seen(self, obj: JSON | None) -> None:
+        try:
+            undone = self._undone(obj)
+        except (KubeError, ValueError, TypeError):
+            undone = True  # a shape gfd cannot compare: the agent's check reads it properly
+        if undone:
+            self._log.info("change seen that undoes what gfd published; checking now")
+            self._wake()
+
+
+def _nothing() -> None:
+    """No one to wake yet."""

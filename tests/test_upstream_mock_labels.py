@@ -1,0 +1,629 @@
+"""gfd's real NVML path gives upstream GFD v0.20.0's labels on NVIDIA's mock NVML.
+
+For each of the mock's seven GPU profiles and each MIG strategy, upstream's binary and
+``python -m gfd`` run as real processes on the same mock ``libnvidia-ml.so.1`` (pynvml's
+ctypes calls into it), the same machine-type file and the same faked PCI tree (see
+``tests/upstream_labels.py``: both in a private mount namespace, so gpu.mode and the vGPU
+scan read what the case chose, never the host's PCI bus), and their label files must be
+equal (both without the timestamp).  Then variations of the profiles, each compared the
+same way: MIG enabled, GPU names, machine types, sharing configs, vGPU, fabric, two models.
+
+The shipped profiles have MIG disabled; a copy of each MIG-capable profile with MIG enabled
+is compared too.  The mock enables MIG mode but never hands out a MIG device
+(k8s-test-infra 3b2b865 ``pkg/gpu/mocknvml/engine/device.go:1805``: every
+``nvmlDeviceGetMigDeviceHandleByIndex`` is NOT_FOUND; its per-device overrides do not carry
+``mig``), so those cases are MIG-enabled GPUs with no MIG device: upstream's single strategy
+then labels ``<product>-MIG-INVALID`` with count 0, and gfd does the same.  MIG devices with
+real profiles are compared in ``tests/test_upstream_gfd.py`` (upstream's own end-to-end
+expectations) instead.
+
+Where the two differ, upstream is at fault and the difference is asserted exactly:
+- a value that is no valid label value (product or machine type over 63 characters, or not
+  ending alphanumeric): upstream writes it, gfd makes it valid (SPEC 5.4);
+- two GPU models: upstream labels one picked at random, gfd what all agree on (SPEC 5.3);
+- a GPU bus id naming a function that is not an NVIDIA GPU: upstream panics.
+And two on purpose: a config's ``resources`` section names gfd's resource (upstream ignores
+it); a GPU on the PCI bus that NVML does not list fails gfd's oneshot as lost (upstream labels
+the others).
+
+Without ``../shared/nvidia-reference`` the tests skip with one line saying what is missing
+(unless the bench script's build is at hand); with it they fail rather than skip.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from gfd.labels.sanitize import is_valid_label_value
+from tests.upstream_labels import (
+    CLASS_3D,
+    CLASS_VGA,
+    PROFILES,
+    SHARED,
+    STRATEGIES,
+    Reference,
+    differences,
+    fake_pci_tree,
+    namespace_problem,
+    profile_bus_ids,
+    reference,
+    run_both,
+    succeeded,
+    vgpu_config_space,
+    with_device_defaults,
+    with_devices_renamed,
+    with_fabric,
+    with_mig_enabled,
+    with_name,
+    with_system,
+)
+
+#: the profiles of GPUs that have MIG (A100, Hopper, Blackwell); L40S and T4 have none
+MIG_CAPABLE = ("a100", "b200", "gb200", "gb300", "h100")
+#: the T4 runs with its GPUs as VGA controllers, so that gpu.mode=graphics is compared too
+GRAPHICS = ("t4",)
+
+
+@pytest.fixture(scope="session")
+def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    # Under xdist, the folder above every worker's own (this run's): all workers share
+    # one unpack.  Never a folder earlier runs left behind.
+    base = tmp_path_factory.getbasetemp()
+    shared_cache = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "nvidia-ref"
+    found = reference(shared_cache)
+    problem = found if isinstance(found, str) else namespace_problem()
+    if problem is not None:
+        # CI has the shared folder: there a missing piece is a failure, never a skip
+        if SHARED.is_dir():
+            pytest.fail(problem)
+        pytest.skip(problem)
+    assert isinstance(found, Reference)
+    return found
+
+
+def compare(
+    ref: Reference,
+    profile: Path,
+    strategy: str,
+    pci_class: str,
+    work: Path,
+    config_file: Path | None = None,
+) -> dict[str, str]:
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
+    upstream, ours = run_both(ref, profile, strategy, tree, work, config_file)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), (
+        "\n".join(differences(theirs, labels))
+        + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
+    )
+    # The comparison means something only if both really read the mock and the fake tree.
+    assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-")
+    assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-Test-920-23687-2530-000"
+    mode = "graphics" if pci_class == CLASS_VGA else "compute"
+    assert labels["nvidia.com/gpu.mode"] == mode
+    assert "nvidia.com/gfd.timestamp" not in labels
+    return labels
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("profile", PROFILES)
+def test_shipped_profile_labels_equal_upstream(
+    mock_reference: Reference, profile: str, strategy: str, tmp_path: Path
+) -> None:
+    pci_class = CLASS_VGA if profile in GRAPHICS else CLASS_3D
+    path = mock_reference.profile(profile)
+    labels = compare(mock_reference, path, strategy, pci_class, tmp_path)
+    assert labels["nvidia.com/gpu.count"] == str(len(profile_bus_ids(path)))
+    assert (strategy == "none") is ("nvidia.com/mig.strategy" not in labels)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("profile", MIG_CAPABLE)
+def test_mig_enabled_profile_labels_equal_upstream(
+    mock_reference: Reference, profile: str, strategy: str, tmp_path: Path
+) -> None:
+    path = with_mig_enabled(mock_reference.profile(profile), tmp_path / f"mig-{profile}.yaml")
+    labels = compare(mock_reference, path, strategy, CLASS_3D, tmp_path)
+    assert labels["nvidia.com/mig.capable"] == "true"
+    if strategy == "single":
+        # every GPU MIG-enabled and empty: upstream's invalid single-strategy node
+        assert labels["nvidia.com/gpu.product"].endswith("-MIG-INVALID")
+        assert labels["nvidia.com/gpu.count"] == "0"
+    else:
+        # none: whole GPUs whatever their MIG mode; mixed: the full GPUs stay (no MIG
+        # resources: there are no MIG devices)
+        assert not any(key.startswith("nvidia.com/mig-") for key in labels)
+
+
+SHARING = {
+    "time-slicing": "timeSlicing:\n    renameByDefault: true\n",
+    "mps": "mps:\n",
+}
+
+
+def sharing_config(kind: str, replicas: int, into: Path) -> Path:
+    into.write_text(
+        f"version: v1\nsharing:\n  {SHARING[kind]}    resources:\n"
+        f"    - name: nvidia.com/gpu\n      replicas: {replicas}\n"
+    )
+    return into
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize(
+    ("kind", "mig_enabled"), [("time-slicing", False), ("mps", False), ("time-slicing", True)]
+)
+def test_sharing_config_labels_equal_upstream(
+    mock_reference: Reference, kind: str, mig_enabled: bool, strategy: str, tmp_path: Path
+) -> None:
+    """The same config file (GPU sharing) read by both: replicas, strategy and the
+    renamed product follow it alike."""
+    profile = mock_reference.profile("a100" if mig_enabled else "h100")
+    if mig_enabled:
+        profile = with_mig_enabled(profile, tmp_path / "mig-a100.yaml")
+    config = sharing_config(kind, 4, tmp_path / "config.yaml")
+    labels = compare(mock_reference, profile, strategy, CLASS_3D, tmp_path, config)
+    if not mig_enabled:
+        assert labels["nvidia.com/gpu.replicas"] == "4"
+        assert labels["nvidia.com/gpu.sharing-strategy"] == kind
+
+
+#: more config files, each with its expected (gpu.product suffix, replicas, sharing strategy)
+SHARING_VARIANTS = {
+    "time-slicing, not renamed": (
+        "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
+        ("-SHARED", "3", "time-slicing"),
+    ),
+    "time-slicing, renamed": (
+        "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
+        "      rename: nvidia.com/gpu.shared\n      replicas: 3\n",
+        ("-SHARED", "3", "time-slicing"),
+    ),
+    "time-slicing, failRequestsGreaterThanOne": (
+        "timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 2\n",
+        ("-SHARED", "2", "time-slicing"),
+    ),
+    "mps, renameByDefault": (
+        "mps:\n    renameByDefault: true\n    resources:\n"
+        "    - name: nvidia.com/gpu\n      replicas: 2\n",
+        ("", "2", "mps"),
+    ),
+    "time-slicing of another resource": (
+        "timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n",
+        ("", "1", "none"),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", sorted(SHARING_VARIANTS))
+def test_sharing_config_variants_label_equal_upstream(
+    mock_reference: Reference, variant: str, tmp_path: Path
+) -> None:
+    text, (suffix, replicas, strategy) = SHARING_VARIANTS[variant]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"version: v1\nsharing:\n  {text}")
+    profile = mock_reference.profile("h100")
+    labels = compare(mock_reference, profile, "none", CLASS_3D, tmp_path, config)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3" + suffix
+    assert labels["nvidia.com/gpu.replicas"] == replicas
+    assert labels["nvidia.com/gpu.sharing-strategy"] == strategy
+
+
+def test_mps_on_mig_enabled_gpus_is_refused_by_both(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    profile = with_mig_enabled(mock_reference.profile("a100"), tmp_path / "mig-a100.yaml")
+    config = sharing_config("mps", 2, tmp_path / "config.yaml")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
+    assert upstream.returncode != 0 and upstream.labels is None
+    assert "MPS sharing is not supported for mig devices" in upstream.log
+    assert ours.returncode != 0 and ours.labels is None
+    assert "MPS sharing is not supported for MIG devices" in ours.log
+
+
+def test_gpus_of_differing_classes_label_mode_unknown_like_upstream(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    profile = mock_reference.profile("h100")
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    (tree / bus_ids[-1] / "class").write_text(CLASS_VGA + "\n")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/gpu.mode"] == "unknown"
+
+
+def test_vgpu_guest_labels_equal_upstream(mock_reference: Reference, tmp_path: Path) -> None:
+    """GPUs whose config space carries the vGPU capability: both scans find the host
+    driver's version and branch there."""
+    profile = mock_reference.profile("l40s")
+    config = vgpu_config_space("550.54.16", "r550_00")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/vgpu.present"] == "true"
+    assert labels["nvidia.com/vgpu.host-driver-version"] == "550.54.16"
+    assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_00"
+
+
+@pytest.mark.parametrize("length", [0, 64, 255])
+def test_short_config_space_leaves_out_vgpu_labels_like_upstream(
+    mock_reference: Reference, length: int, tmp_path: Path
+) -> None:
+    """Fewer than 256 bytes of config space (an unprivileged read gives 64): neither scan
+    can tell, and both leave every vgpu label out rather than say false."""
+    profile = mock_reference.profile("t4")
+    config = vgpu_config_space("550.54.16", "r550_00")[:length]
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert not [key for key in labels if key.startswith("nvidia.com/vgpu.")]
+    assert labels["nvidia.com/gpu.count"] == str(len(profile_bus_ids(profile)))
+
+
+def test_vgpu_capability_on_any_nvidia_function_counts_like_upstream(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    """Both scans walk every NVIDIA function on the bus, not only the GPUs NVML lists: a
+    bridge (class 0x0680) carrying the vGPU capability marks the node a vGPU guest."""
+    profile = mock_reference.profile("t4")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    fake_pci_tree(["0000:ff:00.0"], "0x068000", tree, vgpu_config_space("1.2", "r1"))
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/vgpu.present"] == "true"
+    assert labels["nvidia.com/vgpu.host-driver-version"] == "1.2"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "pci_class", "mode"),
+    [
+        ("0x8086", CLASS_3D, "compute"),  # not NVIDIA's: gfd reads only the class
+        ("0x10de", "0x068000", "unknown"),  # NVIDIA's, but a bridge, not a GPU
+    ],
+)
+def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
+    mock_reference: Reference, vendor: str, pci_class: str, mode: str, tmp_path: Path
+) -> None:
+    """A documented difference, upstream being at fault: its GetPCIClass reads ``.Class``
+    through the nil go-nvlib returns for a function that is not an NVIDIA GPU
+    (k8s-device-plugin v0.20.0 ``internal/resource/nvml-device.go:102``; vendored
+    ``go-nvlib/pkg/nvpci/nvpci.go:250`` and ``:298``), so a oneshot panics and labels
+    nothing.  gfd labels the node; only gpu.mode depends on the odd function."""
+    profile = mock_reference.profile("h100")
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    (tree / bus_ids[3] / "vendor").write_text(vendor + "\n")
+    (tree / bus_ids[3] / "class").write_text(pci_class + "\n")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    assert upstream.returncode != 0
+    assert upstream.labels is None
+    assert "invalid memory address or nil pointer dereference" in upstream.log
+    assert "internal/resource/nvml-device.go:102" in upstream.log
+    labels = succeeded(ours, "gfd")
+    assert labels["nvidia.com/gpu.mode"] == mode
+    assert labels["nvidia.com/gpu.count"] == str(len(bus_ids))
+
+
+#: machine types whose sanitised form (k8s-device-plugin v0.20.0 internal/lm/resource.go:318)
+#: is a valid label value: both label them alike
+MACHINE_TYPES_ALIKE = [
+    ("  DGX A100  \n", "DGX-A100"),
+    ("ProLiant DL380 Gen10 (P12345)\n", "ProLiant-DL380-Gen10-P12345"),
+    ("a/b\\c:d*e\n", "abcde"),
+    ("line1\nline2\n", "line1line2"),
+    ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server"),
+    ("\n", ""),
+]
+#: machine types whose sanitised form is not a valid label value: upstream writes it anyway
+#: (internal/lm/machine-type.go:38 labels ``sanitise(machineType)`` unchecked, and NFD or the
+#: API server then refuses the label); gfd cuts it to 63 characters and trims it to
+#: alphanumeric ends (SPEC 5.4), so the label is published.  (raw, upstream's, gfd's)
+MACHINE_TYPES_DIFFERING = [
+    ("x" * 80 + "\n", "x" * 80, "x" * 63),
+    ("PowerEdge R750xa.\n", "PowerEdge-R750xa.", "PowerEdge-R750xa"),
+    ("-lead_trail-\n", "-lead_trail-", "lead_trail"),
+    ("...\n", "...", ""),
+]
+
+
+@pytest.mark.parametrize(("raw", "value"), MACHINE_TYPES_ALIKE)
+def test_machine_type_labels_equal_upstream(
+    mock_reference: Reference, raw: str, value: str, tmp_path: Path
+) -> None:
+    profile = mock_reference.profile("t4")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels["nvidia.com/gpu.machine"] == value
+
+
+@pytest.mark.parametrize(("raw", "theirs_value", "our_value"), MACHINE_TYPES_DIFFERING)
+def test_machine_type_upstream_labels_invalid_gfd_makes_valid(
+    mock_reference: Reference, raw: str, theirs_value: str, our_value: str, tmp_path: Path
+) -> None:
+    profile = mock_reference.profile("t4")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert differences(theirs, labels) == [
+        f"nvidia.com/gpu.machine: upstream {theirs_value!r}, gfd {our_value!r}"
+    ]
+    assert not is_valid_label_value(theirs_value)
+    assert is_valid_label_value(our_value)
+
+
+LONG_NAME = "NVIDIA A100-SXM4-40GB " + "Extra-Long-Qualifier " * 3
+LONG_PRODUCT = "NVIDIA-A100-SXM4-40GB" + "-Extra-Long-Qualifier" * 3
+#: (GPU name, MIG enabled, strategy, upstream's gpu.product, gfd's gpu.product)
+PRODUCT_NAMES = [
+    ("NVIDIA TITAN X (Pascal)", False, "mixed", "NVIDIA-TITAN-X-Pascal", None),
+    ("NVIDIA TITAN X (Pascal)", True, "single", "NVIDIA-TITAN-X-Pascal-MIG-INVALID", None),
+    ("  NVIDIA  Spaced  ", False, "none", "NVIDIA-Spaced", None),
+    ("(NVIDIA)", True, "single", "NVIDIA-MIG-INVALID", None),
+    ("NVIDIA Test.", True, "single", "NVIDIA-Test.-MIG-INVALID", None),
+    ("NVIDIA\tTab", False, "none", "NVIDIATab", None),
+    ("\u00dcn\u00efc\u00f6d\u00e9 GPU", False, "none", "ncd-GPU", None),
+    # Below, upstream's value is no valid label value (longer than 63 characters, or not
+    # ending alphanumeric): k8s-device-plugin v0.20.0 internal/lm/resource.go:167 and
+    # mig-strategy.go:256 label getProductName (resource.go:189-206) unchecked, and NFD or
+    # the API server refuses the label.  gfd shortens the model part only, keeping the
+    # qualifiers whole (SPEC 5.4; gfd.labels.sanitize.fit_name).
+    ("NVIDIA Test.", False, "none", "NVIDIA-Test.", "NVIDIA-Test"),
+    ("NVIDIA_Under_", False, "none", "NVIDIA_Under_", "NVIDIA_Under"),
+    ("-", False, "none", "-", ""),
+    (LONG_NAME, False, "none", LONG_PRODUCT, LONG_PRODUCT[:63]),
+    (
+        LONG_NAME,
+        True,
+        "single",
+        LONG_PRODUCT + "-MIG-INVALID",
+        "NVIDIA-A100-SXM4-40GB-Extra-Long-Qualifier-Extra-Lo-MIG-INVALID",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "mig_enabled", "strategy", "theirs", "ours"), PRODUCT_NAMES)
+def test_product_name_labels_against_upstream(
+    mock_reference: Reference,
+    name: str,
+    mig_enabled: bool,
+    strategy: str,
+    theirs: str,
+    ours: str | None,
+    tmp_path: Path,
+) -> None:
+    """GPU names sanitised alike; where upstream's product value is invalid, the one
+    difference is gfd's valid value in its place."""
+    profile = with_name(mock_reference.profile("a100"), name, tmp_path / "named.yaml")
+    if mig_enabled:
+        profile = with_mig_enabled(profile, tmp_path / "named-mig.yaml")
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, mine = run_both(mock_reference, profile, strategy, tree, tmp_path)
+    their_labels, labels = succeeded(upstream, "upstream"), succeeded(mine, "gfd")
+    assert their_labels["nvidia.com/gpu.product"] == theirs
+    if ours is None:
+        assert not differences(their_labels, labels), "\n".join(differences(their_labels, labels))
+    else:
+        assert differences(their_labels, labels) == [
+            f"nvidia.com/gpu.product: upstream {theirs!r}, gfd {ours!r}"
+        ]
+        assert not is_valid_label_value(theirs)
+        assert is_valid_label_value(ours)
+
+
+@pytest.mark.parametrize(
+    ("others", "strategy"),
+    [*((range(4, 8), strategy) for strategy in STRATEGIES), (range(0, 1), "none")],
+)
+def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
+    mock_reference: Reference, others: range, strategy: str, tmp_path: Path
+) -> None:
+    """A documented difference, upstream being non-deterministic: with two GPU models,
+    upstream builds one labeler per model from a Go map (k8s-device-plugin v0.20.0
+    ``internal/lm/mig-strategy.go:137-177``, the map ranged over at :170) and the last one
+    ranged over wins, so gpu.product, gpu.count and gpu.memory are one model's, picked
+    at random.  gfd counts every GPU and leaves out what the models disagree on (SPEC 5.3).
+    Everything else is equal."""
+    profile = with_devices_renamed(
+        mock_reference.profile("h100"), others, "NVIDIA H100 PCIe", 40 << 30, tmp_path / "p.yaml"
+    )
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, strategy, tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    models = {
+        "NVIDIA-H100-80GB-HBM3": (str(8 - len(others)), "81920"),
+        "NVIDIA-H100-PCIe": (str(len(others)), "40960"),
+    }
+    picked = theirs["nvidia.com/gpu.product"]
+    assert (theirs["nvidia.com/gpu.count"], theirs["nvidia.com/gpu.memory"]) == models[picked]
+    assert labels["nvidia.com/gpu.count"] == "8"
+    assert "nvidia.com/gpu.product" not in labels
+    assert "nvidia.com/gpu.memory" not in labels
+    apart = {"nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory"}
+    alike = {key: value for key, value in theirs.items() if key not in apart}
+    assert {key: value for key, value in labels.items() if key not in apart} == alike
+
+
+CLUSTER = "00000000-0000-0000-0000-000000000001"
+#: (fabric of every GPU, fabric of GPU 1 alone or None, gpu.clique or None)
+FABRICS = [
+    ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "completed"}, None, f"{CLUSTER}.7"),
+    (
+        {"cluster_uuid": "ABCDEF01-2345-6789-abcd-ef0123456789", "clique_id": 4294967295},
+        None,
+        "abcdef01-2345-6789-abcd-ef0123456789.4294967295",
+    ),
+    ({"cluster_uuid": "00000000-0000-0000-0000-000000000000", "clique_id": 0}, None, None),
+    ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "in_progress"}, None, None),
+    (None, None, None),
+    (
+        {"cluster_uuid": CLUSTER, "clique_id": 0, "state": "auto"},
+        {"cluster_uuid": CLUSTER, "clique_id": 3, "state": "auto"},
+        None,
+    ),
+]
+
+
+@pytest.mark.parametrize(("fabric", "one_gpu", "clique"), FABRICS)
+def test_fabric_clique_labels_equal_upstream(
+    mock_reference: Reference,
+    fabric: dict[str, object] | None,
+    one_gpu: dict[str, object] | None,
+    clique: str | None,
+    tmp_path: Path,
+) -> None:
+    """NVLink fabric attachment (GB200): the clique label when every GPU is attached to
+    one cluster and clique, none otherwise, alike."""
+    profile = with_fabric(mock_reference.profile("gb200"), fabric, tmp_path / "fabric.yaml")
+    if one_gpu is not None:
+        profile = with_fabric(profile, one_gpu, tmp_path / "fabric-1.yaml", device=1)
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    assert labels.get("nvidia.com/gpu.clique") == clique
+
+
+def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_path: Path) -> None:
+    """A documented difference, on purpose: upstream ignores a config's ``resources``
+    (k8s-device-plugin v0.20.0 ``api/config/v1/config.go:83-95``,
+    DisableResourceNamingInConfig, with one warning) while gfd names the resource from it
+    (SPEC 5.3).  The resource's labels are upstream's under the new name, nothing else."""
+    profile = mock_reference.profile("h100")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        'version: v1\nresources:\n  gpus:\n  - pattern: "NVIDIA H100*"\n    name: h100\n'
+    )
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert "not yet supported in the config. Ignoring" in upstream.log
+    # gpu.clique is the node's (its NVLink fabric), not the resource's: it keeps its name
+    renamed = {
+        key if key == "nvidia.com/gpu.clique" else key.replace("/gpu.", "/h100."): value
+        for key, value in theirs.items()
+    }
+    assert labels == renamed
+    assert labels["nvidia.com/h100.count"] == "8"
+
+
+#: NVML facts of the whole node or of every GPU: (system keys, device keys, labels expected)
+NVML_FACTS = {
+    "driver X.Y": ({"driver_version": "560.28"}, {}, {"nvidia.com/cuda.driver.rev": ""}),
+    "driver 470, CUDA 11.4": (
+        {"driver_version": "470.256.02", "cuda_version_major": 11, "cuda_version_minor": 4},
+        {},
+        {"nvidia.com/cuda.runtime-version.full": "11.4"},
+    ),
+    "CUDA 12.10": (
+        {"cuda_version_major": 12, "cuda_version_minor": 10},
+        {},
+        {"nvidia.com/cuda.runtime-version.full": "12.10"},
+    ),
+    **{
+        f"compute {major}.{minor}": (
+            {},
+            {"compute_capability": {"major": major, "minor": minor}},
+            {"nvidia.com/gpu.family": family},
+        )
+        for major, minor, family in [
+            (3, 7, "kepler"),
+            (7, 5, "turing"),
+            (8, 9, "ada-lovelace"),
+            (12, 0, "blackwell"),
+            (14, 0, "undefined"),
+        ]
+    },
+    "memory not whole MiB": (
+        {},
+        {"memory": {"total_bytes": 85899346043, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": "81920"},
+    ),
+    "memory under 1 MiB": (
+        {},
+        {"memory": {"total_bytes": 1048575, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": None},  # 0 MiB: no memory label on either
+    ),
+}
+
+
+@pytest.mark.parametrize("fact", sorted(NVML_FACTS))
+def test_nvml_facts_label_equal_upstream(
+    mock_reference: Reference, fact: str, tmp_path: Path
+) -> None:
+    system, defaults, expected = NVML_FACTS[fact]
+    profile = with_system(mock_reference.profile("h100"), tmp_path / "system.yaml", **system)
+    profile = with_device_defaults(profile, tmp_path / "profile.yaml", **defaults)
+    labels = compare(mock_reference, profile, "none", CLASS_3D, tmp_path)
+    assert {key: labels.get(key) for key in expected} == expected
+
+
+@pytest.mark.parametrize("version", ["555.42.06.01", "abc"])
+def test_driver_version_upstream_cannot_parse_is_refused_by_both(
+    mock_reference: Reference, version: str, tmp_path: Path
+) -> None:
+    profile = with_system(
+        mock_reference.profile("h100"), tmp_path / "p.yaml", driver_version=version
+    )
+    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    assert upstream.returncode != 0 and upstream.labels is None
+    assert f'Version "{version}" does not match format' in upstream.log
+    assert ours.returncode != 0 and ours.labels is None
+    assert f"driver version '{version}' is not of the form X.Y or X.Y.Z" in ours.log
+
+
+def test_mig_pending_only_is_mig_disabled_like_upstream(
+    mock_reference: Reference, tmp_path: Path
+) -> None:
+    """MIG enabled at the next reset only (current disabled, pending enabled): whole GPUs
+    for both, even under the single strategy."""
+    profile = with_device_defaults(
+        mock_reference.profile("a100"),
+        tmp_path / "pending.yaml",
+        mig={"mode_current": "disabled", "mode_pending": "enabled", "max_gpu_instances": 7},
+    )
+    labels = compare(mock_reference, profile, "single", CLASS_3D, tmp_path)
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert labels["nvidia.com/gpu.count"] == "8"
+
+
+@pytest.mark.parametrize("driver", [None, "nvidia", "vfio-pci"])
+def test_gpu_on_the_bus_nvml_does_not_list(
+    mock_reference: Reference, driver: str | None, tmp_path: Path
+) -> None:
+    """One more NVIDIA 3D controller on the bus than NVML lists.  Bound to vfio-pci (a
+    passthrough GPU NVML never lists) both label NVML's GPUs alike.  Unbound or bound to
+    nvidia, it is a lost GPU to gfd: a documented difference, on purpose (README "A lost
+    GPU"): a oneshot fails (exit 1, nothing written) where upstream, which never compares
+    NVML's list with the bus (k8s-device-plugin v0.20.0 ``internal/lm/mig-strategy.go:114-145``
+    counts the devices NVML lists), labels the GPUs that answer."""
+    profile = mock_reference.profile("t4")
+    bus_ids = profile_bus_ids(profile)
+    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    fake_pci_tree(["0000:fe:00.0"], CLASS_3D, tree)
+    if driver is not None:
+        (tmp_path / "drivers" / driver).mkdir(parents=True)
+        (tree / "0000:fe:00.0" / "driver").symlink_to(tmp_path / "drivers" / driver)
+    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    theirs = succeeded(upstream, "upstream")
+    assert theirs["nvidia.com/gpu.count"] == str(len(bus_ids))
+    if driver == "vfio-pci":
+        labels = succeeded(ours, "gfd")
+        assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    else:
+        assert ours.returncode == 1
+        assert ours.labels is None
+        assert "1 GPU(s) lost (on the PCI bus but not listed by NVML)" in ours.log

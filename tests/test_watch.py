@@ -1,0 +1,330 @@
+"""Watching what gfd owns (gfd/kube/watch.py): the protocol against the fake API server
+in-process, and the repair it brings to a real gfd process.
+
+The watch replaces the periodic re-read (SPEC §6.4's verification every 10 minutes): a
+change that undoes gfd's work is repaired as soon as the watch sees it, and nothing is read
+at steady state.  Faults of the stream itself (huge, malformed, flooding, stalled, closed)
+are cells of tests/test_fault_matrix.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gfd.kube import watch
+from gfd.kube.ratelimit import RateLimiter
+from gfd.settings import resolve
+from tests.fakes.fake_apiserver import FakeApiServer
+from tests.process import ROOT, Daemon
+
+DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
+#: a guard against a hung test, not a timing assertion
+PATIENCE = 30.0
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def eventually(condition: Callable[[], bool], what: str, limit: float = PATIENCE) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+class Seen:
+    """A follower that records what the watch told it."""
+
+    def __init__(self) -> None:
+        self.objects: list[dict[str, Any] | None] = []
+        self.refusals = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, obj: dict[str, Any] | None) -> None:
+        with self.lock:
+            self.objects.append(obj)
+
+    def refused(self) -> None:
+        self.refusals += 1
+
+    def labels(self) -> list[dict[str, str] | None]:
+        with self.lock:
+            return [
+                None if obj is None else dict(obj["metadata"].get("labels") or {})
+                for obj in self.objects
+            ]
+
+
+@pytest.fixture
+def api() -> Iterator[FakeApiServer]:
+    with FakeApiServer() as server:
+        server.add_node("n1", labels={"a": "1"})
+        yield server
+
+
+@pytest.fixture
+def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
+    return str(api.write_kubeconfig(tmp_path / "kube.cfg"))
+
+
+@pytest.fixture
+def node_watch(api: FakeApiServer, kubeconfig: str) -> Iterator[tuple[watch.ObjectWatch, Seen]]:
+    seen = Seen()
+    followed = watch.follow(
+        lambda: watch.watch_client(kubeconfig, -1, 0),
+        "/api/v1/nodes",
+        "n1",
+        "Node n1",
+        seen,
+        seen.refused,
+    )
+    try:
+        yield followed, seen
+    finally:
+        watch.unfollow(followed, seen)
+        followed.join(5)
+
+
+def watch_queries(api: FakeApiServer) -> list[dict[str, str]]:
+    from urllib.parse import parse_qsl
+
+    return [dict(parse_qsl(r.query)) for r in api.requests if "watch=" in r.query]
+
+
+def lists(api: FakeApiServer) -> int:
+    return sum(1 for r in api.requests if r.query and "watch=" not in r.query)
+
+
+def test_one_list_then_every_change_and_the_deletion(
+    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen]
+) -> None:
+    _, seen = node_watch
+    eventually(lambda: seen.labels() == [{"a": "1"}], "the listed node")
+    eventually(lambda: api.open_watches == 1, "the watch")
+    api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].update(a="2"))
+    api.delete("Node", "n1")
+    eventually(lambda: seen.labels() == [{"a": "1"}, {"a": "2"}, None], "the changes")
+    assert lists(api) == 1
+    (query,) = watch_queries(api)
+    assert query["fieldSelector"] == "metadata.name=n1"
+    assert query["allowWatchBookmarks"] == "true"
+    assert int(query["timeoutSeconds"]) >= watch.WATCH_SECONDS
+
+
+def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "WATCH_SECONDS", 1)  # the server ends each stream after ~1 s
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.05)
+    seen = Seen()
+    followed = watch.follow(
+        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
+    )
+    try:
+        eventually(lambda: api.open_watches == 1, "the watch")
+        changed = api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].update(a="3"))
+        eventually(lambda: len(watch_queries(api)) >= 3, "two resumed streams")
+        assert lists(api) == 1  # resumed, never listed again
+        resumed = watch_queries(api)[-1]["resourceVersion"]
+        assert resumed == changed["metadata"]["resourceVersion"]
+        assert seen.labels()[-1] == {"a": "3"}
+    finally:
+        watch.unfollow(followed, seen)
+
+
+def test_gone_relists_once_and_bookmarks_move_the_version(
+    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    followed, seen = node_watch
+    eventually(lambda: api.open_watches == 1, "the watch")
+    before = followed.resource_version
+    api.add_node("n2")  # moves the server's version; no event for n1
+    api.bookmark()
+    eventually(lambda: followed.resource_version != before, "the bookmark")
+    assert seen.labels() == [{"a": "1"}]  # a bookmark is not a change
+    # the history is gone and the stream breaks: the resume is answered 410, listed again
+    api.compact()
+    with api.down():
+        eventually(lambda: api.open_watches == 0, "the stream to end")
+    api.delete("Node", "n1")
+    eventually(lambda: lists(api) == 2, "the relist")
+    eventually(lambda: seen.labels()[-1] is None, "the deletion seen by the relist")
+    eventually(lambda: api.open_watches == 1, "the watch again")
+    assert lists(api) == 2
+
+
+@pytest.mark.parametrize("status", [403, 405])
+def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
+    api: FakeApiServer,
+    kubeconfig: str,
+    status: int,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
+    api.refuse_watches(status)
+    seen = Seen()
+    followed = watch.follow(
+        lambda: watch.watch_client(kubeconfig, -1, 0),
+        "/api/v1/nodes",
+        "n1",
+        "Node n1",
+        seen,
+        seen.refused,
+    )
+    followed.join(PATIENCE)
+    assert not followed._thread or not followed._thread.is_alive()
+    assert seen.refusals == 1 and followed.refused
+    lines = [line for line in capsys.readouterr().err.splitlines() if "cannot watch" in line]
+    assert len(lines) == 1 and str(status) in lines[0], lines
+    # a few tries (a starting server refuses for a moment), then never again
+    assert len(watch_queries(api)) == watch.REFUSALS_BEFORE_GIVING_UP
+    watch.unfollow(followed, seen)
+
+
+def test_a_refusal_after_the_watch_worked_is_a_server_starting_and_retried(
+    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restarted API server answers 403 until its authorizer has read RBAC: a few
+    refusals are retried, and the watch goes on once the server lets it."""
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.05)
+    followed, seen = node_watch
+    eventually(lambda: api.open_watches == 1, "the watch")
+    api.refuse_watches(403)
+    with api.down():
+        eventually(lambda: api.open_watches == 0, "the stream to end")
+    eventually(lambda: len(watch_queries(api)) >= 3, "refused attempts")
+    api.refuse_watches(None)
+    eventually(lambda: api.open_watches == 1, "the watch back")
+    assert not followed.refused and seen.refusals == 0
+
+
+def test_reconnect_waits_double_up_to_the_cap_and_are_spread() -> None:
+    for failures in range(1, 12):
+        base = min(
+            watch.RECONNECT_MAX_SECONDS, watch.RECONNECT_INITIAL_SECONDS * 2 ** (failures - 1)
+        )
+        draws = [watch.reconnect_wait(failures) for _ in range(200)]
+        assert all(0 <= draw <= base for draw in draws)
+        # spread over the whole window: a fleet that lost its server does not come back at once
+        assert statistics.pstdev(draws) > base / 5
+        assert min(draws) < base / 4 < base * 3 / 4 < max(draws)
+
+
+def test_the_watch_takes_the_outputs_rate_limit(api: FakeApiServer, kubeconfig: str) -> None:
+    taken: list[float] = []
+
+    class Counting(RateLimiter):
+        def reserve(self) -> float:
+            taken.append(1)
+            return super().reserve()
+
+    limiter = Counting(5, 10, clock=time.monotonic, sleep=time.sleep)
+    client = watch.watch_client(kubeconfig, 5, 10, limiter)
+    assert client.rate_limiter is limiter
+    seen = Seen()
+    followed = watch.ObjectWatch(client, "/api/v1/nodes", "n1", "Node n1")
+    followed.follow(seen, seen.refused)
+    followed.start()
+    try:
+        eventually(lambda: api.open_watches == 1, "the watch")
+        assert len(taken) == len(api.requests) == 2  # the list and the watch
+    finally:
+        followed.stop()
+        followed.join(5)
+
+
+def test_the_outputs_go_back_to_periodic_reads_when_the_watch_is_refused(
+    api: FakeApiServer, kubeconfig: str
+) -> None:
+    from gfd.outputs.nodefeature import VERIFY_INTERVAL_SECONDS, NodeFeatureOutput
+
+    api.refuse_watches(403)
+    settings = resolve(
+        {"node_name": "n1", "kubeconfig": kubeconfig, "use_node_feature_api": True}, {}
+    )
+    output = NodeFeatureOutput(settings)
+    output.watch(lambda: None)
+    assert output.verify_interval is None  # while the watch may run: nothing polled
+    eventually(lambda: output.verify_interval == VERIFY_INTERVAL_SECONDS, "the fallback")
+    output.unwatch()
+
+
+# ------------------------------------------------------------------ a real gfd process
+
+
+def daemon(api: FakeApiServer, tmp_path: Path, *args: str) -> Daemon:
+    kubeconfig = api.write_kubeconfig(tmp_path / "kube.cfg")
+    return Daemon(
+        "--sleep-interval", "1h", "--node-name", "n1",
+        "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX, *args,
+    )  # fmt: skip
+
+
+def test_a_deleted_nodefeature_is_created_again_long_before_the_interval(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    gfd = daemon(api, tmp_path, "--use-node-feature-api")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        published = api.objects("NodeFeature")[0]
+        reads = api.count("GET", published["metadata"]["name"])
+        api.delete("NodeFeature", published["metadata"]["name"], "default")
+        gfd.wait_until(lambda: len(api.objects("NodeFeature")) == 1, "the repair", PATIENCE)
+        assert api.objects("NodeFeature")[0]["spec"] == published["spec"]
+        assert api.count("POST") == 2
+        # what the watch saw stands for a read: the repair is the create alone
+        assert api.count("GET", published["metadata"]["name"]) == reads
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
+def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        before = len(api.requests)
+        gfd.wait_for("pass finished", count=10)  # passes at 100 ms: not one request
+        assert len(api.requests) == before
+        labels = api.node_labels("n1")
+        api.edit(
+            "Node", "n1", "", lambda node: node["metadata"]["labels"].pop("nvidia.com/gpu.count")
+        )
+        gfd.wait_until(lambda: api.node_labels("n1") == labels, "the repair", PATIENCE)
+        # the repair: one read of the node and one patch, nothing else
+        assert [r.method for r in api.requests[before:] if "watch=" not in r.query] == [
+            "GET",
+            "PATCH",
+        ]
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
+def test_a_watch_refused_by_rbac_falls_back_with_one_line(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    api.refuse_watches(403)
+    gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms")
+    try:
+        gfd.wait_for("cannot watch Node n1; re-reading it periodically instead", limit=60)
+        gfd.wait_for("pass finished", count=5)  # it labels on
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+    refused = [line for line in gfd.lines if "cannot watch" in line]
+    assert len(refused) == 1 and "403" in refused[0], refused
+    assert "Traceback" not in gfd.log()
