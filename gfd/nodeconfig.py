@@ -143,7 +143,9 @@ class NodeLabelReader:
         self.label = settings.node_label
         self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
         self._client = client or KubeClient(
-            settings.kubeconfig, budget=retry_budget(settings.sleep_interval)
+            settings.kubeconfig,
+            origin=settings.kubeconfig_origin,
+            budget=retry_budget(settings.sleep_interval),
         )
         self._settings = settings
         self._watch: ObjectWatch | None = None

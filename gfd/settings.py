@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gfd.config import (
     DNS_SUBDOMAIN,
+    KNOWN_TOP_KEYS,
     MAX_WARNINGS,
     Config,
     LazyPattern,
@@ -138,10 +139,21 @@ def parse_config_text(text: str, source: str) -> LoadedConfig:
         document = {}
     if not isinstance(document, Mapping):
         raise ConfigError(f"config file {source}: expected a mapping, got {_describe(document)}")
+    snapshot_keys = [key for key in _SNAPSHOT_KEYS if key in document]
+    if snapshot_keys and not any(key in document for key in KNOWN_TOP_KEYS if key != "version"):
+        raise ConfigError(
+            f"config file {source}: this looks like a gfd snapshot (version "
+            f"{clip(str(document.get('version')), 20)} with {'/'.join(snapshot_keys)}), "
+            "not a config file"
+        )
     try:
         return _parse_config(document)
     except ConfigError as exc:
         raise ConfigError(f"config file {source}: {exc}") from None
+
+
+#: the top-level keys of a snapshot (gfd.snapshot), none of which a config file has
+_SNAPSHOT_KEYS = ("driver", "machine", "vgpu", "gpus", "lost", "topology", "discovery")
 
 
 def capped_warnings(warnings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
@@ -195,6 +207,8 @@ class Settings:
     namespace: str = _DEFAULTS["namespace"]
     pod_name: str | None = _DEFAULTS["pod_name"]
     kubeconfig: str | None = _DEFAULTS["kubeconfig"]
+    #: what named the kubeconfig (the flag, or the KUBECONFIG variable): errors name it
+    kubeconfig_origin: str = "--kubeconfig"
     kube_api_qps: float = _DEFAULTS["kube_api_qps"]
     kube_api_burst: int = _DEFAULTS["kube_api_burst"]
     use_node_labels: bool = _DEFAULTS["use_node_labels"]
@@ -444,6 +458,7 @@ def resolve(
         cleanup=cleanup,
         dump_partitions=dump_partitions,
         sysfs_root=env.get("GFD_SYSFS_ROOT", "/sys"),
+        kubeconfig_origin=origins.get("kubeconfig", "--kubeconfig"),
         config=loaded.config,
         config_choice=config_choice,
         warnings=capped_warnings(warnings),
@@ -470,6 +485,7 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
             )
     if settings.kubeconfig and settings.output_kind in ("nodefeature", "node-labels"):
         origin = origins.get("kubeconfig", "--kubeconfig")
+        # a missing file is the client's to name (it knows client-go's list rules)
         for part in settings.kubeconfig.split(os.pathsep):
             path = os.path.expanduser(part)
             kind = _special_file_kind(path) if path else None
@@ -479,7 +495,7 @@ def _check_files(settings: Settings, origins: Mapping[str, str]) -> None:
                 # the kubernetes client reads it with PyYAML, unbounded: read it first
                 # with the bounded reader (size, nesting, aliases, duplicate keys)
                 parse_yaml(
-                    read_text(path, origin, UsageError), f"{origin} {clip_path(part)}", UsageError
+                    read_text(path, origin, UsageError), f"{origin} {clip_path(path)}", UsageError
                 )
 
 

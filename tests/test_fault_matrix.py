@@ -1211,6 +1211,79 @@ def test_the_metrics_listener_under_hostile_clients(served: Daemon, fault: str) 
     assert "Traceback" not in served.log()
 
 
+# =============================================================== kubeconfig by client-go's rules
+# The kubeconfig channel crossed with what client-go refuses or reads differently, the
+# KUBECONFIG list as a channel of its own (environment), and the in-cluster address
+# variables: each a start-up input, so the start-up contract holds (assert_refused).
+
+
+def _kubeconfig_start(env: dict[str, str] | None = None, *args: str) -> Any:
+    return run_start("--cleanup", "--use-node-labels", "--node-name", "n1", *args, env=env)
+
+
+@pytest.mark.parametrize("fault", ["loop", "all-missing", "wrong-kind", "fifo-second"])
+def test_kubeconfig_list_fault(fault: str, short_dir: Path) -> None:
+    """A KUBECONFIG list read by client-go's loader.go rules: a looping link or a file
+    that is not a kubeconfig is refused naming the variable, a FIFO later in the list is
+    never waited on, a list of which nothing exists is one line."""
+    good = short_dir / "kube.cfg"
+    good.write_text(_kubeconfig_text())
+    listed = [str(good)]
+    if fault == "loop":
+        (short_dir / "loop").symlink_to(short_dir / "loop")
+        listed.append(str(short_dir / "loop"))
+    elif fault == "all-missing":
+        listed = [str(short_dir / "a"), str(short_dir / "b")]
+    elif fault == "wrong-kind":
+        (short_dir / "cfg.yaml").write_text("version: v1\nflags:\n  migStrategy: none\n")
+        listed = [str(short_dir / "cfg.yaml")]
+    else:
+        SPECIAL["fifo"](short_dir / "fifo")
+        listed.append(str(short_dir / "fifo"))
+    result = _kubeconfig_start({"KUBECONFIG": os.pathsep.join(listed)})
+    line = assert_refused(result, "KUBECONFIG")
+    assert "--kubeconfig" not in line
+
+
+@pytest.mark.parametrize(
+    ("fault", "cluster", "user"),
+    [
+        (
+            "insecure-with-ca",
+            "insecure-skip-tls-verify: true, certificate-authority-data: eA==",
+            "",
+        ),
+        ("two-methods", "", "token: t, username: u, password: p"),
+        ("cert-without-key", "", "client-certificate-data: eA=="),
+    ],
+    ids=["insecure-with-ca", "two-methods", "cert-without-key"],
+)
+def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short_dir: Path) -> None:
+    """What client-go's ConfirmUsable or its TLS rule refuses: one line, exit 2."""
+    text = _kubeconfig_text()
+    if cluster:
+        text = text.replace(
+            "server: 'http://127.0.0.1:9'", f"server: 'https://127.0.0.1:9', {cluster}"
+        )
+    if user:
+        text = text.replace("user: {}", f"user: {{{user}}}")
+    (short_dir / "kube.cfg").write_text(text)
+    assert_refused(DOCUMENTS[2].run(short_dir), "kube.cfg")
+
+
+@pytest.mark.parametrize(
+    ("fault", "host", "port", "variable"),
+    [
+        ("port", "127.0.0.1", "https", "KUBERNETES_SERVICE_PORT"),
+        ("host", "a host", "443", "KUBERNETES_SERVICE_HOST"),
+    ],
+    ids=["port", "host"],
+)
+def test_in_cluster_address_fault(fault: str, host: str, port: str, variable: str) -> None:
+    env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
+    assert_refused(_kubeconfig_start(env), variable)
+
+
 # ==================================================== driver libraries (loaded files)
 #
 # What gfd hands to the dynamic loader under --driver-root-ctr-path is a channel like

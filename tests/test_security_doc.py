@@ -103,7 +103,9 @@ ALLOWED_OPENS = {
     ("gfd/signals.py", "_watch"): "its own self-pipe",
     ("gfd/logsink.py", "_hold_with_devnull"): "/dev/null put in place of a stderr that is gone",
     ("gfd/kube/exec_plugin.py", "_collect"): "a credential plugin's pipes, under a deadline",
-    ("gfd/kube/exec_plugin.py", "write"): "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW)",
+    ("gfd/kube/secret_files.py", "_on_disk"): (
+        "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW), only where memfd_create is missing"
+    ),
     ("gfd/outputs/file.py", "_write"): "the temporary file it made with mkstemp",
     ("gfd/outputs/file.py", "write_without_blocking"): "stdout's pipe, reopened to write",
     ("gfd/outputs/koordlet.py", "_open_directory"): "directories (O_DIRECTORY)",

@@ -189,7 +189,7 @@ def _quote_status(text: str) -> str:
 
 
 def _load_configuration(
-    kubeconfig: str | None, configuration: Any, where: str
+    kubeconfig: str | None, configuration: Any, where: str, origin: str
 ) -> CredentialSource | None:
     """Fill ``configuration`` with the client's own loaders, with gfd's bounded token files
     and exec plugins in front; what cannot be loaded is one UsageError naming ``where``."""
@@ -197,7 +197,7 @@ def _load_configuration(
     from kubernetes.config.config_exception import ConfigException
 
     try:
-        return credentials.load(kubeconfig, configuration)
+        return credentials.load(kubeconfig, configuration, origin)
     except CredentialError as exc:
         raise UsageError(f"{where}: {exc}") from None
     except (ConfigException, yaml.YAMLError, OSError, ValueError, TypeError, KeyError) as exc:
@@ -220,6 +220,7 @@ class KubeClient:
         kubeconfig: str | None,
         *,
         budget: float,
+        origin: str = "--kubeconfig",
         request_timeout: float = REQUEST_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = interrupt.sleep,
         clock: Callable[[], float] = time.monotonic,
@@ -234,8 +235,8 @@ class KubeClient:
         # the deadline of the request in flight: its reads, and the credential it needs
         self._request_deadline: float | None = None
         configuration = client.Configuration()
-        where = f"--kubeconfig {describe(kubeconfig)}" if kubeconfig else "in-cluster config"
-        self._credentials = _load_configuration(kubeconfig, configuration, where)
+        where = f"{origin} {describe(kubeconfig)}" if kubeconfig else "in-cluster config"
+        self._credentials = _load_configuration(kubeconfig, configuration, where, origin)
         host = str(configuration.host or "")
         self._secrets = _userinfo(host)
         self.server: str = redact_url(host)

@@ -35,12 +35,15 @@ gfd does not speak, a plugin that needs a terminal) is a usage error at start.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from gfd import redaction
 from gfd.echo import clip
+from gfd.kube import kubeconfig as kubeconfig_rules
 from gfd.kube.credential_source import (
     CredentialError,
     CredentialSource,
@@ -48,11 +51,14 @@ from gfd.kube.credential_source import (
     unsafe_header_value,
 )
 from gfd.kube.exec_plugin import ExecPlugin, check_key_pair
+from gfd.kubeconfig_paths import kubeconfig_files
 
 # ----------------------------------------------------------------- loading
 
 
-def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
+def load(
+    kubeconfig: str | None, configuration: Any, origin: str = "--kubeconfig"
+) -> CredentialSource | None:
     """Fill ``configuration`` from ``kubeconfig`` (None: the in-cluster service account) with
     the client's own loaders; the source gfd puts in front of them for a token file or an
     exec plugin, or None where the client's static credential is all there is.
@@ -71,9 +77,11 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
 
     kube_config: Any = untyped
 
-    merger = kube_config.KubeConfigMerger(kubeconfig)
+    merger = _merged(kube_config, kubeconfig, origin)
     if merger.config is None:
         raise config_exception.ConfigException("Invalid kube-config file. No configuration found.")
+    kubeconfig_rules.confirm_usable(merger.config)
+    kubeconfig_rules.data_in_memory(merger.config)
     # the client's own loader; a context, user or cluster that is missing is its error
     loader = kube_config.KubeConfigLoader(config_dict=merger.config, config_base_path=None)
     context = loader.current_context.get("context") or {}
@@ -96,15 +104,55 @@ def load(kubeconfig: str | None, configuration: Any) -> CredentialSource | None:
     return source
 
 
+def _merged(kube_config: Any, kubeconfig: str, origin: str) -> Any:
+    """The client's merger over the files client-go would read, the first file's
+    ``current-context`` winning as in client-go (gfd.kube.kubeconfig)."""
+    files = kubeconfig_files(kubeconfig, origin)
+    merger = kube_config.KubeConfigMerger("")
+    documents = []
+    for path in files:
+        merger.load_config(path)
+        documents.append(merger.config_files.get(path))
+    first = kubeconfig_rules.first_current_context(documents)
+    if merger.config is not None and first is not None:
+        merger.config.value["current-context"] = first
+    return merger
+
+
 def _in_cluster(configuration: Any) -> CredentialSource:
     """The in-cluster service account: the client's loader, and its token file re-read."""
     from kubernetes.config import incluster_config
 
     incluster: Any = incluster_config  # untyped
+    _check_service_address(os.environ)
     incluster.load_incluster_config(client_configuration=configuration)
     service_account = FileToken(incluster.SERVICE_TOKEN_FILENAME, "the service account token")
     service_account.token()  # as the client's loader: no token at start is an error at start
     return service_account
+
+
+def _check_service_address(environ: Mapping[str, str]) -> None:
+    """The API server address the kubelet puts in a pod's environment, checked before the
+    client joins it into a URL (it would take ``https://host:not-a-port`` and fail only at
+    the first request, naming neither variable)."""
+    host = environ.get("KUBERNETES_SERVICE_HOST")
+    port = environ.get("KUBERNETES_SERVICE_PORT")
+    if host is None or port is None:
+        return  # the client's own message: not in a pod
+    name = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if len(host) > 253 or not re.fullmatch(rf"{name}(\.{name})*\.?", host):
+            raise CredentialError(
+                f"environment variable KUBERNETES_SERVICE_HOST {clip(host, 60)!r}: not an "
+                "IP address or a DNS name"
+            ) from None
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
+        raise CredentialError(
+            f"environment variable KUBERNETES_SERVICE_PORT {clip(port, 60)!r}: not a port "
+            "number (1-65535)"
+        )
 
 
 def _user_source(

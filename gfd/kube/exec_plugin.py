@@ -9,10 +9,8 @@ import contextlib
 import json
 import os
 import select
-import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +29,7 @@ from gfd.kube.credential_source import (
     unsafe_header_value,
 )
 from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
+from gfd.kube.secret_files import SecretFile
 
 # ----------------------------------------------------------------- exec plugins
 
@@ -259,12 +258,13 @@ def _excerpt(stderr: bytes) -> str:
 def _collect(
     process: subprocess.Popen[bytes], deadline: float
 ) -> tuple[bytes | None, bytes, int | None]:
-    """Read the plugin's output until it exits and its pipes close, or the deadline.
+    """Read the plugin's output until it exits, or the deadline.
 
     Returns (stdout or None when over the limit, the end of stderr, exit status or None
-    when the deadline came first; a signal as its negative number).  A plugin that exited
-    while processes it started still hold its pipes open has its group killed, so the pipes
-    close."""
+    when the deadline came first; a signal as its negative number).  Once the plugin has
+    exited, everything it wrote is already in its pipes: what is there is read and reading
+    stops, whether or not the pipes have closed -- a helper it left behind in a session of
+    its own may hold them open for ever.  Its own process group is killed first."""
     assert process.stdout is not None and process.stderr is not None
     out, err = process.stdout.fileno(), process.stderr.fileno()
     stdout = bytearray()
@@ -280,8 +280,11 @@ def _collect(
         left = deadline - time.monotonic()
         if left <= 0:
             return bytes(stdout), bytes(stderr), None
-        # short waits while running: its exit is seen by polling, not by a signal
-        ready, _, _ = select.select(list(open_fds), [], [], min(left, 0.05))
+        # short waits while running: its exit is seen by polling, not by a signal; once
+        # it has exited, no wait at all: only what is already in the pipes is read
+        ready, _, _ = select.select(list(open_fds), [], [], 0 if exited else min(left, 0.05))
+        if exited and not ready:
+            break
         for fd in ready:
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -351,33 +354,28 @@ def check_key_pair(cert_file: str, key_file: str, what: str) -> None:
 
 
 class CertificateFiles:
-    """The client certificate and key an exec plugin gave, as files (TLS reads them only
-    from files: ``ssl.SSLContext.load_cert_chain``), as the Python client keeps them too: in a
-    directory only this user may enter, each file written 0600 and replaced whole, all
-    removed when the process exits."""
+    """The client certificate and key an exec plugin gave, as paths TLS can open (it reads
+    them only from files: ``ssl.SSLContext.load_cert_chain``): anonymous in-memory files
+    (gfd.kube.secret_files), so the key never rests on a filesystem.  The previous pair is
+    closed once a new one replaces it."""
 
     def __init__(self) -> None:
-        self._directory: str | None = None
+        self._files: list[SecretFile] = []
 
     def write(self, cert: str, key: str) -> tuple[str, str]:
         """The paths of the certificate and key files, now holding ``cert`` and ``key``;
         a CredentialError when TLS cannot use them."""
-        if self._directory is None:
-            self._directory = tempfile.mkdtemp(prefix="gfd-exec-credential-")
-            atexit.register(shutil.rmtree, self._directory, True)
-        paths = []
-        for name, text in (("client.crt", cert), ("client.key", key)):
-            path = os.path.join(self._directory, name)
-            staged = path + ".new"
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(staged)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            with os.fdopen(os.open(staged, flags, 0o600), "w", encoding="utf-8") as file:
-                file.write(text)
-            paths.append((staged, path))
-        check_key_pair(
-            paths[0][0], paths[1][0], "the client certificate and key an exec plugin gave"
-        )
-        for staged, path in paths:
-            os.replace(staged, path)
-        return paths[0][1], paths[1][1]
+        files = [SecretFile(cert.encode(), "client.crt")]
+        files.append(SecretFile(key.encode(), "client.key"))
+        try:
+            check_key_pair(
+                files[0].path, files[1].path, "the client certificate and key an exec plugin gave"
+            )
+        except CredentialError:
+            for file in files:
+                file.close()
+            raise
+        previous, self._files = self._files, files
+        for file in previous:  # the caller puts the new pair in use before any connection
+            file.close()
+        return files[0].path, files[1].path

@@ -91,6 +91,7 @@ class NodeFeatureOutput(Output):
         self.object_name = NAME_PREFIX + self.node_name
         self._client = client or KubeClient(
             settings.kubeconfig,
+            origin=settings.kubeconfig_origin,
             budget=retry_budget(settings.sleep_interval),
             qps=settings.kube_api_qps,
             burst=settings.kube_api_burst,

@@ -109,6 +109,7 @@ class NodeLabelsOutput(Output):
         self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
         self._client = client or KubeClient(
             settings.kubeconfig,
+            origin=settings.kubeconfig_origin,
             budget=retry_budget(settings.sleep_interval),
             qps=settings.kube_api_qps,
             burst=settings.kube_api_burst,

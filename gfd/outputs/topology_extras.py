@@ -41,6 +41,7 @@ class PartitionsAnnotation:
         self._path = f"/api/v1/nodes/{settings.node_name}"
         self._client = client or KubeClient(
             settings.kubeconfig,
+            origin=settings.kubeconfig_origin,
             budget=retry_budget(settings.sleep_interval),
             qps=settings.kube_api_qps,
             burst=settings.kube_api_burst,

@@ -18,7 +18,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from gfd.documents import parse_yaml, read_text
-from gfd.echo import clip_path, describe
+from gfd.echo import clip, clip_path, describe
 from gfd.errors import SnapshotError
 from gfd.snapshot.fields import (
     MAX_STRING_CHARS,
@@ -101,6 +101,11 @@ __all__ = [
 ]
 
 SNAPSHOT_VERSION = "v1"
+
+#: the top-level keys of a snapshot, and those of a config file (which a snapshot never
+#: has): a file with only the second kind is a config file given in a snapshot's place
+_SNAPSHOT_KEYS = ("driver", "machine", "vgpu", "gpus", "lost", "topology", "discovery")
+_CONFIG_KEYS = ("flags", "resources", "sharing", "partitions")
 
 
 # --------------------------------------------------------------------------- loading
@@ -211,6 +216,14 @@ def loads(text: str, source: str = "<snapshot>") -> Snapshot:
     document = parse_yaml(text, source, SnapshotError)
     if document is None:
         raise SnapshotError(f"{source}: the snapshot is empty")
+    if isinstance(document, dict):
+        config_keys = [key for key in _CONFIG_KEYS if key in document]
+        if config_keys and not any(key in document for key in _SNAPSHOT_KEYS):
+            raise SnapshotError(
+                f"{source}: this looks like a gfd config file (version "
+                f"{clip(str(document.get('version')), 20)} with {'/'.join(config_keys)}), "
+                "not a snapshot"
+            )
     try:
         return from_dict(document)
     except SnapshotError as exc:

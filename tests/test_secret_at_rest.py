@@ -1,0 +1,214 @@
+"""No client key ever rests on a filesystem: a key written inline in a kubeconfig
+(``client-key-data``) or given by an exec plugin (``clientKeyData``) is used over real TLS by
+``gfd`` as a real process, and no file under its TMPDIR holds the key -- while it runs, and
+after it ends in every way a process ends: a normal oneshot exit, SIGTERM, the watchdog's
+forced exit (``os._exit``: no ``finally``, no ``atexit``) and a crash (SIGKILL).
+
+The subprocess waits carry timeouts as guards against a hung test; no test asserts time."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.execplugin import exec_user
+from tests.fakes.fake_apiserver import FakeApiServer
+from tests.process import ROOT, Daemon, run_gfd
+from tests.test_kube_credentials import cert_plugin, pki, tls_api
+
+pytestmark = pytest.mark.timeout(120)
+
+__all__ = ["pki", "tls_api"]  # fixtures, used by name
+
+SNAPSHOT = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
+
+#: a stop the agent never hears: the watchdog alone sees it and forces the exit
+DEAF_TO_STOPS = """\
+import gfd.signals
+
+_attach = gfd.signals.attach
+gfd.signals.attach = lambda receiver: _attach(lambda signum: None)
+"""
+
+
+def kubeconfig_for(source: str, api: FakeApiServer, tmp_path: Path, pki: dict[str, Path]) -> str:
+    """A kubeconfig whose client key is inline (``kubeconfig``) or an exec plugin's."""
+    cert, key = pki["client.crt"].read_text(), pki["client.key"].read_text()
+    if source == "exec":
+        user = exec_user(cert_plugin(tmp_path, cert, key))
+    else:
+        user = {
+            "client-certificate-data": base64.b64encode(cert.encode()).decode(),
+            "client-key-data": base64.b64encode(key.encode()).decode(),
+        }
+    path = api.write_kubeconfig(tmp_path / "kubeconfig", user=user)
+    config = json.loads(path.read_text())
+    config["clusters"][0]["cluster"]["certificate-authority"] = str(pki["ca.crt"])
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+def key_at_rest(tmpdir: Path, key: str) -> list[str]:
+    """Every file or folder under ``tmpdir`` that holds a line of ``key``'s body, or is one
+    of the exec certificate folders."""
+    canaries = [line.encode() for line in key.splitlines()[1:-1] if line]
+    found = []
+    for directory, folders, files in os.walk(tmpdir):
+        found += [f"{directory}/{d}" for d in folders if d.startswith("gfd-exec-credential-")]
+        for name in files:
+            path = os.path.join(directory, name)
+            try:
+                content = Path(path).read_bytes()
+            except OSError:
+                continue
+            if any(canary in content for canary in canaries):
+                found.append(path)
+    return found
+
+
+def authenticated(api: FakeApiServer) -> bool:
+    return any(r.client_cn == "gfd-exec" and r.status == 200 for r in api.requests)
+
+
+@pytest.fixture
+def tmpdir_env(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    yield tmpdir, {"TMPDIR": str(tmpdir)}
+
+
+@pytest.mark.parametrize("source", ["kubeconfig", "exec"])
+def test_a_oneshot_leaves_no_key_behind(
+    source: str,
+    tls_api: FakeApiServer,
+    tmp_path: Path,
+    pki: dict[str, Path],
+    tmpdir_env: tuple[Path, dict[str, str]],
+) -> None:
+    tmpdir, env = tmpdir_env
+    kubeconfig = kubeconfig_for(source, tls_api, tmp_path, pki)
+    result = run_gfd(
+        "--oneshot", "--use-node-labels", "--node-name", "n1", "--kubeconfig", kubeconfig,
+        "--snapshot-file", SNAPSHOT, env=env,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert authenticated(tls_api)
+    assert key_at_rest(tmpdir, pki["client.key"].read_text()) == []
+
+
+@pytest.mark.parametrize("ending", ["SIGTERM", "watchdog", "crash"])
+@pytest.mark.parametrize("source", ["kubeconfig", "exec"])
+def test_a_daemon_never_puts_the_key_on_disk_however_it_ends(
+    source: str,
+    ending: str,
+    tls_api: FakeApiServer,
+    tmp_path: Path,
+    pki: dict[str, Path],
+    tmpdir_env: tuple[Path, dict[str, str]],
+) -> None:
+    tmpdir, env = tmpdir_env
+    key = pki["client.key"].read_text()
+    if ending == "watchdog":
+        shim = tmp_path / "shim"
+        shim.mkdir()
+        (shim / "sitecustomize.py").write_text(DEAF_TO_STOPS)
+        env["PYTHONPATH"] = f"{shim}{os.pathsep}{ROOT}"
+    kubeconfig = kubeconfig_for(source, tls_api, tmp_path, pki)
+    daemon = Daemon(
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", kubeconfig,
+        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=env,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        assert authenticated(tls_api), daemon.log()
+        assert key_at_rest(tmpdir, key) == []  # while it runs
+        if ending == "crash":
+            daemon.process.kill()
+        else:
+            daemon.process.send_signal(signal.SIGTERM)
+        daemon.process.wait(timeout=60)
+        if ending == "watchdog":
+            daemon._reader.join(timeout=10)
+            assert "not honoured" in daemon.log()  # the forced exit, not an orderly one
+        assert key_at_rest(tmpdir, key) == []  # after it ended
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+
+
+def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
+    """The descriptor holding a key is closed on exec: a plugin (or anything gfd ever runs)
+    cannot read it from its own descriptor table."""
+    from gfd.kube.secret_files import SecretFile
+
+    secret = SecretFile(b"canary-key-material", "client.key")
+    try:
+        assert secret.in_memory
+        assert Path(secret.path).read_bytes() == b"canary-key-material"
+        child = subprocess.run(
+            ["ls", "-l", "/proc/self/fd"],
+            capture_output=True,
+            close_fds=False,
+            check=False,
+        )
+        assert child.returncode == 0
+        assert b"memfd:gfd-client.key" not in child.stdout
+    finally:
+        secret.close()
+
+
+def test_the_client_never_writes_inline_data_to_a_temporary_file(
+    tmp_path: Path, pki: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every inline certificate, key and CA of the context in use reaches the client as an
+    in-memory path: the client's own temporary-file writer is never called."""
+    from kubernetes.config import kube_config
+
+    from gfd.kube.client import KubeClient
+
+    def refuse(*args: object, **kwargs: object) -> str:
+        raise AssertionError("the kubernetes client wrote a secret to a temporary file")
+
+    monkeypatch.setattr(kube_config, "_create_temp_file_with_content", refuse)
+    encode = lambda name: base64.b64encode(pki[name].read_bytes()).decode()  # noqa: E731
+    with FakeApiServer() as api:
+        path = api.write_kubeconfig(
+            tmp_path / "kubeconfig",
+            user={"client-certificate-data": encode("client.crt"),
+                  "client-key-data": encode("client.key")},
+        )  # fmt: skip
+        config = json.loads(path.read_text())
+        config["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:9"
+        config["clusters"][0]["cluster"]["certificate-authority-data"] = encode("ca.crt")
+        path.write_text(json.dumps(config))
+        client = KubeClient(str(path), budget=1.0)
+    configuration = client.api_client.configuration
+    for name in (configuration.cert_file, configuration.key_file, configuration.ssl_ca_cert):
+        assert name.startswith("/proc/self/fd/"), name
+    assert Path(configuration.key_file).read_bytes() == pki["client.key"].read_bytes()
+
+
+def test_without_memfd_the_fallback_file_is_private_and_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    from gfd.kube.secret_files import SecretFile
+
+    monkeypatch.delattr(os, "memfd_create")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    secret = SecretFile(b"canary-key-material", "client.key")
+    assert not secret.in_memory
+    assert Path(secret.path).read_bytes() == b"canary-key-material"
+    assert os.stat(secret.path).st_mode & 0o077 == 0
+    assert os.stat(os.path.dirname(secret.path)).st_mode & 0o077 == 0
+    secret.close()
+    assert list(tmp_path.iterdir()) == []
