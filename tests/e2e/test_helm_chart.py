@@ -48,6 +48,7 @@ COMPONENT_VALUES: dict[str, dict[str, Any]] = {
     "runtime-class-nvidia": {"runtimeClassName": "nvidia"},
     "koordlet": {"koordlet.enabled": True},
     "node-config": {"config.name": "gfd-config"},
+    "dra": {"deviceDiscoveryStrategy": "dra"},
 }
 # Components that make sense on the cleanup Job too (koordlet: the cleanup removes its file).
 CLEANUP_COMPONENTS = {"runtime-class-nvidia", "koordlet"}
