@@ -66,10 +66,12 @@ test: venv
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n auto --dist worksteal --ignore=tests/e2e
 
 # Branch coverage of gfd/ over the same suite, subprocesses included ([tool.coverage] in
-# pyproject.toml): the figure a refactor must not lower.
+# pyproject.toml): the figure a refactor must not lower.  The address-space-limit test is
+# left out: the tracer itself needs memory that test's limits do not leave.
 coverage: venv
 	rm -rf .coverage-data
-	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m coverage run -m pytest -q -n auto --dist worksteal --ignore=tests/e2e -p no:cacheprovider
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m coverage run -m pytest -q -n auto --dist worksteal --ignore=tests/e2e -p no:cacheprovider \
+		--deselect tests/test_fault_matrix.py::test_out_of_memory
 	$(BIN)/python -m coverage combine -q
 	$(BIN)/python -m coverage report --format=total
 

@@ -49,4 +49,7 @@ _NO_MEMORY_SIGNS = ("failed to map segment", "returned NULL without setting an e
 
 def _out_of_memory() -> NoReturn:
     os.write(2, b"gfd: out of memory (the process's address-space limit was reached)\n")
-    raise SystemExit(1) from None
+    # and nothing after it: an orderly exit runs exit handlers, the log writer's last flush
+    # and the collector, each of which needs memory there is none of -- the interpreter then
+    # aborts or prints unraisable-exception noise after the one line
+    os._exit(1)
