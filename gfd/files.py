@@ -49,21 +49,20 @@ class UnreadableFileError(Exception):
         self.missing = missing
 
 
+#: what each kind of file that is not a regular file is called, in the order tested
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link"),
+)
+
+
 def file_kind(mode: int) -> str:
     """What a file that is not a regular file is, in words ("a FIFO")."""
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "a special file"
+    return next((name for test, name in _FILE_KINDS if test(mode)), "a special file")
 
 
 def _not_regular(mode: int) -> UnreadableFileError:
