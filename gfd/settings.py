@@ -215,6 +215,7 @@ class Settings:
     snapshot_file: str | None = _DEFAULTS["snapshot_file"]
     metrics_address: str = _DEFAULTS["metrics_address"]
     topology_labels: bool = _DEFAULTS["topology_labels"]
+    dra_drift_check: bool = _DEFAULTS["dra_drift_check"]
     koordlet_device_infos_dir: str = _DEFAULTS["koordlet_device_infos_dir"]
     log_format: str | None = _DEFAULTS["log_format"]
     log_level: str = _DEFAULTS["log_level"]

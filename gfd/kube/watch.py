@@ -127,7 +127,8 @@ class CollectionWatch:
     """Follow the objects of ``collection`` (an API path such as ``/api/v1/nodes``) that the
     field selector ``selector`` picks (``spec.nodeName=n1``).  ``belongs(obj)`` says whether
     an object is one the selector picks (anything else on the stream ends it); ``keep(obj)``
-    whether to hold it (an object not kept is followed as absent).  Followers are told the
+    whether to hold it (an object not kept is followed as absent); ``fallback`` what the
+    followers do instead when the watch is refused (the one line says it).  Followers are told the
     view (:meth:`_view`): here the objects held, by name."""
 
     def __init__(
@@ -139,6 +140,7 @@ class CollectionWatch:
         *,
         belongs: Callable[[JSON], bool],
         keep: Callable[[JSON], bool] = lambda obj: True,
+        fallback: str = "re-reading it periodically instead",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
@@ -148,6 +150,7 @@ class CollectionWatch:
         self.what = what
         self._belongs = belongs
         self._keep = keep
+        self._fallback = fallback
         self._clock = clock
         self._followers: list[tuple[Callable[[Any], None], Callable[[], None]]] = []
         self._lock = threading.Lock()
@@ -210,9 +213,7 @@ class CollectionWatch:
         with self._lock:
             self.refused = True
             followers = [pair[1] for pair in self._followers]
-        self._log.warning(
-            f"cannot watch {self.what}; re-reading it periodically instead", error=reason
-        )
+        self._log.warning(f"cannot watch {self.what}; {self._fallback}", error=reason)
         for follower in followers:
             follower()
 
@@ -558,7 +559,7 @@ class OwnedObject:
         self._what = what
         self._undone = undone
         self._watch: ObjectWatch | None = None
-        self._wake: Callable[[], None] = _nothing
+        self._wake: Callable[[], None] = lambda: None  # no one to wake yet
         self._log = get_logger(watch=what)
 
     @property
@@ -594,7 +595,3 @@ class OwnedObject:
         if undone:
             self._log.info("change seen that undoes what gfd published; checking now")
             self._wake()
-
-
-def _nothing() -> None:
-    """No one to wake yet."""
