@@ -113,7 +113,8 @@ class SliceReader:
         return watch is not None and watch.synced and not watch.refused
 
     def _seen(self, objects: dict[str, Any]) -> None:
-        if _fingerprint(objects.values()) != self._used:
+        # before any pass read the slices there is nothing to redo: the first pass reads them
+        if self._used is not None and _fingerprint(objects.values()) != self._used:
             self._wake()
 
     # ------------------------------------------------------------- reading

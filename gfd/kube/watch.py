@@ -301,7 +301,7 @@ class CollectionWatch:
         from."""
         objects: Objects = {}
         token = ""
-        for _ in range(MAX_OBJECTS // PAGE_SIZE):
+        for _ in range(-(-MAX_OBJECTS // PAGE_SIZE)):
             query = {"fieldSelector": self.selector, "limit": str(PAGE_SIZE)}
             if token:
                 query["continue"] = token
