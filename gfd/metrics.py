@@ -38,6 +38,8 @@ MAX_CONNECTIONS = 16
 #: how long one connection may take to send its request and read the answer
 CONNECTION_TIMEOUT_SECONDS = 5.0
 #: pass durations are milliseconds to seconds; NVML on a big node can take a few seconds
+#: the most gfd_dra_drift series (one per disagreeing label; gfd_dra_drift_labels counts all)
+DRIFT_SERIES = 64
 PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -186,6 +188,8 @@ class PrometheusMetrics:
 
     def dra_drift(self, labels: tuple[str, ...]) -> None:
         self._drift_labels.set(len(labels))
+        # label keys built from the slices too: a series for the first few only
+        labels = labels[:DRIFT_SERIES]
         for gone in set(self._drift_shown) - set(labels):
             self._drift.remove(gone)
         for label in labels:
