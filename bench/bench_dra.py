@@ -87,6 +87,21 @@ def publish(plane: ControlPlane, name: str, gpus: int, generation: int) -> None:
         plane.create(item)
 
 
+def start(name: str, kubeconfig: Path, output: Path, workdir: Path) -> subprocess.Popen[bytes]:
+    """One node's gfd: the dra strategy, the default interval, a features file."""
+    argv = [
+        sys.executable, "-m", "gfd", "--device-discovery-strategy", "dra", "--node-name", name,
+        "--kubeconfig", str(kubeconfig), "--no-timestamp", "--output-file", str(output),
+        "--log-format", "json",
+    ]  # fmt: skip
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir)}
+    with (workdir / f"{name}.log").open("wb") as log:
+        return subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=log, env=env, cwd=ROOT,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+
 def count_of(path: Path) -> str | None:
     if not path.exists():
         return None
@@ -159,7 +174,6 @@ def run(args: argparse.Namespace) -> list[str]:
         for name in names["watch"] + names["list"]:
             publish(plane, name, GPUS, 1)
         outputs = {name: workdir / f"{name}.labels" for group in GROUPS for name in names[group]}
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(workdir)}
         started: dict[str, float] = {}
         try:
             for group in GROUPS:
@@ -168,31 +182,7 @@ def run(args: argparse.Namespace) -> list[str]:
                         workdir / f"{name}.kubeconfig", token=f"token-{name}"
                     )
                     started[name] = time.monotonic()
-                    processes.append(
-                        subprocess.Popen(
-                            [
-                                sys.executable,
-                                "-m",
-                                "gfd",
-                                "--device-discovery-strategy",
-                                "dra",
-                                "--node-name",
-                                name,
-                                "--kubeconfig",
-                                str(kubeconfig),
-                                "--no-timestamp",
-                                "--output-file",
-                                str(outputs[name]),
-                                "--log-format",
-                                "json",
-                            ],
-                            stdout=subprocess.DEVNULL,
-                            stderr=(workdir / f"{name}.log").open("wb"),
-                            env=env,
-                            cwd=ROOT,
-                            stdin=subprocess.DEVNULL,
-                        )  # fmt: skip
-                    )
+                    processes.append(start(name, kubeconfig, outputs[name], workdir))
             first: dict[str, float] = {}
             for name, path in outputs.items():
                 first[name] = wait_all({name: path}, str(GPUS), started[name], 120)[name]

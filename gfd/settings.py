@@ -543,6 +543,11 @@ def _validate(settings: Settings) -> None:
             "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "
             f"label {settings.node_label} chooses its config"
         )
+    if settings.dra_drift_check and not settings.node_name and not settings.dump_snapshot:
+        raise UsageError(
+            "--dra-drift-check true: --node-name (or NODE_NAME) is required: the node's "
+            "ResourceSlices are selected by it"
+        )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")
     if settings.dump_partitions and (settings.dump_snapshot or settings.cleanup):

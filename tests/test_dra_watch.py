@@ -21,7 +21,7 @@ from tests.dra_slices import slices_for
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.helpers import H100, gpu, node
 from tests.loop import RecordedMetrics
-from tests.process import Daemon
+from tests.process import ROOT, Daemon, assert_refused, run_gfd
 from tests.test_discovery_dra import (
     PROFILES,
     mock_lib,  # noqa: F401 (the fixture)
@@ -250,6 +250,14 @@ def test_a_drift_check_that_cannot_read_the_slices_says_so_once(
 
 
 # ------------------------------------------------------------------ a real gfd process
+
+
+def test_the_drift_check_without_a_node_name_is_one_line_and_exit_2() -> None:
+    snapshot = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
+    done = run_gfd("--oneshot", "--dra-drift-check", "--snapshot-file", snapshot)
+    assert_refused(done, "--dra-drift-check", "NODE_NAME")
+    done = run_gfd("--oneshot", "--snapshot-file", snapshot, env={"GFD_DRA_DRIFT_CHECK": "maybe"})
+    assert_refused(done, "GFD_DRA_DRIFT_CHECK", "maybe")
 
 
 def _labels(path: Path) -> dict[str, str]:
