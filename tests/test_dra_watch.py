@@ -5,9 +5,10 @@ once, a refused watch falls back to a list per pass with one line, the object bo
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from gfd.kube import watch
 from gfd.kube.client import KubeClient
 from gfd.settings import resolve
 from tests.dra_slices import slices_for
-from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.helpers import H100, gpu, node
 from tests.loop import RecordedMetrics
 from tests.process import ROOT, Daemon, assert_refused, run_gfd
@@ -176,6 +177,50 @@ def test_more_slices_than_the_bound_are_never_held(
     _publish(api, slices_for(node(gpu(0), gpu(1), gpu(2)), NODE, split=3))
     eventually(lambda: "more than 2 objects" in capsys.readouterr().err, "the bound")
     assert reader._watch is not None and len(reader._watch.objects) <= 2
+
+
+def _slice_event(node_name: str) -> bytes:
+    """The node's one slice of two GPUs (as published below) sent again as a change."""
+    item = slices_for(node(gpu(0), gpu(1)), node_name)[0]
+    item["metadata"]["resourceVersion"] = "7"
+    return (json.dumps({"type": "MODIFIED", "object": item}) + "\n").encode()
+
+
+#: what the server may send on the slices' watch instead of events of this node's slices
+SLICE_WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
+    "flood": lambda: Fault(status=200, body=_slice_event(NODE) * 1000, watch=True, count=None),
+    "another-node": lambda: Fault(status=200, body=_slice_event("n2"), watch=True, count=None),
+    "huge": lambda: Fault(huge=8 * 1024 * 1024, watch=True, count=None),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(SLICE_WATCH_FAULTS))
+def test_the_slices_watch_under_faults_keeps_the_pool_and_comes_back(
+    fault: str,
+    api: FakeApiServer,
+    watched: tuple[dra_source.SliceReader, Wakes],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
+    reader, wakes = watched
+    _publish(api, slices_for(node(gpu(0), gpu(1)), NODE))
+    eventually(lambda: reader.watching and api.open_watches == 1, "the watch")
+    assert len(reader.snapshot().gpus) == 2
+    api.inject(SLICE_WATCH_FAULTS[fault]())
+    with api.down():  # ends the stream in progress: the next ones meet the fault
+        eventually(lambda: api.open_watches == 0, "the stream to end")
+    eventually(lambda: len(_slice_watches(api)) >= 3, "attempts against the fault")
+    assert len(reader.snapshot().gpus) == 2  # the pool held stays
+    api.clear_faults()
+    eventually(lambda: api.open_watches == 1, "the watch back")
+    wakes.event.clear()
+    _publish(api, slices_for(node(gpu(0), gpu(1), gpu(2)), NODE, generation=2))
+    wakes.expect("generation 2 after the fault")
+    eventually(lambda: len(reader.snapshot().gpus) == 3, "generation 2")
+    err = capsys.readouterr().err
+    assert err.count("watch of ResourceSlices of node n1 interrupted; reconnecting") == 1, err
+    assert "Traceback" not in err
 
 
 # ------------------------------------------------------------------ the drift check
