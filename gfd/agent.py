@@ -64,7 +64,10 @@ def _read_snapshot(settings: Settings, *, first_pass: bool, metrics: Metrics) ->
     (a oneshot over a ``--snapshot-file`` the CLI already read never imports it)."""
     if settings.device_discovery_strategy == "dra" and not settings.snapshot_file:
         return dra_source.read(settings)
-    return read_snapshot(settings, first_pass=first_pass, metrics=metrics)
+    snapshot = read_snapshot(settings, first_pass=first_pass, metrics=metrics)
+    if settings.dra_drift_check and not settings.snapshot_file:
+        dra_source.check_drift(settings, snapshot, metrics)
+    return snapshot
 
 
 class _Signals:
@@ -183,9 +186,15 @@ class Agent:
         self._wake.set()
 
     def _node_changed(self) -> None:
-        """A watch's thread saw the node's config label change: follow it now."""
+        """A watch's thread saw what a pass reads change (the node's config label, its
+        ResourceSlices): run a pass now."""
         self._signals.changed = True
         self._wake.set()
+
+    def _follow_slices(self) -> None:
+        """Watch this node's ResourceSlices while the settings read them (a daemon only)."""
+        if self._watching and not self.settings.oneshot and self._read_snapshot is _read_snapshot:
+            dra_source.follow(self.settings, self._node_changed)
 
     def _watch(self, output: object) -> None:
         """Let an API output watch what it publishes (a daemon only: a oneshot ends first)."""
@@ -475,6 +484,7 @@ class Agent:
             if place not in new:
                 self._retiring.setdefault(place, retiree)
         self.metrics.set_sleep_interval(settings.sleep_interval)
+        self._follow_slices()
         self._new_run()
 
     def _move_metrics(self, settings: Settings) -> None:
@@ -547,6 +557,7 @@ class Agent:
 
     def run(self) -> int:
         self._watch(self.output)
+        self._follow_slices()
         if self._node_label is not None:  # the reader the CLI made to choose the first entry
             self._watch_node_label(self._node_label)
         try:

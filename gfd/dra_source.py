@@ -1,9 +1,14 @@
-"""Reads this node's ResourceSlices from the API server (``--device-discovery-strategy=dra``).
+"""Reads this node's ResourceSlices from the API server (``--device-discovery-strategy=dra``,
+and ``--dra-drift-check`` beside NVML).
 
-One ``list`` of ``resource.k8s.io/v1`` resourceslices per pass, narrowed on the server by
-the field selector ``spec.nodeName=<node>`` (ResourceSlice's selectable fields include
-``spec.nodeName`` and ``spec.driver``), answer read under the client's cap.  gfd only reads
-slices: the one verb here is GET, and its RBAC is ``list``/``watch`` on ``resourceslices``.
+A daemon watches them (:class:`gfd.kube.watch.CollectionWatch` on ``resource.k8s.io/v1``
+resourceslices with the field selector ``spec.nodeName=<node>``: a paged list, then a watch
+from its ``resourceVersion`` with bookmarks, resumed after the stream ends, listed again on
+410 Gone) and holds the slices of driver ``gpu.nvidia.com``; a pass reads that cache, and a
+change in it wakes the agent's loop at once (:func:`follow`).  Until the watch has listed,
+in a oneshot run, or when the server refuses the watch (RBAC without ``watch``: one line),
+each pass lists the slices itself (paged, 100 a page).  gfd only reads slices: the one
+verb here is GET, and its RBAC is ``list``/``watch`` on ``resourceslices``.
 
 A pool whose newest generation is not yet complete (the driver is mid-update) keeps the
 last complete state; with none yet the pass fails, naming the pool, and the next pass asks
@@ -12,14 +17,17 @@ again.  :func:`gfd.discovery.dra.to_snapshot` does the mapping.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
+from gfd.config import Config
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError, PublishError, UsageError
 from gfd.kube.client import KubeClient, bad_answer, retry_budget
-from gfd.observability import get_logger
+from gfd.kube.watch import CollectionWatch, name_of, watch_client
+from gfd.labels import build
+from gfd.observability import Metrics, get_logger
 from gfd.settings import Settings
 from gfd.snapshot import Snapshot
 
@@ -28,8 +36,12 @@ RESOURCESLICES = "/apis/resource.k8s.io/v1/resourceslices"
 PAGE = 100
 #: the most pages one pass reads (PAGE * MAX_PAGES slices for one node is no real node)
 MAX_PAGES = 16
+#: the disagreeing labels one drift line names with their two values
+DRIFT_SHOWN = 8
 
 Request = Callable[[str], Mapping[str, Any]]
+#: which slices a pass used: (name, resourceVersion) of each slice of the driver
+Fingerprint = frozenset[tuple[str, str]]
 
 
 def list_path(node: str, continue_token: str = "") -> str:
@@ -40,16 +52,83 @@ def list_path(node: str, continue_token: str = "") -> str:
     return path
 
 
+def _fingerprint(items: Iterable[Any]) -> Fingerprint:
+    return frozenset(
+        (name_of(item), str((item.get("metadata") or {}).get("resourceVersion")))
+        for item in items
+        if isinstance(item, dict) and dra.is_driver_slice(item)
+    )
+
+
+def _nothing() -> None:
+    """No one to wake."""
+
+
 class SliceReader:
-    """This node's slices, one paged list per call, and the last complete state."""
+    """This node's slices -- from the watch's cache when it runs and has listed, else one
+    paged list per call -- and the last complete state."""
 
     def __init__(self, node: str, request: Request) -> None:
         self.node = node
         self._request = request
         self._last: Snapshot | None = None
         self.resource_version = ""
+        self._watch: CollectionWatch | None = None
+        self._wake: Callable[[], None] = _nothing
+        self._used: Fingerprint | None = None  # the slices the last pass read
+        #: the labels on which NVML and the slices disagreed last (--dra-drift-check)
+        self.drift: tuple[str, ...] = ()
+        self.drift_error = ""
+
+    # ------------------------------------------------------------- the watch
+
+    def watch(self, client: KubeClient, wake: Callable[[], None]) -> None:
+        """Watch the slices (the watch's own ``client``); ``wake()`` when they change."""
+        self._wake = wake
+        if self._watch is not None:
+            return
+        node = self.node
+        watch = CollectionWatch(
+            client,
+            RESOURCESLICES,
+            f"spec.nodeName={node}",
+            f"ResourceSlices of node {node}",
+            belongs=lambda obj: dra.node_of(obj) == node,
+            keep=dra.is_driver_slice,
+            fallback="listing them on each pass instead",
+        )
+        watch.follow(self._seen, _nothing)
+        self._watch = watch
+        watch.start()
+
+    def unwatch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.stop()
+
+    @property
+    def watching(self) -> bool:
+        """The watch runs and holds the slices (listed, not refused)."""
+        watch = self._watch
+        return watch is not None and watch.synced and not watch.refused
+
+    def _seen(self, objects: dict[str, Any]) -> None:
+        # before any pass read the slices there is nothing to redo: the first pass reads them
+        if self._used is not None and _fingerprint(objects.values()) != self._used:
+            self._wake()
+
+    # ------------------------------------------------------------- reading
 
     def items(self) -> list[Any]:
+        watch = self._watch
+        if watch is not None and watch.synced and not watch.refused:
+            items = list(watch.current.values())
+        else:
+            items = self._list()
+        self._used = _fingerprint(items)
+        return items
+
+    def _list(self) -> list[Any]:
         items: list[Any] = []
         token = ""
         for _ in range(MAX_PAGES):
@@ -82,6 +161,8 @@ class SliceReader:
 
 
 _readers: dict[tuple[str | None, str], SliceReader] = {}
+#: the client each reader's passes use (its rate limit is the watch's too)
+_clients: dict[tuple[str | None, str], KubeClient] = {}
 
 
 def _client_request(client: KubeClient, node: str) -> Request:
@@ -100,15 +181,129 @@ def _client_request(client: KubeClient, node: str) -> Request:
     return request
 
 
-def read(settings: Settings) -> Snapshot:
-    """This node's snapshot from its slices; one reader (client, last state) per node."""
+def _node(settings: Settings, option: str) -> str:
     node = settings.node_name or ""
     if not node:
-        raise UsageError(
-            "--device-discovery-strategy dra: the node name is unknown (set NODE_NAME)"
-        )
+        raise UsageError(f"{option}: the node name is unknown (set NODE_NAME)")
+    return node
+
+
+def _reader(settings: Settings, option: str) -> SliceReader:
+    """The reader (client, watch, last state) of this node's slices, one per node."""
+    node = _node(settings, option)
     key = (settings.kubeconfig, node)
     if key not in _readers:
         client = KubeClient(settings.kubeconfig, budget=retry_budget(settings.sleep_interval))
+        _clients[key] = client
         _readers[key] = SliceReader(node, _client_request(client, node))
-    return _readers[key].snapshot()
+    return _readers[key]
+
+
+def read(settings: Settings) -> Snapshot:
+    """This node's snapshot from its slices; one reader (client, last state) per node."""
+    return _reader(settings, "--device-discovery-strategy dra").snapshot()
+
+
+def reads_slices(settings: Settings) -> bool:
+    """Whether passes under ``settings`` read this node's slices."""
+    if settings.snapshot_file:
+        return False
+    return settings.device_discovery_strategy == "dra" or settings.dra_drift_check
+
+
+def follow(settings: Settings, wake: Callable[[], None]) -> None:
+    """A daemon's watch of this node's slices while ``settings`` read them, ``wake()`` on a
+    change; the watches of settings no longer in force end."""
+    wanted = (settings.kubeconfig, settings.node_name or "") if reads_slices(settings) else None
+    for key, reader in _readers.items():
+        if key != wanted:
+            reader.unwatch()
+    if wanted is None or not wanted[1]:
+        return
+    reader = _reader(settings, "--device-discovery-strategy dra")
+    limiter = _clients[wanted].rate_limiter
+    reader.watch(
+        watch_client(settings.kubeconfig, settings.kube_api_qps, settings.kube_api_burst, limiter),
+        wake,
+    )
+
+
+# ----------------------------------------------------------------- what the drift check compares
+
+#: labels slices cannot carry (README "DRA nodes"): the fabric, the PCI class, the machine
+#: type, the vGPU scan, and whether a GPU without MIG enabled could enable it
+NOT_IN_SLICES = frozenset(
+    {
+        "nvidia.com/gpu.clique",
+        "nvidia.com/gpu.mode",
+        "nvidia.com/gpu.machine",
+        "nvidia.com/vgpu.present",
+        "nvidia.com/mig.capable",
+    }
+)
+#: the driver publishes the driver version through semver, which drops a leading zero
+SEMVER_LOSSY = frozenset(
+    {
+        "nvidia.com/cuda.driver-version.full",
+        "nvidia.com/cuda.driver-version.revision",
+        "nvidia.com/cuda.driver.rev",
+    }
+)
+#: the MIG strategy the drift check labels both sides with: every GPU and MIG profile
+#: gets labels of its own, so a difference in either shows
+DRIFT_MIG_STRATEGY = "mixed"
+
+
+def drift(nvml: Snapshot, slices: Snapshot) -> dict[str, tuple[str | None, str | None]]:
+    """The labels on which ``nvml`` and ``slices`` disagree, on what slices can carry: label
+    key → (NVML's value, the slices' value; None: no such label).  The labels are built
+    from each snapshot alone (default config, no timestamp), as the proof compares them; a
+    GPU's total memory counts only where the slices announce it."""
+    mine = dict(build(nvml, DRIFT_MIG_STRATEGY, Config(), None).labels)
+    theirs = dict(build(slices, DRIFT_MIG_STRATEGY, Config(), None).labels)
+    skip = NOT_IN_SLICES | SEMVER_LOSSY
+    if any(gpu.memory_mib is None for gpu in slices.gpus):
+        skip |= {key for key in set(mine) | set(theirs) if key.endswith("gpu.memory")}
+    keys = (set(mine) | set(theirs)) - skip
+    return {
+        key: (mine.get(key), theirs.get(key))
+        for key in sorted(keys)
+        if mine.get(key) != theirs.get(key)
+    }
+
+
+# ----------------------------------------------------------------- the drift check
+
+
+def check_drift(settings: Settings, nvml: Snapshot, metrics: Metrics) -> None:
+    """``--dra-drift-check``: compare what NVML found with what the slices say, on the
+    labels slices can carry; the metric each pass, one line when the set changes.  A slice
+    read that fails is one line per new error and leaves the labels alone (they are
+    NVML's)."""
+    reader = _reader(settings, "--dra-drift-check")
+    log = get_logger(node=reader.node)
+    try:
+        from_slices = reader.snapshot()
+    except DiscoveryError as exc:
+        metrics.dra_drift_check("error")
+        if str(exc) != reader.drift_error:
+            reader.drift_error = str(exc)
+            log.warning("drift check: cannot read the node's ResourceSlices", error=str(exc))
+        return
+    reader.drift_error = ""
+    metrics.dra_drift_check("success")
+    differences = drift(nvml, from_slices)
+    keys = tuple(sorted(differences))
+    metrics.dra_drift(keys)
+    if keys == reader.drift:
+        return
+    reader.drift = keys
+    if not keys:
+        log.info("drift check: NVML and the ResourceSlices agree again")
+        return
+    shown = {key: differences[key] for key in keys[:DRIFT_SHOWN]}
+    log.warning(
+        "drift check: NVML and the ResourceSlices disagree",
+        labels=len(keys),
+        differences={key: {"nvml": a, "slices": b} for key, (a, b) in shown.items()},
+    )

@@ -38,6 +38,8 @@ MAX_CONNECTIONS = 16
 #: how long one connection may take to send its request and read the answer
 CONNECTION_TIMEOUT_SECONDS = 5.0
 #: pass durations are milliseconds to seconds; NVML on a big node can take a few seconds
+#: the most gfd_dra_drift series (one per disagreeing label; gfd_dra_drift_labels counts all)
+DRIFT_SERIES = 64
 PASS_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 
@@ -121,9 +123,36 @@ class PrometheusMetrics:
             "GPUs that did not answer on the last discovery (NVML GPU_IS_LOST, or on the PCI "
             "bus but not listed by NVML)",
         )
+        self._register_drift()
         for result in ("success", "error"):
             self._passes.labels(result=result)
         self.registry.register(_LogLinesDropped(log_lines_dropped))
+
+    def _register_drift(self) -> None:
+        """The --dra-drift-check instruments (zero while it is off)."""
+        from prometheus_client import Counter, Gauge
+
+        self._drift_checks = Counter(
+            "gfd_dra_drift_checks",
+            "--dra-drift-check comparisons of NVML with the node's ResourceSlices, by result "
+            "(error: the slices could not be read)",
+            ["result"],
+            registry=self.registry,
+        )
+        self._drift_labels = Gauge(
+            "gfd_dra_drift_labels",
+            "Labels on which NVML and the node's ResourceSlices disagreed at the last "
+            "--dra-drift-check comparison",
+            registry=self.registry,
+        )
+        self._drift = Gauge(
+            "gfd_dra_drift",
+            "1 for each label on which NVML and the node's ResourceSlices disagreed at the "
+            "last --dra-drift-check comparison",
+            ["label"],
+            registry=self.registry,
+        )
+        self._drift_shown: tuple[str, ...] = ()
 
     # ------------------------------------------------------------- the Metrics protocol
 
@@ -153,6 +182,19 @@ class PrometheusMetrics:
 
     def gpus_lost(self, count: int) -> None:
         self._gpus_lost.set(count)
+
+    def dra_drift_check(self, result: str) -> None:
+        self._drift_checks.labels(result=result).inc()
+
+    def dra_drift(self, labels: tuple[str, ...]) -> None:
+        self._drift_labels.set(len(labels))
+        # label keys built from the slices too: a series for the first few only
+        labels = labels[:DRIFT_SERIES]
+        for gone in set(self._drift_shown) - set(labels):
+            self._drift.remove(gone)
+        for label in labels:
+            self._drift.labels(label=label).set(1)
+        self._drift_shown = labels
 
     def close(self) -> None:
         _stop(self._server, self._thread)

@@ -257,6 +257,10 @@ class Metrics(Protocol):
 
     def gpus_lost(self, count: int) -> None: ...
 
+    def dra_drift_check(self, result: str) -> None: ...
+
+    def dra_drift(self, labels: tuple[str, ...]) -> None: ...
+
     def set_sleep_interval(self, sleep_interval: float | None) -> None: ...
 
     def rebind(self, address: str) -> None: ...
@@ -281,6 +285,12 @@ class NullMetrics:
         pass
 
     def gpus_lost(self, count: int) -> None:
+        pass
+
+    def dra_drift_check(self, result: str) -> None:
+        pass
+
+    def dra_drift(self, labels: tuple[str, ...]) -> None:
         pass
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:

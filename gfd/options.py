@@ -338,6 +338,17 @@ OPTIONS: tuple[Option, ...] = (
         is_bool=True,
     ),
     Option(
+        "dra_drift_check",
+        "--dra-drift-check",
+        ("GFD_DRA_DRIFT_CHECK",),
+        ("flags", "gfd", "draDriftCheck"),
+        False,
+        parse_bool,
+        "beside NVML, compare its labels with this node's ResourceSlices of NVIDIA's DRA "
+        "driver on the labels slices carry: the gfd_dra_drift metrics, one line per change",
+        is_bool=True,
+    ),
+    Option(
         "koordlet_device_infos_dir",
         "--koordlet-device-infos-dir",
         ("GFD_KOORDLET_DEVICE_INFOS_DIR",),

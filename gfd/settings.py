@@ -215,6 +215,7 @@ class Settings:
     snapshot_file: str | None = _DEFAULTS["snapshot_file"]
     metrics_address: str = _DEFAULTS["metrics_address"]
     topology_labels: bool = _DEFAULTS["topology_labels"]
+    dra_drift_check: bool = _DEFAULTS["dra_drift_check"]
     koordlet_device_infos_dir: str = _DEFAULTS["koordlet_device_infos_dir"]
     log_format: str | None = _DEFAULTS["log_format"]
     log_level: str = _DEFAULTS["log_level"]
@@ -541,6 +542,11 @@ def _validate(settings: Settings) -> None:
         raise UsageError(
             "--node-name (or NODE_NAME) is required with --config-file-srcdir: the node's "
             f"label {settings.node_label} chooses its config"
+        )
+    if settings.dra_drift_check and not settings.node_name and not settings.dump_snapshot:
+        raise UsageError(
+            "--dra-drift-check true: --node-name (or NODE_NAME) is required: the node's "
+            "ResourceSlices are selected by it"
         )
     if settings.dump_snapshot and settings.cleanup:
         raise UsageError("--dump-snapshot and --cleanup: choose one")

@@ -29,6 +29,8 @@ class RecordedMetrics:
     lost: list[int] = field(default_factory=list)  # GPUs lost, as each discovery found
     intervals: list[float | None] = field(default_factory=list)
     addresses: list[str] = field(default_factory=list)  # where a reload moved the server
+    drift_checks: list[str] = field(default_factory=list)  # "success" / "error"
+    drift: list[tuple[str, ...]] = field(default_factory=list)  # disagreeing labels
     closed: bool = False
 
     def pass_started(self) -> None:
@@ -48,6 +50,12 @@ class RecordedMetrics:
 
     def gpus_lost(self, count: int) -> None:
         self.lost.append(count)
+
+    def dra_drift_check(self, result: str) -> None:
+        self.drift_checks.append(result)
+
+    def dra_drift(self, labels: tuple[str, ...]) -> None:
+        self.drift.append(labels)
 
     def set_sleep_interval(self, sleep_interval: float | None) -> None:
         self.intervals.append(sleep_interval)

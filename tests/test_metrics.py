@@ -88,6 +88,30 @@ def test_metrics_carry_the_spec_names(metrics: PrometheusMetrics) -> None:
     assert found[("gfd_publish_total", (("output", "node-labels"), ("result", "error")))] == 1
 
 
+def test_drift_series_follow_the_disagreeing_set(metrics: PrometheusMetrics) -> None:
+    from gfd.metrics import DRIFT_SERIES
+
+    product, count = "nvidia.com/gpu.product", "nvidia.com/gpu.count"
+    metrics.dra_drift_check("success")
+    metrics.dra_drift((count, product))
+    found = samples(metrics)
+    assert found[("gfd_dra_drift_labels", ())] == 2
+    assert found[("gfd_dra_drift", (("label", product),))] == 1
+    assert found[("gfd_dra_drift", (("label", count),))] == 1
+    assert found[("gfd_dra_drift_checks_total", (("result", "success"),))] == 1
+    metrics.dra_drift((product,))  # the count agrees again: its series goes
+    found = samples(metrics)
+    assert ("gfd_dra_drift", (("label", count),)) not in found
+    assert found[("gfd_dra_drift_labels", ())] == 1
+    many = tuple(f"nvidia.com/mig-{i}g.{i}gb.count" for i in range(DRIFT_SERIES * 2))
+    metrics.dra_drift(many)  # label keys built from slices: the series are capped
+    found = samples(metrics)
+    assert found[("gfd_dra_drift_labels", ())] == DRIFT_SERIES * 2
+    assert sum(1 for name, _ in found if name == "gfd_dra_drift") == DRIFT_SERIES
+    metrics.dra_drift(())
+    assert not [key for key in samples(metrics) if key[0] == "gfd_dra_drift"]
+
+
 def test_a_failed_pass_keeps_the_last_success_and_label_count(
     metrics: PrometheusMetrics,
 ) -> None:

@@ -306,6 +306,7 @@ def test_every_config_key_in_the_table_is_parsed(tmp_path: Path) -> None:
         "snapshot_file": ("/tmp/s.yaml", "/tmp/s.yaml"),
         "metrics_address": (":9400", ":9400"),
         "topology_labels": (True, True),
+        "dra_drift_check": (True, True),
         "koordlet_device_infos_dir": ("/tmp/koord", "/tmp/koord"),
     }
     with_config = [o for o in OPTIONS if o.config_key is not None]

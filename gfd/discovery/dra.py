@@ -87,13 +87,23 @@ def _slice_name(item: Any) -> str:
     return describe(name if isinstance(name, str) else "<unnamed>")
 
 
+def node_of(item: Any) -> Any:
+    """The ``spec.nodeName`` of a slice (None: none)."""
+    return _spec(item).get("nodeName")
+
+
+def is_driver_slice(item: Any) -> bool:
+    """Whether ``item`` is a slice of NVIDIA's driver."""
+    return _spec(item).get("driver") == DRIVER_NAME
+
+
 def select_pool(items: Iterable[Any], node: str) -> PoolState:
     """The slices of ``node``'s pools of driver ``gpu.nvidia.com``, each pool at its highest
     generation; incomplete when any such generation lacks slices (the driver is mid-update)."""
     pools: dict[str, list[Mapping[str, Any]]] = {}
     for item in items:
         spec = _spec(item)
-        if spec.get("driver") != DRIVER_NAME or spec.get("nodeName") != node:
+        if not is_driver_slice(item) or node_of(item) != node:
             continue
         pool = spec.get("pool")
         name = pool.get("name") if isinstance(pool, Mapping) else None

@@ -1,15 +1,19 @@
-"""Watching the one object of a kind that gfd owns, so that a change that undoes its work is
-seen within moments and nothing is re-read at steady state.
+"""Watching what gfd follows on the API server -- the one object of a kind that gfd owns, or
+the objects of a collection a field selector picks (this node's ResourceSlices) -- so that
+a change is seen within moments and nothing is re-read at steady state.
 
-One :class:`ObjectWatch` per object (its NodeFeature, its Node), shared by everything that
+A :class:`CollectionWatch` holds the objects its field selector picks, by name;
+:class:`ObjectWatch` is the same watch narrowed to one object by name.  One
+:class:`ObjectWatch` per object (its NodeFeature, its Node), shared by everything that
 follows that object (the node-label output and the per-node config both follow the Node).
 It runs in a thread of its own, with a client of its own (the API client is not
 thread-safe), and tells its followers what the object is now: on start and after a relist,
 and on every event.  The followers decide whether that undoes what gfd published and, if
 so, wake the agent's loop.
 
-The protocol is the API server's own (what client-go's reflector does): a list with a field
-selector on the name gives the object and a ``resourceVersion``; a watch from there with
+The protocol is the API server's own (what client-go's reflector does): a list with the field
+selector (paged, at most :data:`MAX_OBJECTS` objects) gives the objects and a
+``resourceVersion``; a watch from there with
 ``allowWatchBookmarks`` streams the changes; when the stream ends (the server's timeout,
 the server going away) the watch is resumed from the last version seen; when that version
 is too old (410 Gone) the object is listed once more.
@@ -18,10 +22,11 @@ The stream is a channel from the API server and bounded as such:
 
 - an event (one JSON line) is at most :data:`MAX_EVENT_BYTES`; a longer line ends the stream;
 - at most :data:`EVENT_BURST` events at once and :data:`EVENTS_PER_SECOND` after: a flood
-  ends the stream (the object is one object; nobody edits it that fast);
+  ends the stream (one object, or one node's handful of slices: nobody edits them that fast);
+- at most :data:`MAX_OBJECTS` objects held: more ends the stream;
 - a stream asks the server to end it after ``timeoutSeconds``; one still open
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
-- anything that is not an event of this object ends the stream.
+- anything that is not an event of an object the selector picks ends the stream.
 
 A stream that ends early or fails is reconnected after a wait drawn at random up to a bound
 that doubles up to :data:`RECONNECT_MAX_SECONDS` (as client-go's reflector), so that a fleet
@@ -53,6 +58,9 @@ JSON = dict[str, Any]
 #: seconds a watch asks the server to keep the stream open (each asks up to a quarter more,
 #: at random, so that a fleet's streams do not end together)
 WATCH_SECONDS = 1800
+#: the most objects one watch holds (pages of PAGE_SIZE on a list)
+MAX_OBJECTS = 1600
+PAGE_SIZE = 100
 #: a stream still open this long after its timeoutSeconds is stalled
 STALL_GRACE_SECONDS = 30.0
 #: the longest event read: one object (the answers' own limit) and its envelope
@@ -74,6 +82,8 @@ REFUSALS_BEFORE_GIVING_UP = 5
 _READ_BYTES = 64 * 1024
 
 Follower = Callable[[JSON | None], None]
+#: what a collection's followers are told: the objects held, by name
+Objects = dict[str, JSON]
 
 
 class Gone(Exception):
@@ -108,76 +118,102 @@ class _EventBudget:
         if self._tokens < 1:
             raise bad_answer(
                 f"more than {EVENT_BURST} events at once or {EVENTS_PER_SECOND:g} a second "
-                "on a watch of one object"
+                "on one watch"
             )
         self._tokens -= 1
 
 
-class ObjectWatch:
-    """Follow ``name`` in ``collection`` (an API path such as ``/api/v1/nodes``)."""
+class CollectionWatch:
+    """Follow the objects of ``collection`` (an API path such as ``/api/v1/nodes``) that the
+    field selector ``selector`` picks (``spec.nodeName=n1``).  ``belongs(obj)`` says whether
+    an object is one the selector picks (anything else on the stream ends it); ``keep(obj)``
+    whether to hold it (an object not kept is followed as absent); ``fallback`` what the
+    followers do instead when the watch is refused (the one line says it).  Followers are told the
+    view (:meth:`_view`): here the objects held, by name."""
 
     def __init__(
         self,
         client: KubeClient,
         collection: str,
-        name: str,
+        selector: str,
         what: str,
         *,
+        belongs: Callable[[JSON], bool],
+        keep: Callable[[JSON], bool] = lambda obj: True,
+        fallback: str = "re-reading it periodically instead",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._client = client
         self._collection = collection
-        self.name = name
+        self.selector = selector
+        self.name = selector.partition("=")[2]
         self.what = what
+        self._belongs = belongs
+        self._keep = keep
+        self._fallback = fallback
         self._clock = clock
-        self._followers: list[tuple[Follower, Callable[[], None]]] = []
+        self._followers: list[tuple[Callable[[Any], None], Callable[[], None]]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._response: Any = None
         self._thread: threading.Thread | None = None
         self.refused = False
-        #: the object as last seen (None: absent), once the first list answered
-        self.current: JSON | None = None
+        #: the objects held, by name, once the first list answered
+        self.objects: Objects = {}
+        #: what the followers were last told (see _view)
+        self.current: Any = None
         self.synced = False
         self.resource_version: str | None = None
         self._log = get_logger(watch=what)
 
+    def _view(self) -> Any:
+        """What the followers are told (under the lock): a copy of the objects held."""
+        return dict(self.objects)
+
     # ------------------------------------------------------------- followers
 
-    def follow(self, on_object: Follower, on_refused: Callable[[], None]) -> None:
-        """Call ``on_object(obj)`` with the object (None: absent) whenever it may have
-        changed, and ``on_refused()`` once if the server refuses the watch."""
+    def follow(self, on_change: Callable[[Any], None], on_refused: Callable[[], None]) -> None:
+        """Call ``on_change(view)`` whenever what is held may have changed, and
+        ``on_refused()`` once if the server refuses the watch."""
         with self._lock:
-            self._followers.append((on_object, on_refused))
+            self._followers.append((on_change, on_refused))
             refused, synced, current = self.refused, self.synced, self.current
         if refused:
             on_refused()
         elif synced:
-            on_object(current)
+            on_change(current)
 
-    def unfollow(self, on_object: Follower) -> bool:
-        """Stop telling ``on_object``; True when nobody follows any longer."""
+    def unfollow(self, on_change: Callable[[Any], None]) -> bool:
+        """Stop telling ``on_change``; True when nobody follows any longer."""
         with self._lock:
-            self._followers = [pair for pair in self._followers if pair[0] is not on_object]
+            self._followers = [pair for pair in self._followers if pair[0] is not on_change]
             return not self._followers
 
-    def _tell(self, obj: JSON | None) -> None:
+    def _tell(self) -> None:
         with self._lock:
-            self.current, self.synced = obj, True
+            self.current, self.synced = self._view(), True
+            current = self.current
             followers = [pair[0] for pair in self._followers]
         for follower in followers:
             try:
-                follower(obj)
+                follower(current)
             except Exception:  # a follower's bug must not end the watch
                 self._log.exception("a follower of the watch failed")
+
+    def _hold(self, obj: JSON, present: bool) -> None:
+        name = name_of(obj)
+        if present and self._keep(obj):
+            if name not in self.objects and len(self.objects) >= MAX_OBJECTS:
+                raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
+            self.objects[name] = obj
+        else:
+            self.objects.pop(name, None)
 
     def _give_up(self, reason: str) -> None:
         with self._lock:
             self.refused = True
             followers = [pair[1] for pair in self._followers]
-        self._log.warning(
-            f"cannot watch {self.what}; re-reading it periodically instead", error=reason
-        )
+        self._log.warning(f"cannot watch {self.what}; {self._fallback}", error=reason)
         for follower in followers:
             follower()
 
@@ -261,7 +297,35 @@ class ObjectWatch:
     # ------------------------------------------------------------- list and stream
 
     def _list(self) -> None:
-        query = urlencode({"fieldSelector": f"metadata.name={self.name}"})
+        """List what the selector picks, page by page: the objects and the version to watch
+        from."""
+        objects: Objects = {}
+        token = ""
+        for _ in range(-(-MAX_OBJECTS // PAGE_SIZE)):
+            query = {"fieldSelector": self.selector, "limit": str(PAGE_SIZE)}
+            if token:
+                query["continue"] = token
+            answer = self._page(urlencode(query))
+            items = answer.get("items")
+            meta = answer.get("metadata") or {}
+            version = meta.get("resourceVersion") if isinstance(meta, dict) else None
+            if not isinstance(items, list) or not isinstance(version, str) or not version:
+                raise bad_answer("a list without items or a resourceVersion")
+            for item in items:
+                if isinstance(item, dict) and self._belongs(item) and self._keep(item):
+                    objects[name_of(item)] = item
+            token = meta.get("continue") or ""
+            if not isinstance(token, str) or not token:
+                break
+        else:
+            raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
+        if len(objects) > MAX_OBJECTS:
+            raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
+        self.objects = objects
+        self.resource_version = version
+        self._tell()
+
+    def _page(self, query: str) -> JSON:
         refused: KubeError | None = None
 
         def attempt() -> JSON | None:
@@ -278,20 +342,14 @@ class ObjectWatch:
         if refused is not None:
             raise Refused(refused.describe())
         assert answer is not None
-        items = answer.get("items")
-        version = (answer.get("metadata") or {}).get("resourceVersion")
-        if not isinstance(items, list) or not isinstance(version, str) or not version:
-            raise bad_answer("a list without items or a resourceVersion")
-        mine = [item for item in items if self._is_mine(item)]
-        self.resource_version = version
-        self._tell(mine[0] if mine else None)
+        return answer
 
     def _stream(self) -> None:
         seconds = int(WATCH_SECONDS * random.uniform(1.0, 1.25))
         query = urlencode(
             {
                 "watch": "1",
-                "fieldSelector": f"metadata.name={self.name}",
+                "fieldSelector": self.selector,
                 "resourceVersion": self.resource_version,
                 "allowWatchBookmarks": "true",
                 "timeoutSeconds": str(seconds),
@@ -338,13 +396,38 @@ class ObjectWatch:
         if kind == "BOOKMARK":
             self.resource_version = version
             return
-        if kind not in ("ADDED", "MODIFIED", "DELETED") or not self._is_mine(obj):
+        if kind not in ("ADDED", "MODIFIED", "DELETED") or not self._belongs(obj):
             raise bad_answer(f"a watch event of another kind or object ({str(kind)[:20]})")
+        self._hold(obj, kind != "DELETED")
         self.resource_version = version
-        self._tell(None if kind == "DELETED" else obj)
+        self._tell()
 
-    def _is_mine(self, obj: Any) -> bool:
-        return isinstance(obj, dict) and (obj.get("metadata") or {}).get("name") == self.name
+
+class ObjectWatch(CollectionWatch):
+    """Follow the one object ``name`` of ``collection``: the followers are told the object
+    (None: absent)."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        collection: str,
+        name: str,
+        what: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(
+            client,
+            collection,
+            f"metadata.name={name}",
+            what,
+            belongs=lambda obj: name_of(obj) == name,
+            clock=clock,
+        )
+        self.name = name
+
+    def _view(self) -> JSON | None:
+        return self.objects.get(self.name)
 
 
 def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -> None:
@@ -401,6 +484,13 @@ def watch_client(kubeconfig: str | None, qps: float, burst: int, limiter: Any = 
     if limiter is not None:
         client.rate_limiter = limiter
     return client
+
+
+def name_of(obj: JSON) -> str:
+    """An object's ``metadata.name`` ("" when it has none)."""
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) else ""
 
 
 def _code(status: JSON) -> int | None:
@@ -469,7 +559,7 @@ class OwnedObject:
         self._what = what
         self._undone = undone
         self._watch: ObjectWatch | None = None
-        self._wake: Callable[[], None] = _nothing
+        self._wake: Callable[[], None] = lambda: None  # no one to wake yet
         self._log = get_logger(watch=what)
 
     @property
@@ -505,7 +595,3 @@ class OwnedObject:
         if undone:
             self._log.info("change seen that undoes what gfd published; checking now")
             self._wake()
-
-
-def _nothing() -> None:
-    """No one to wake yet."""

@@ -257,6 +257,26 @@ def test_lifecycle_and_topology_flags_reach_gfd(
     assert gfd_env(chart({"gfd.topologyLabels": False}))["GFD_TOPOLOGY_LABELS"] == "false"
 
 
+def test_the_drift_check_reaches_gfd_with_the_resourceslices_role(
+    chart: Callable[[dict[str, Any]], list[Obj]],
+) -> None:
+    plain = chart({})
+    assert "GFD_DRA_DRIFT_CHECK" not in gfd_env(plain)
+    assert not [o for o in plain if o["kind"] == "ClusterRole" and "dra" in o["metadata"]["name"]]
+    checked = chart({"gfd.draDriftCheck": True})
+    assert gfd_env(checked)["GFD_DRA_DRIFT_CHECK"] == "true"
+    (role,) = [
+        o for o in checked if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-dra")
+    ]
+    assert role["rules"] == [
+        {
+            "apiGroups": ["resource.k8s.io"],
+            "resources": ["resourceslices"],
+            "verbs": ["list", "watch"],
+        }
+    ]
+
+
 def test_gfd_runs_as_its_own_user_and_only_the_init_container_as_root(
     chart: Callable[[dict[str, Any]], list[Obj]],
 ) -> None:

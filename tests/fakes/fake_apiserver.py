@@ -12,8 +12,9 @@ Nodes, Pods, DaemonSets and NFD NodeFeatures:
   ``creationTimestamp``; errors are ``Status`` objects as the real API server returns them.
 - Every request is recorded (method, path, status, content type) and can be counted.
 - Watches (``?watch=1`` on a collection, as client-go's reflector sends them): a
-  ``fieldSelector`` on ``metadata.name``, resumed from a ``resourceVersion`` (410 Gone, as an
-  ERROR event, once :meth:`FakeApiServer.compact` dropped the history), ``BOOKMARK`` events on
+  ``fieldSelector`` of equality terms (``metadata.name``, ``spec.nodeName``), resumed from
+  a ``resourceVersion`` (410 Gone, as an ERROR event, once :meth:`FakeApiServer.compact`
+  dropped the history), ``BOOKMARK`` events on
   :meth:`FakeApiServer.bookmark` when ``allowWatchBookmarks``, ``timeoutSeconds``; one JSON
   event a line until the server ends the stream.  A watch can be refused (403 from RBAC)
   or stalled (headers sent, then nothing) on demand.
@@ -819,8 +820,7 @@ class _Handler(BaseHTTPRequestHandler):
             refused = self.state.watch_refused
         if refused is not None:
             raise ApiStatusError(refused, _REASONS.get(refused, "Forbidden"), "watch refused")
-        selector = query.get("fieldSelector", [""])[0]
-        wanted = selector.partition("metadata.name=")[2] if selector else None
+        wanted = self._field_selector()
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
         bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
@@ -843,7 +843,7 @@ class _Handler(BaseHTTPRequestHandler):
         self,
         resource: ResourceType,
         namespace: str,
-        wanted: str | None,
+        wanted: Mapping[str, str],
         since: int,
         bookmarks: bool,
         deadline: float,
@@ -860,13 +860,12 @@ class _Handler(BaseHTTPRequestHandler):
                     gone = status_object(410, "Expired", "too old resource version")
                     lines.append({"type": "ERROR", "object": gone})
                 else:
-                    for version, kind, plural, ns, name, obj in state.events:
+                    for version, kind, plural, ns, _name, obj in state.events:
                         if version <= since or plural != resource.plural:
                             continue
-                        if (resource.namespaced and ns != namespace) or wanted not in (
-                            None,
-                            name,
-                        ):
+                        if resource.namespaced and ns != namespace:
+                            continue
+                        if not _selected(obj, wanted):
                             continue
                         lines.append({"type": kind, "object": copy.deepcopy(obj)})
                         since = version

@@ -86,7 +86,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* Does the pod need its API token? */}}
 {{- define "gfd.usesApi" -}}
-{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") (include "gfd.nodeConfig" .) (eq (toString .Values.deviceDiscoveryStrategy) "dra") }}true{{ end -}}
+{{- if or (eq .Values.output "node-feature-api") (eq .Values.output "node-labels") (include "gfd.nodeConfig" .) (eq (toString .Values.deviceDiscoveryStrategy) "dra") (eq (toString .Values.gfd.draDriftCheck) "true") }}true{{ end -}}
 {{- end -}}
 
 {{- define "gfd.featuresDir" -}}
@@ -300,6 +300,10 @@ containers:
       {{- if kindIs "bool" $v.gfd.topologyLabels }}
       - name: GFD_TOPOLOGY_LABELS
         value: {{ $v.gfd.topologyLabels | quote }}
+      {{- end }}
+      {{- if kindIs "bool" $v.gfd.draDriftCheck }}
+      - name: GFD_DRA_DRIFT_CHECK
+        value: {{ $v.gfd.draDriftCheck | quote }}
       {{- end }}
       {{- if $koordlet }}
       - name: GFD_KOORDLET_DEVICE_INFOS_DIR
