@@ -17,6 +17,7 @@ def main() -> None:
     from gfd import signals
 
     signals.install()
+    _thread_memory_errors_end_the_process()
     import logging
 
     # until gfd's log stream is set up (it replaces the root handlers), a library's logging
@@ -45,6 +46,22 @@ def main() -> None:
 #: how running out of address space shows itself in an import, as the loader and the
 #: interpreter word it
 _NO_MEMORY_SIGNS = ("failed to map segment", "returned NULL without setting an exception")
+
+
+def _thread_memory_errors_end_the_process() -> None:
+    """A MemoryError in another thread (the log writer, the watchdog, a watch) ends the
+    process as one in the main thread does, instead of threading's traceback, which needs
+    memory to print and leaves the process running without the thread."""
+    import threading
+
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if issubclass(args.exc_type, MemoryError):
+            _out_of_memory()
+        default(args)
+
+    threading.excepthook = hook
 
 
 def _out_of_memory() -> NoReturn:
