@@ -10,6 +10,7 @@ signals are ignored, so none can change how the process ends.
 from __future__ import annotations
 
 import os
+import threading
 from typing import NoReturn
 
 
@@ -52,8 +53,6 @@ def _thread_memory_errors_end_the_process() -> None:
     """A MemoryError in another thread (the log writer, the watchdog, a watch) ends the
     process as one in the main thread does, instead of threading's traceback, which needs
     memory to print and leaves the process running without the thread."""
-    import threading
-
     default = threading.excepthook
 
     def hook(args: threading.ExceptHookArgs) -> None:
