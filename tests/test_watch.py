@@ -161,6 +161,38 @@ def test_gone_relists_once_and_bookmarks_move_the_version(
     assert lists(api) == 2
 
 
+def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that did not answer has most likely restarted and kept no history: the next
+    attempt lists at once rather than spend a request on a resume answered 410."""
+    waits: list[int] = []
+    draw = watch.reconnect_wait
+
+    def counted(failures: int) -> float:
+        waits.append(failures)
+        return min(draw(failures), 0.05)
+
+    monkeypatch.setattr(watch, "reconnect_wait", counted)
+    seen = Seen()
+    followed = watch.follow(
+        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
+    )
+    try:
+        eventually(lambda: api.open_watches == 1, "the watch")
+        before = followed.resource_version
+        api.compact()  # a resume would now be answered 410
+        with api.down():
+            eventually(lambda: max(waits, default=0) >= 2, "an attempt refused while down")
+        eventually(lambda: api.open_watches == 1, "the watch again")
+        assert lists(api) == 2
+        # the version held before the outage opened the first stream and no other
+        assert [q["resourceVersion"] for q in watch_queries(api)].count(str(before)) == 1
+    finally:
+        watch.unfollow(followed, seen)
+        followed.join(5)
+
+
 @pytest.mark.parametrize("status", [403, 405])
 def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
     api: FakeApiServer,

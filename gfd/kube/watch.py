@@ -277,6 +277,9 @@ class CollectionWatch:
                 failures += 1
             except (KubeError, PublishError) as exc:
                 failures += 1
+                if isinstance(exc, KubeError) and exc.status is None:
+                    # no answer: most often a restarted server, which answers a resume 410
+                    self.resource_version = None
                 if not warned:  # one line for a run of failures, not one per attempt
                     warned = True
                     self._log.warning(

@@ -14,7 +14,7 @@ the raw GPU features of gfd.labels.features, which the agent sets in ``features`
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.kube.client import (
@@ -29,7 +29,7 @@ from gfd.kube.client import (
 from gfd.kube.watch import OwnedObject, watch_client
 from gfd.labels.features import node_features
 from gfd.observability import get_logger
-from gfd.outputs import Output
+from gfd.outputs import WatchedOutput
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -76,7 +76,7 @@ def _normalized_spec(spec: Any) -> JSON:
     return {"features": normalized, "labels": string_map(spec, "labels")}
 
 
-class NodeFeatureOutput(Output):
+class NodeFeatureOutput(WatchedOutput):
     """Keeps the defaults for ``keep`` and ``on_exit``: the object does not age out, and it
     outlives the pod (owner references and nfd-gc remove it)."""
 
@@ -107,22 +107,9 @@ class NodeFeatureOutput(Output):
         # and the version gfd's own last write made (its own event undoes nothing)
         self._desired: dict[str, str] | None = None
         self._written: str | None = None
-        self._owned = _owned_object(self, settings)
+        self._watched = _owned_object(self, settings)
 
     # ------------------------------------------------------------- the watch
-
-    def watch(self, wake: Callable[[], None]) -> None:
-        """Watch the object (gfd.kube.watch) instead of re-reading it periodically:
-        ``wake()`` when a change undoes what was published."""
-        self.verify_interval = None
-        self._owned.start(wake, self._watch_refused)
-
-    def unwatch(self) -> None:
-        self._owned.stop()
-        self._watch_refused()
-
-    def _watch_refused(self) -> None:
-        self.verify_interval = type(self).verify_interval  # the periodic re-read again
 
     def _undone(self, obj: JSON | None) -> bool:
         desired = self._desired
@@ -146,7 +133,7 @@ class NodeFeatureOutput(Output):
         # the object as the watch last saw it saves a read; a stale view only costs a write
         # refused with 409 (AlreadyExists, or a resourceVersion conflict), after which the
         # retry reads the object itself
-        watched, seen = self._owned.view()
+        watched, seen = self._watched.view()
 
         def check() -> None:
             nonlocal wrote, watched

@@ -24,7 +24,7 @@ What keeps ownership honest:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
@@ -40,7 +40,7 @@ from gfd.kube.client import (
 from gfd.kube.watch import OwnedObject, watch_client
 from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
-from gfd.outputs import Output
+from gfd.outputs import WatchedOutput
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -96,7 +96,7 @@ def labels_patch(desired: Mapping[str, str], previously_owned: Iterable[str]) ->
     }
 
 
-class NodeLabelsOutput(Output):
+class NodeLabelsOutput(WatchedOutput):
     """Keeps the defaults for ``offer``, ``keep`` and ``on_exit``: node labels do not age out
     and stay through a restart or a rolling update."""
 
@@ -126,22 +126,9 @@ class NodeLabelsOutput(Output):
         # the labels last published or verified (those gfd may own): what the watch compares
         self._desired: dict[str, str] | None = None
         self._written: str | None = None  # the node's version after gfd's own last patch
-        self._owned_object = _owned_object(self, settings)
+        self._watched = _owned_object(self, settings)
 
     # ------------------------------------------------------------- the watch
-
-    def watch(self, wake: Callable[[], None]) -> None:
-        """Watch the Node (gfd.kube.watch) instead of re-reading it periodically:
-        ``wake()`` when a change undoes what was published."""
-        self.verify_interval = None
-        self._owned_object.start(wake, self._watch_refused)
-
-    def unwatch(self) -> None:
-        self._owned_object.stop()
-        self._watch_refused()
-
-    def _watch_refused(self) -> None:
-        self.verify_interval = type(self).verify_interval  # the periodic re-read again
 
     def _undone(self, node: JSON | None) -> bool:
         desired, owned = self._desired, self._owned
