@@ -193,6 +193,35 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         followed.join(5)
 
 
+def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No fast retry schedule inside the watch's list: every failed attempt is followed by a
+    reconnect wait drawn at random, so a fleet does not come back in step."""
+    waits: list[int] = []
+
+    def counted(failures: int) -> float:
+        waits.append(failures)
+        return 0.01
+
+    monkeypatch.setattr(watch, "reconnect_wait", counted)
+    api.fail(503, count=None, method="GET")
+    seen = Seen()
+    followed = watch.follow(
+        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
+    )
+    try:
+        eventually(lambda: len(waits) >= 3, "three failed lists")
+        api.clear_faults()
+        eventually(lambda: api.open_watches == 1, "the watch")
+        failed = [r for r in api.requests if r.status == 503]
+        assert len(failed) == len(waits)
+        assert waits == list(range(1, len(waits) + 1))  # the bound doubles with each
+    finally:
+        watch.unfollow(followed, seen)
+        followed.join(5)
+
+
 @pytest.mark.parametrize("status", [403, 405])
 def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
     api: FakeApiServer,

@@ -329,23 +329,14 @@ class CollectionWatch:
         self._tell()
 
     def _page(self, query: str) -> JSON:
-        refused: KubeError | None = None
-
-        def attempt() -> JSON | None:
-            nonlocal refused
-            try:
-                return self._client.request("GET", f"{self._collection}?{query}")
-            except KubeError as error:
-                if error.status in REFUSED_STATUSES:
-                    refused = error
-                    return None
-                raise
-
-        answer = self._client.run(f"list {self.what}", attempt)
-        if refused is not None:
-            raise Refused(refused.describe())
-        assert answer is not None
-        return answer
+        # one attempt: the loop's jittered reconnect is the retry policy, so that a fleet
+        # whose server went away does not come back in step with a fast retry schedule
+        try:
+            return self._client.request("GET", f"{self._collection}?{query}")
+        except KubeError as error:
+            if error.status in REFUSED_STATUSES:
+                raise Refused(error.describe()) from None
+            raise
 
     def _stream(self) -> None:
         seconds = int(WATCH_SECONDS * random.uniform(1.0, 1.25))
