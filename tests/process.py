@@ -22,32 +22,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GFD = [sys.executable, "-m", "gfd"]
 
 
+#: the environment variables gfd reads besides GFD_*: never inherited from outside the test
+GFD_VARIABLES = set(
+    ["MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "CONFIG_FILE", "USE_NODE_FEATURE_API", "DEVICE_DISCOVERY_STRATEGY", "NODE_NAME", "NAMESPACE", "POD_NAME", "KUBECONFIG", "CONFIG_FILE_SRCDIR", "NODE_LABEL", "DEFAULT_CONFIG", "FALLBACK_STRATEGIES", "DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT", "KUBE_API_QPS", "KUBE_API_BURST"]
+)
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment without any GFD setting that could leak in from outside."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GFD_")
-        and k
-        not in {
-            "MIG_STRATEGY",
-            "FAIL_ON_INIT_ERROR",
-            "CONFIG_FILE",
-            "USE_NODE_FEATURE_API",
-            "DEVICE_DISCOVERY_STRATEGY",
-            "NODE_NAME",
-            "NAMESPACE",
-            "POD_NAME",
-            "KUBECONFIG",
-            "CONFIG_FILE_SRCDIR",
-            "NODE_LABEL",
-            "DEFAULT_CONFIG",
-            "FALLBACK_STRATEGIES",
-            "DRIVER_ROOT_CTR_PATH",
-            "CONTAINER_DRIVER_ROOT",
-            "KUBE_API_QPS",
-            "KUBE_API_BURST",
-        }
+        k: v for k, v in os.environ.items() if not k.startswith("GFD_") and k not in GFD_VARIABLES
     }
     env["PYTHONPATH"] = ROOT
     env.update(extra or {})
