@@ -895,17 +895,13 @@ def test_full_stdout() -> None:
 
 @dataclass
 class HostFile:
-    """A file discovery reads on the host; ``read(root)`` reads it as discovery does and
-    returns the fact.  ``outcomes``: what each fault gives where that is not None
-    (unknown)."""
+    """A file discovery reads on the host: ``read(root)`` reads the fact as discovery does;
+    ``outcomes``, what each fault gives where that is not None (unknown)."""
 
     name: str
     relative: str
     read: Callable[[Path], Any]
     outcomes: dict[str, Any]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 BUS = "0000:07:00.0"
@@ -1141,25 +1137,17 @@ DRIVER_LIBRARIES = {"libnvidia-ml.so.1": "nvml", "libcuda.so.1": "tegra"}
 
 
 def _oversize(path: Path) -> None:
-    with path.open("wb") as handle:
-        handle.truncate(LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
+    path.touch()
+    os.truncate(path, LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
 
 
-def _dangling(path: Path) -> None:
-    path.symlink_to(path.parent / "gone" / path.name)
-
-
-def _loop(path: Path) -> None:
-    path.symlink_to(path.name)  # itself: following it never ends
-
-
-LIBRARY_FAULTS: dict[str, Callable[[Path], None]] = {
+LIBRARY_FAULTS: dict[str, Callable[[Path], object]] = {
     "fifo": SPECIAL["fifo"],
     "dev-zero": SPECIAL["dev-zero"],
     "directory": SPECIAL["directory"],
     "over-size": _oversize,
-    "dangling-link": _dangling,
-    "symlink-loop": _loop,
+    "dangling-link": lambda path: path.symlink_to(path.parent / "gone" / path.name),
+    "symlink-loop": lambda path: path.symlink_to(path.name),  # itself: following never ends
 }
 
 
@@ -1170,14 +1158,9 @@ def _driver_root_with(fault: str, library: str, directory: Path) -> Path:
     return root
 
 
-def _no_driver_on_this_machine() -> bool:
-    return (
-        ctypes.util.find_library("nvidia-ml") is None and ctypes.util.find_library("cuda") is None
-    )
-
-
 needs_no_driver = pytest.mark.skipif(
-    not _no_driver_on_this_machine(), reason="a driver library is found by name here"
+    any(ctypes.util.find_library(name) for name in ("nvidia-ml", "cuda")),
+    reason="a driver library is found by name here",
 )
 
 
