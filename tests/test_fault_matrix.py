@@ -281,9 +281,8 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
     ["top level", "flags.gfd"],
 )
 def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir: Path) -> None:
-    """A config of 100,000 unknown keys is one mistake: at most a screenful of warnings
-    (the first ones, then a count of the rest), not 100,000 log lines at every start and
-    every reload."""
+    """100,000 unknown keys are one mistake: a screenful of warnings (the first ones, then a
+    count of the rest), not 100,000 log lines at every start and reload."""
     keys = "".join(f"k{i}: 1\n" for i in range(100_000))
     if where == "flags.gfd":
         keys = "flags:\n  gfd:\n" + "".join(f"    k{i}: 1\n" for i in range(100_000))
@@ -338,11 +337,9 @@ def test_special_in_cluster_token(
 
 @pytest.mark.parametrize("where", ["command line", "environment"])
 def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) -> None:
-    """Every option, from the command line and from each of its environment variables:
-    a 1 MB value, and one with a newline and an escape sequence, are either taken (a
-    string option) or refused in one short line that never echoes them whole or raw.
-    (In-process: the same ``main``; the values are paths under a temporary directory, so
-    an option that names a file to write writes it there.)"""
+    """Every option, by flag and by each environment variable: a 1 MB value, and one with a
+    newline and an escape, taken or refused in one short line that never echoes them raw
+    (the values are paths under a temporary directory: a file an option writes lands there)."""
     values = [HUGE_VALUE, f"{short_dir}/bad\nline\x1b[31m"]
     for option in OPTIONS:
         sources = [option.flag] if where == "command line" else list(option.envs)

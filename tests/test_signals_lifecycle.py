@@ -467,10 +467,9 @@ def assert_only_the_main_thread_takes_signals(daemon: Daemon) -> None:
 
 
 def test_no_thread_but_the_main_one_takes_a_signal_writing_a_file(tmp_path: Path) -> None:
-    """Linux gives a signal sent to the process to any thread that does not block it, and
-    only the thread that takes it returns from its wait; Python runs the handler in the
-    main thread only when that thread runs again.  A SIGHUP taken by a helper thread
-    while the main thread waits out a long interval would wait with it."""
+    """Linux gives a process's signal to any thread not blocking it; Python runs the handler
+    only when the main thread runs again, so a SIGHUP a helper thread took would wait out
+    the main thread's long interval with it."""
     daemon = Daemon(
         "--sleep-interval", "9223372036.8", *TO_FILE, str(tmp_path / "gfd"),
         "--snapshot-file", str(DGX), metrics=True,
