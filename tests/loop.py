@@ -1,10 +1,6 @@
-"""Running the agent's loop in-process: its collaborators handed in, its waits scripted.
-
-``drive(settings, steps)`` runs ``Agent.run`` with a ``wait`` that, at each wait between
-passes, runs the next step (a function of the agent), and asks the agent to stop (as
-SIGTERM does) once the steps are done.  The metrics are a recorder, so a test reads which
-passes succeeded and which publishes happened without a clock or a subprocess.
-"""
+"""Running the agent's loop in-process: ``drive(settings, steps)`` runs ``Agent.run`` with a
+``wait`` that runs the next step (a function of the agent) at each wait between passes, then
+asks the agent to stop as SIGTERM does; the metrics are a recorder a test reads."""
 
 from __future__ import annotations
 
@@ -104,13 +100,8 @@ def drive(
         else:
             agent.request_stop("SIGTERM")
 
-    agent = Agent(
-        settings,
-        reload_settings or (lambda: settings),
-        metrics=metrics,
-        wait=wait,
-        **collaborators,
-    )
+    reload = reload_settings or (lambda: settings)
+    agent = Agent(settings, reload, metrics=metrics, wait=wait, **collaborators)
     holder.append(agent)
     status = agent.run()
     assert not pending, "the agent stopped before every step ran"

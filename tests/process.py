@@ -22,32 +22,34 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GFD = [sys.executable, "-m", "gfd"]
 
 
+#: the environment variables gfd reads besides GFD_*: never inherited from outside the test
+GFD_VARIABLES = set(
+    [
+        "MIG_STRATEGY",
+        "FAIL_ON_INIT_ERROR",
+        "CONFIG_FILE",
+        "USE_NODE_FEATURE_API",
+        "DEVICE_DISCOVERY_STRATEGY",
+        "NODE_NAME",
+        "NAMESPACE",
+        "POD_NAME",
+        "KUBECONFIG",
+        "CONFIG_FILE_SRCDIR",
+        "NODE_LABEL",
+        "DEFAULT_CONFIG",
+        "FALLBACK_STRATEGIES",
+        "DRIVER_ROOT_CTR_PATH",
+        "CONTAINER_DRIVER_ROOT",
+        "KUBE_API_QPS",
+        "KUBE_API_BURST",
+    ]
+)
+
+
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The test's environment without any GFD setting that could leak in from outside."""
     env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("GFD_")
-        and k
-        not in {
-            "MIG_STRATEGY",
-            "FAIL_ON_INIT_ERROR",
-            "CONFIG_FILE",
-            "USE_NODE_FEATURE_API",
-            "DEVICE_DISCOVERY_STRATEGY",
-            "NODE_NAME",
-            "NAMESPACE",
-            "POD_NAME",
-            "KUBECONFIG",
-            "CONFIG_FILE_SRCDIR",
-            "NODE_LABEL",
-            "DEFAULT_CONFIG",
-            "FALLBACK_STRATEGIES",
-            "DRIVER_ROOT_CTR_PATH",
-            "CONTAINER_DRIVER_ROOT",
-            "KUBE_API_QPS",
-            "KUBE_API_BURST",
-        }
+        k: v for k, v in os.environ.items() if not k.startswith("GFD_") and k not in GFD_VARIABLES
     }
     env["PYTHONPATH"] = ROOT
     env.update(extra or {})
@@ -62,20 +64,12 @@ def run_gfd(
     stdout: Any = subprocess.PIPE,
     preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m gfd ARGS`` in a fresh interpreter, to its end; stderr captured, stdout
-    too unless ``stdout`` names where it goes (a pipe nobody reads, ``/dev/full``);
-    ``preexec_fn`` runs in the child before gfd starts (process limits)."""
+    """``python -m gfd ARGS`` in a fresh interpreter, to its end; stdout captured unless
+    ``stdout`` names where it goes; ``preexec_fn`` runs in the child (process limits)."""
     return subprocess.run(
-        [*GFD, *args],
-        stdin=stdin,
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(env),
-        cwd=ROOT,
-        timeout=timeout,
-        preexec_fn=preexec_fn,
-    )
+        [*GFD, *args], stdin=stdin, stdout=stdout, stderr=subprocess.PIPE, text=True,
+        env=clean_env(env), cwd=ROOT, timeout=timeout, preexec_fn=preexec_fn,
+    )  # fmt: skip
 
 
 def run_gfd_here(
@@ -145,14 +139,9 @@ def spawn_gfd(
     """A fresh interpreter running ``python -m gfd ARGS`` (``command`` instead of
     ``python -m gfd`` where given: the e2e layer's launcher)."""
     return subprocess.Popen(
-        [*command, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(env),
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-    )
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=clean_env(env), cwd=ROOT, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def free_port() -> int:
@@ -162,11 +151,8 @@ def free_port() -> int:
 
 
 class Daemon:
-    """A running gfd whose JSON log lines are read on a thread, so the test can wait for
-    events (passes) instead of sleeping for a guessed time.
-
-    With ``metrics=True`` it serves ``--metrics-address`` on a free port, and the test can
-    follow its progress through ``/metrics`` (:meth:`passes`, :meth:`wait_until`)."""
+    """A running gfd whose JSON log lines are read on a thread, so a test waits for events
+    rather than a guessed time; ``metrics=True`` serves ``/metrics`` on a free port too."""
 
     def __init__(
         self, *args: str, env: dict[str, str] | None = None, metrics: bool = False

@@ -1,8 +1,6 @@
 """The loop over the API outputs, in-process (SPEC §6.2-6.4, §7): the real outputs and the
-real ``kubernetes`` client against the fake API server, the Agent's waits scripted.
-
-Restarts, ``--cleanup`` and the health endpoints of a real process are in test_kube_e2e.py.
-"""
+real ``kubernetes`` client against the fake API server, the Agent's waits scripted (a real
+process's restarts, ``--cleanup`` and health endpoints: test_kube_e2e.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
 """The daemon loop in-process (SPEC §7): publish-on-change, reload, repair, and surviving
-failed passes — the Agent with its waits scripted (tests/loop.py), no subprocess, no sleep.
-
-The signals and exit statuses of a real process are tested in test_daemon.py.
-"""
+failed passes, the Agent's waits scripted (tests/loop.py); real processes: test_daemon.py."""
 
 from __future__ import annotations
 

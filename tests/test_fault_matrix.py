@@ -1,26 +1,13 @@
 """The fault matrix: every channel of docs/SECURITY.md crossed with the fault classes that
-apply to it.
+apply to it; a channel declares its classes and knows how to place each fault.
 
-One test function per fault class; the channels are its parameters.  A channel is an
-entry of :data:`CHANNELS`: it says which classes apply to it and knows how to place each
-fault and which contract holds:
+- a start-up input (flag, environment, config, snapshot, kubeconfig): :func:`assert_refused`;
+- a runtime input or output of a daemon: that pass fails with one log line naming the source,
+  the daemon lives, the pass after the fault is removed succeeds, SIGTERM ends it with 0;
+- a host input read during discovery: the fact is unknown (``None``), never a wait or a raise.
 
-- a start-up input (flag, environment, config file, snapshot, kubeconfig): exit status 2,
-  exactly one ``gfd: error:`` line naming the source, short, nothing on stdout, no
-  traceback (:func:`assert_refused`);
-- a runtime input or output of a daemon (the snapshot it re-reads, the features file, the
-  koordlet file, the config on SIGHUP, the API server, the process's own limits): that pass
-  fails with one log line naming the source, the daemon lives on, the pass after the fault
-  is removed succeeds, and SIGTERM still ends it with status 0 (:class:`Runtime`);
-- a host input read during discovery (sysfs attributes, the machine-type file): discovery
-  ends and leaves the fact unknown (``None``) rather than wait or fail.
-
-A new channel gets every class it declares for free; a class it cannot have (stdin cannot
-be "huge": gfd never reads it) is simply not declared.  Time is bounded by the test timeout
-and by the daemon helpers' guards, never asserted.  Real processes throughout, except the
-discovery cells, which call discovery
-in-process with the fake NVML (a read that blocked would hang the test: the timeout fails
-it).
+Real processes throughout but the discovery cells (in-process: a blocked read hangs the test
+until its timeout fails it).  Time is bounded by timeouts and guards, never asserted.
 """
 
 from __future__ import annotations
@@ -102,8 +89,7 @@ def short_dir() -> Iterator[Path]:
 
 @dataclass
 class Document:
-    """A YAML document named by a flag at start-up: the config file, the snapshot, the
-    kubeconfig.  ``valid`` is a good document; ``empty`` says what an empty one gets."""
+    """A YAML document named by a flag at start-up; ``valid`` is a good one."""
 
     name: str
     flag: str
@@ -112,66 +98,82 @@ class Document:
     args: Callable[[str], list[str]]
     empty_is_valid: bool
     wrong_type: str = "- a\n- list\n"
-    classes: tuple[str, ...] = (
-        "missing", "empty", "huge", "slow", "hung", "malformed", "wrong-type", "special",
-        "permission-denied", "vanished",
-    )  # fmt: skip
-
-    def __str__(self) -> str:
-        return self.name
 
     def run(self, directory: Path) -> subprocess.CompletedProcess[str]:
         return run_start(*self.args(str(directory / self.file_name)))
 
 
-def _kubeconfig_text() -> str:
+def _kubeconfig_text(cluster: str = "", user: str = "", url: str = "http://127.0.0.1:9") -> str:
+    """A kubeconfig (by default at a server nobody serves), ``cluster``/``user`` fields added."""
+    server = f"server: '{url}'" + (f", {cluster}" if cluster else "")
     return (
         "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\nusers: [{name: u, user: {}}]\n"
+        f"clusters: [{{name: c, cluster: {{{server}}}}}]\n"
+        f"contexts: [{{name: c, context: {{cluster: c, user: u}}}}]\n"
+        f"users: [{{name: u, user: {{{user}}}}}]\n"
     )
 
 
 DOCUMENTS = [
     Document(
-        "config file",
-        "--config-file",
-        "cfg.yaml",
-        lambda: "version: v1\n",
+        "config file", "--config-file", "cfg.yaml", lambda: "version: v1\n",
         lambda path: ["--oneshot", "--snapshot-file", DGX, "--config-file", path],
         empty_is_valid=True,
     ),
     Document(
-        "snapshot file",
-        "--snapshot-file",
-        "snap.yaml",
-        lambda: Path(DGX).read_text(),
-        lambda path: ["--oneshot", "--snapshot-file", path],
-        empty_is_valid=False,
+        "snapshot file", "--snapshot-file", "snap.yaml", lambda: Path(DGX).read_text(),
+        lambda path: ["--oneshot", "--snapshot-file", path], empty_is_valid=False,
     ),
     Document(
-        "kubeconfig",
-        "--kubeconfig",
-        "kube.cfg",
-        _kubeconfig_text,
-        lambda path: [
-            *("--cleanup", "--use-node-labels", "--node-name", "n1", "--kubeconfig", path)
-        ],
+        "kubeconfig", "--kubeconfig", "kube.cfg", _kubeconfig_text,
+        lambda path: ["--cleanup", "--use-node-labels", "--node-name", "n1", "--kubeconfig", path],
         empty_is_valid=False,
     ),
-]
+]  # fmt: skip
+EVERY_DOCUMENT = [pytest.param(d, id=d.name) for d in DOCUMENTS]
 
 
-def documents_for(fault: str) -> list[Any]:
-    return [pytest.param(d, id=d.name) for d in DOCUMENTS if fault in d.classes]
+def _refused_at_start(
+    place: Callable[[Document, Path], Any], *words: str, read: bool = True
+) -> Any:
+    """A start-up cell for every document: ``place`` puts the fault at its path (returning
+    a context manager where the fault must last through the run); the run is refused, naming
+    the flag too where the file could not be read (rather than parsed)."""
+
+    @pytest.mark.parametrize("document", EVERY_DOCUMENT)
+    def test(document: Document, short_dir: Path) -> None:
+        placed = place(document, short_dir / document.file_name)
+        if not isinstance(placed, contextlib.AbstractContextManager):
+            placed = contextlib.nullcontext()
+        with placed:
+            flag = (document.flag,) if read else ()
+            assert_refused(document.run(short_dir), *flag, document.file_name, *words)
+
+    return test
 
 
-@pytest.mark.parametrize("document", documents_for("missing"))
-def test_missing(document: Document, short_dir: Path) -> None:
-    assert_refused(document.run(short_dir), document.file_name)
+test_missing = _refused_at_start(lambda document, path: None)
+# past the size limit: refused after reading at most limit + 1 bytes
+test_huge = _refused_at_start(
+    lambda document, path: path.write_text(
+        document.valid() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n"
+    ),
+    "larger than the limit",
+)
+# a FIFO, fed slowly or never, is not a regular file: refused at once, never waited for
+test_slow = _refused_at_start(lambda document, path: fifo_trickled(path, document.valid()), "FIFO")
+test_hung = _refused_at_start(lambda document, path: fifo_held_open(path), "FIFO")
+test_malformed = _refused_at_start(
+    lambda document, path: path.write_text("key: [unclosed\n"), read=False
+)
+test_wrong_type = _refused_at_start(
+    lambda document, path: path.write_text(document.wrong_type), read=False
+)
+# a symlink to a file that was removed: the path is there, the file is gone
+test_vanished = _refused_at_start(lambda document, path: path.symlink_to(path.parent / "gone"))
 
 
-@pytest.mark.parametrize("document", documents_for("empty"))
+@pytest.mark.parametrize("document", EVERY_DOCUMENT)
 def test_empty(document: Document, short_dir: Path) -> None:
     (short_dir / document.file_name).write_text("")
     result = document.run(short_dir)
@@ -182,14 +184,19 @@ def test_empty(document: Document, short_dir: Path) -> None:
         assert_refused(result, document.file_name)
 
 
-@pytest.mark.parametrize("document", documents_for("huge"))
-def test_huge(document: Document, short_dir: Path) -> None:
-    """Past the size limit: refused after reading at most limit + 1 bytes."""
-    path = short_dir / document.file_name
-    with path.open("w") as handle:
-        handle.write(document.valid())
-        handle.write("# " + "x" * MAX_DOCUMENT_BYTES + "\n")
-    assert_refused(document.run(short_dir), document.file_name, "limit")
+@pytest.mark.parametrize("kind", sorted(SPECIAL))
+@pytest.mark.parametrize("document", EVERY_DOCUMENT)
+def test_special_file(document: Document, kind: str, short_dir: Path) -> None:
+    SPECIAL[kind](short_dir / document.file_name)
+    assert_refused(document.run(short_dir), document.flag, document.file_name, "not a regular file")
+
+
+@pytest.mark.parametrize("document", EVERY_DOCUMENT)
+def test_permission_denied(document: Document, short_dir: Path) -> None:
+    """Root reads any file whatever its mode; a path through a file is refused by the
+    kernel for root too (ENOTDIR), which is how these tests (run as root) deny access."""
+    (short_dir / "plain").write_text("")
+    assert_refused(document.run(short_dir / "plain"), document.flag)
 
 
 FULL_CONFIG: dict[str, Any] = {
@@ -274,9 +281,8 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
     ["top level", "flags.gfd"],
 )
 def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir: Path) -> None:
-    """A config of 100,000 unknown keys is one mistake: at most a screenful of warnings
-    (the first ones, then a count of the rest), not 100,000 log lines at every start and
-    every reload."""
+    """100,000 unknown keys are one mistake: a screenful of warnings (the first ones, then a
+    count of the rest), not 100,000 log lines at every start and reload."""
     keys = "".join(f"k{i}: 1\n" for i in range(100_000))
     if where == "flags.gfd":
         keys = "flags:\n  gfd:\n" + "".join(f"    k{i}: 1\n" for i in range(100_000))
@@ -289,71 +295,14 @@ def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir:
     assert "99980 more" in lines[-1], lines[-1]
 
 
-@pytest.mark.parametrize("document", documents_for("slow"))
-def test_slow(document: Document, short_dir: Path) -> None:
-    """A document fed slowly through a FIFO is not a regular file: refused at once, the
-    writer never waited for."""
-    with fifo_trickled(short_dir / document.file_name, document.valid()):
-        assert_refused(document.run(short_dir), document.file_name, "FIFO")
-
-
-@pytest.mark.parametrize("document", documents_for("hung"))
-def test_hung(document: Document, short_dir: Path) -> None:
-    with fifo_held_open(short_dir / document.file_name):
-        assert_refused(document.run(short_dir), document.file_name, "FIFO")
-
-
-@pytest.mark.parametrize("document", documents_for("malformed"))
-def test_malformed(document: Document, short_dir: Path) -> None:
-    (short_dir / document.file_name).write_text("key: [unclosed\n")
-    assert_refused(document.run(short_dir), document.file_name)
-
-
-@pytest.mark.parametrize("document", documents_for("wrong-type"))
-def test_wrong_type(document: Document, short_dir: Path) -> None:
-    (short_dir / document.file_name).write_text(document.wrong_type)
-    assert_refused(document.run(short_dir), document.file_name)
-
-
-@pytest.mark.parametrize("kind", sorted(SPECIAL))
-@pytest.mark.parametrize("document", documents_for("special"))
-def test_special_file(document: Document, kind: str, short_dir: Path) -> None:
-    SPECIAL[kind](short_dir / document.file_name)
-    assert_refused(document.run(short_dir), document.file_name, "not a regular file")
-
-
-@pytest.mark.parametrize("document", documents_for("permission-denied"))
-def test_permission_denied(document: Document, short_dir: Path) -> None:
-    """Root reads any file whatever its mode; a path through a file is refused by the
-    kernel for root too (ENOTDIR), which is how these tests (run as root) deny access."""
-    (short_dir / "plain").write_text("")
-    document = Document(**{**document.__dict__, "file_name": f"plain/{document.file_name}"})
-    assert_refused(document.run(short_dir), document.flag)
-
-
-@pytest.mark.parametrize("document", documents_for("vanished"))
-def test_vanished(document: Document, short_dir: Path) -> None:
-    """A symlink to a file that was removed: the path is there, the file is gone."""
-    (short_dir / document.file_name).symlink_to(short_dir / "gone")
-    assert_refused(document.run(short_dir), document.file_name)
-
-
 @pytest.mark.parametrize("kind", sorted(SPECIAL))
 @pytest.mark.parametrize("key", ["certificate-authority", "client-certificate", "client-key"])
 def test_special_file_named_by_the_kubeconfig(key: str, kind: str, short_dir: Path) -> None:
     """A file the kubeconfig names (CA, client certificate or key) that is a FIFO, a
     device, a directory or a socket: one line, exit 2, never waited on or read."""
     SPECIAL[kind](short_dir / "named")
-    where = "cluster" if key == "certificate-authority" else "user"
-    text = _kubeconfig_text().replace("'http://127.0.0.1:9'", "'https://127.0.0.1:9'")
-    field = f"{key}: {short_dir / 'named'}"
-    if where == "cluster":
-        text = text.replace(
-            "server: 'https://127.0.0.1:9'", f"server: 'https://127.0.0.1:9', {field}"
-        )
-    else:
-        text = text.replace("user: {}", f"user: {{{field}}}")
-    (short_dir / "kube.cfg").write_text(text)
+    field = {"cluster" if key == "certificate-authority" else "user": f"{key}: {short_dir}/named"}
+    (short_dir / "kube.cfg").write_text(_kubeconfig_text(**field, url="https://127.0.0.1:9"))
     assert_refused(DOCUMENTS[2].run(short_dir), "kube.cfg")
 
 
@@ -388,11 +337,9 @@ def test_special_in_cluster_token(
 
 @pytest.mark.parametrize("where", ["command line", "environment"])
 def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) -> None:
-    """Every option, from the command line and from each of its environment variables:
-    a 1 MB value, and one with a newline and an escape sequence, are either taken (a
-    string option) or refused in one short line that never echoes them whole or raw.
-    (In-process: the same ``main``; the values are paths under a temporary directory, so
-    an option that names a file to write writes it there.)"""
+    """Every option, by flag and by each environment variable: a 1 MB value, and one with a
+    newline and an escape, taken or refused in one short line that never echoes them raw
+    (the values are paths under a temporary directory: a file an option writes lands there)."""
     values = [HUGE_VALUE, f"{short_dir}/bad\nline\x1b[31m"]
     for option in OPTIONS:
         sources = [option.flag] if where == "command line" else list(option.envs)
@@ -468,10 +415,9 @@ def test_a_redirect_is_never_followed_with_the_credential(status: int, short_dir
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
+        url = f"http://127.0.0.1:{redirecting.server_port}"
         (short_dir / "kube.cfg").write_text(
-            _kubeconfig_text()
-            .replace("http://127.0.0.1:9", f"http://127.0.0.1:{redirecting.server_port}")
-            .replace("user: {}", "user: {token: secret-token-value}")
+            _kubeconfig_text(user="token: secret-token-value", url=url)
         )
         result = run_start(
             "--oneshot", "--use-node-labels", "--node-name", "n1", "--snapshot-file", DGX,
@@ -576,11 +522,9 @@ def test_a_watch_that_never_answers_or_stalls_ends_by_its_deadline(
 
 @dataclass
 class Runtime:
-    """A daemon whose channel a fault is placed on after it published once.
-
-    ``start(directory, api)`` starts it; ``place(fault, directory, daemon, api)`` puts the
-    fault in place and returns the function that removes it; ``failed`` is the log event
-    a failed pass (or reload) writes, ``names`` what its error names."""
+    """A daemon whose channel a fault is placed on after it published once: ``place``
+    returns what removes the fault; ``failed`` is the event the failed pass (or reload)
+    logs, ``names`` what its error must name."""
 
     name: str
     classes: tuple[str, ...]
@@ -594,9 +538,6 @@ class Runtime:
     #: SIGHUP again once the fault is gone, and see the reload succeed
     reload_after: bool = False
 
-    def __str__(self) -> str:
-        return self.name
-
 
 def _daemon(*args: str) -> Daemon:
     return Daemon("--sleep-interval", INTERVAL, *args)
@@ -606,6 +547,13 @@ def _file_daemon(directory: Path, api: FakeApiServer) -> Daemon:
     snapshot = directory / "snap.yaml"
     snapshot.write_text(Path(DGX).read_text())
     return _daemon("--output-file", str(directory / "gfd"), "--snapshot-file", str(snapshot))
+
+
+def _remove(path: Path, missing_ok: bool = True) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=missing_ok)
 
 
 def _restore_snapshot(directory: Path) -> Callable[[], None]:
@@ -622,24 +570,21 @@ def _restore_snapshot(directory: Path) -> Callable[[], None]:
 
 def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
     path = directory / "snap.yaml"
-    if fault in SPECIAL:
-        if fault == "directory":
-            staging = directory / ".dir"
-            staging.mkdir()
-            path.unlink()
-            staging.rename(path)
-        else:
-            swap(path, SPECIAL[fault])
+    texts = {
+        "empty": "",
+        "huge": Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n",
+        "malformed": "gpus: [unclosed\n",
+        "wrong-type": "- a list\n",
+    }
+    if fault == "directory":
+        staging = directory / ".dir"
+        staging.mkdir()
+        path.unlink()
+        staging.rename(path)
+    elif fault in SPECIAL:
+        swap(path, SPECIAL[fault])
     elif fault == "missing":
         path.unlink()
-    elif fault == "empty":
-        path.write_text("")
-    elif fault == "huge":
-        path.write_text(Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n")
-    elif fault == "malformed":
-        path.write_text("gpus: [unclosed\n")
-    elif fault == "wrong-type":
-        path.write_text("- a list\n")
     elif fault == "vanished":
         swap(path, lambda p: p.symlink_to(directory / "gone"))
     elif fault == "hung":  # a FIFO with a writer that never writes
@@ -654,7 +599,7 @@ def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiSer
 
         return release
     else:
-        raise AssertionError(fault)
+        path.write_text(texts[fault])
     return _restore_snapshot(directory)
 
 
@@ -664,7 +609,7 @@ def _place_features_file(fault: str, directory: Path, daemon: Daemon, api: FakeA
         replace_with_directory(path)
     elif fault in SPECIAL:
         swap(path, SPECIAL[fault])
-    elif fault == "full":
+    else:  # full
         path.unlink()  # the next pass writes it again, past the limit below
         resource.prlimit(daemon.process.pid, resource.RLIMIT_FSIZE, (16, resource.RLIM_INFINITY))
 
@@ -674,16 +619,7 @@ def _place_features_file(fault: str, directory: Path, daemon: Daemon, api: FakeA
             resource.prlimit(daemon.process.pid, resource.RLIMIT_FSIZE, limit)
 
         return lift
-    else:
-        raise AssertionError(fault)
-
-    def restore() -> None:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink(missing_ok=True)
-
-    return restore
+    return lambda: _remove(path)
 
 
 def _koordlet_daemon(directory: Path, api: FakeApiServer) -> Daemon:
@@ -704,19 +640,12 @@ def _place_koordlet(fault: str, directory: Path, daemon: Daemon, api: FakeApiSer
         replace_with_directory(path)
     elif fault == "missing":  # the directory koordlet reads, gone
         shutil.rmtree(directory / "koord")
-
-        def recreate() -> None:
-            (directory / "koord").mkdir()
-
-        return recreate
+        return (directory / "koord").mkdir
     else:
         swap(path, SPECIAL[fault])
 
     def restore() -> None:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
+        _remove(path, missing_ok=False)
         if fault == "symlink":
             assert (directory / "victim").read_text() == "not gfd's\n"  # never written through
 
@@ -733,37 +662,34 @@ def _config_daemon(directory: Path, api: FakeApiServer) -> Daemon:
 
 def _place_config(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
     path = directory / "cfg.yaml"
-    if fault in SPECIAL and fault != "directory":
-        swap(path, SPECIAL[fault])
-    elif fault == "directory":
+    texts = {
+        "huge": "version: v1\n# " + "x" * MAX_DOCUMENT_BYTES + "\n",
+        "malformed": "flags: [unclosed\n",
+        "wrong-type": "flags: 7\n",
+    }
+    if fault == "directory":
         path.unlink()
         path.mkdir()
-    elif fault == "huge":
-        path.write_text("version: v1\n# " + "x" * MAX_DOCUMENT_BYTES + "\n")
-    elif fault == "malformed":
-        path.write_text("flags: [unclosed\n")
-    elif fault == "wrong-type":
-        path.write_text("flags: 7\n")
+    elif fault in SPECIAL:
+        swap(path, SPECIAL[fault])
     elif fault == "missing":
         path.unlink()
     else:
-        raise AssertionError(fault)
+        path.write_text(texts[fault])
 
     def restore() -> None:
-        if path.is_dir() and not path.is_symlink():
-            path.rmdir()
-        else:
-            path.unlink(missing_ok=True)
+        _remove(path)
         path.write_text("version: v1\n")
 
     return restore
 
 
-def _api_daemon(directory: Path, api: FakeApiServer) -> Daemon:
-    api.add_node("n1")
+def _api_daemon(directory: Path, api: FakeApiServer, output: str = "--use-node-labels") -> Daemon:
+    if output == "--use-node-labels":
+        api.add_node("n1")
     kubeconfig = api.write_kubeconfig(directory / "kube.cfg")
     return Daemon(
-        "--sleep-interval", "1s", "--use-node-labels", "--node-name", "n1",
+        "--sleep-interval", "1s", output, "--node-name", "n1",
         "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX,
     )  # fmt: skip
 
@@ -776,24 +702,12 @@ def _place_api(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) 
     return api.clear_faults
 
 
-def _nodefeature_daemon(directory: Path, api: FakeApiServer) -> Daemon:
-    kubeconfig = api.write_kubeconfig(directory / "kube.cfg")
-    return Daemon(
-        "--sleep-interval", "1s", "--use-node-feature-api", "--node-name", "n1",
-        "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX,
-    )  # fmt: skip
-
-
 def _place_nodefeature(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
     if fault == "missing":  # the server itself: connections refused
         api.go_down()
         return api.come_up
     api.inject(API_FAULTS[fault]())
     return api.clear_faults
-
-
-def _limits_daemon(directory: Path, api: FakeApiServer) -> Daemon:
-    return _file_daemon(directory, api)
 
 
 def _place_limits(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
@@ -809,67 +723,31 @@ RUNTIME = [
     Runtime(
         "snapshot file (re-read every pass)",
         ("missing", "empty", "huge", "hung", "malformed", "wrong-type", "vanished", *SPECIAL),
-        _file_daemon,
-        _place_snapshot,
-        names=("snap.yaml",),
+        _file_daemon, _place_snapshot, names=("snap.yaml",),
     ),
     Runtime(
-        "features file",
-        ("full", *SPECIAL),
-        _file_daemon,
-        _place_features_file,
-        names=("gfd",),
+        "features file", ("full", *SPECIAL), _file_daemon, _place_features_file, names=("gfd",)
     ),
     Runtime(
-        "koordlet device-info file",
-        ("missing", "symlink", *SPECIAL),
-        _koordlet_daemon,
-        _place_koordlet,
-        names=("gfd-nvidia-gpus.json",),
+        "koordlet device-info file", ("missing", "symlink", *SPECIAL),
+        _koordlet_daemon, _place_koordlet, names=("gfd-nvidia-gpus.json",),
     ),
     Runtime(
-        "config file (SIGHUP)",
-        ("missing", "huge", "malformed", "wrong-type", *SPECIAL),
-        _config_daemon,
-        _place_config,
-        failed="reload failed; keeping the settings in force",
-        names=("cfg.yaml",),
-        needs_sighup=True,
-        reload_after=True,
+        "config file (SIGHUP)", ("missing", "huge", "malformed", "wrong-type", *SPECIAL),
+        _config_daemon, _place_config, failed="reload failed; keeping the settings in force",
+        names=("cfg.yaml",), needs_sighup=True, reload_after=True,
     ),
     Runtime(
-        "API server",
-        tuple(API_FAULTS),
-        _api_daemon,
-        _place_api,
-        names=("n1",),
-        needs_sighup=True,
+        "API server", tuple(API_FAULTS), _api_daemon, _place_api,
+        names=("n1",), needs_sighup=True,
     ),
     Runtime(
-        "API server (NodeFeature)",
-        tuple(API_FAULTS),
-        _nodefeature_daemon,
-        _place_nodefeature,
-        names=("n1",),
-        needs_sighup=True,
+        "API server (NodeFeature)", tuple(API_FAULTS),
+        lambda directory, api: _api_daemon(directory, api, "--use-node-feature-api"),
+        _place_nodefeature, names=("n1",), needs_sighup=True,
     ),
-    Runtime(
-        "process limits (file descriptors)",
-        ("full",),
-        _limits_daemon,
-        _place_limits,
-    ),
-]
-
-
-def runtime_for(fault: str) -> list[Any]:
-    return [pytest.param(r, id=r.name) for r in RUNTIME if fault in r.classes]
-
-
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        yield server
+    Runtime("process limits (file descriptors)", ("full",), _file_daemon, _place_limits),
+]  # fmt: skip
 
 
 def assert_runtime_contract(
@@ -900,39 +778,28 @@ def assert_runtime_contract(
         daemon.kill()
 
 
-@pytest.mark.parametrize("channel", runtime_for("missing"))
-def test_missing_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "missing", short_dir, api)
+def _at_runtime(fault: str) -> Any:
+    """The runtime cell of every channel that declares ``fault``."""
+
+    @pytest.mark.parametrize(
+        "channel", [pytest.param(r, id=r.name) for r in RUNTIME if fault in r.classes]
+    )
+    def test(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
+        assert_runtime_contract(channel, fault, short_dir, api)
+
+    return test
 
 
-@pytest.mark.parametrize("channel", runtime_for("empty"))
-def test_empty_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "empty", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("huge"))
-def test_huge_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "huge", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("slow"))
-def test_slow_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "slow", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("hung"))
-def test_hung_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "hung", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("malformed"))
-def test_malformed_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "malformed", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("wrong-type"))
-def test_wrong_type_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "wrong-type", short_dir, api)
+test_missing_at_runtime = _at_runtime("missing")
+test_empty_at_runtime = _at_runtime("empty")
+test_huge_at_runtime = _at_runtime("huge")
+test_slow_at_runtime = _at_runtime("slow")
+test_hung_at_runtime = _at_runtime("hung")
+test_malformed_at_runtime = _at_runtime("malformed")
+test_wrong_type_at_runtime = _at_runtime("wrong-type")
+test_vanished_at_runtime = _at_runtime("vanished")
+test_closed_at_runtime = _at_runtime("closed")
+test_full_at_runtime = _at_runtime("full")
 
 
 @pytest.mark.parametrize(
@@ -967,21 +834,6 @@ def test_features_file_swapped_for_a_symlink_is_replaced_not_written_through(
         assert daemon.stop(signal.SIGTERM) == 0
     finally:
         daemon.kill()
-
-
-@pytest.mark.parametrize("channel", runtime_for("vanished"))
-def test_vanished_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "vanished", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("closed"))
-def test_closed_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "closed", short_dir, api)
-
-
-@pytest.mark.parametrize("channel", runtime_for("full"))
-def test_full_at_runtime(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-    assert_runtime_contract(channel, "full", short_dir, api)
 
 
 # =============================================================== stdin and stdout
@@ -1040,17 +892,13 @@ def test_full_stdout() -> None:
 
 @dataclass
 class HostFile:
-    """A file discovery reads on the host; ``read(root)`` reads it as discovery does and
-    returns the fact.  ``outcomes``: what each fault gives where that is not None
-    (unknown)."""
+    """A file discovery reads on the host: ``read(root)`` reads the fact as discovery does;
+    ``outcomes``, what each fault gives where that is not None (unknown)."""
 
     name: str
     relative: str
     read: Callable[[Path], Any]
     outcomes: dict[str, Any]
-
-    def __str__(self) -> str:
-        return self.name
 
 
 BUS = "0000:07:00.0"
@@ -1248,26 +1096,17 @@ def test_kubeconfig_list_fault(fault: str, short_dir: Path) -> None:
 @pytest.mark.parametrize(
     ("fault", "cluster", "user"),
     [
-        (
-            "insecure-with-ca",
-            "insecure-skip-tls-verify: true, certificate-authority-data: eA==",
-            "",
-        ),
+        ("insecure-with-ca",
+         "insecure-skip-tls-verify: true, certificate-authority-data: eA==", ""),
         ("two-methods", "", "token: t, username: u, password: p"),
         ("cert-without-key", "", "client-certificate-data: eA=="),
     ],
     ids=["insecure-with-ca", "two-methods", "cert-without-key"],
-)
+)  # fmt: skip
 def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short_dir: Path) -> None:
     """What client-go's ConfirmUsable or its TLS rule refuses: one line, exit 2."""
-    text = _kubeconfig_text()
-    if cluster:
-        text = text.replace(
-            "server: 'http://127.0.0.1:9'", f"server: 'https://127.0.0.1:9', {cluster}"
-        )
-    if user:
-        text = text.replace("user: {}", f"user: {{{user}}}")
-    (short_dir / "kube.cfg").write_text(text)
+    url = "https://127.0.0.1:9" if cluster else "http://127.0.0.1:9"
+    (short_dir / "kube.cfg").write_text(_kubeconfig_text(cluster, user, url))
     assert_refused(DOCUMENTS[2].run(short_dir), "kube.cfg")
 
 
@@ -1295,25 +1134,17 @@ DRIVER_LIBRARIES = {"libnvidia-ml.so.1": "nvml", "libcuda.so.1": "tegra"}
 
 
 def _oversize(path: Path) -> None:
-    with path.open("wb") as handle:
-        handle.truncate(LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
+    path.touch()
+    os.truncate(path, LIBRARY_MAX_BYTES + 1)  # sparse: no disk used
 
 
-def _dangling(path: Path) -> None:
-    path.symlink_to(path.parent / "gone" / path.name)
-
-
-def _loop(path: Path) -> None:
-    path.symlink_to(path.name)  # itself: following it never ends
-
-
-LIBRARY_FAULTS: dict[str, Callable[[Path], None]] = {
+LIBRARY_FAULTS: dict[str, Callable[[Path], object]] = {
     "fifo": SPECIAL["fifo"],
     "dev-zero": SPECIAL["dev-zero"],
     "directory": SPECIAL["directory"],
     "over-size": _oversize,
-    "dangling-link": _dangling,
-    "symlink-loop": _loop,
+    "dangling-link": lambda path: path.symlink_to(path.parent / "gone" / path.name),
+    "symlink-loop": lambda path: path.symlink_to(path.name),  # itself: following never ends
 }
 
 
@@ -1324,14 +1155,9 @@ def _driver_root_with(fault: str, library: str, directory: Path) -> Path:
     return root
 
 
-def _no_driver_on_this_machine() -> bool:
-    return (
-        ctypes.util.find_library("nvidia-ml") is None and ctypes.util.find_library("cuda") is None
-    )
-
-
 needs_no_driver = pytest.mark.skipif(
-    not _no_driver_on_this_machine(), reason="a driver library is found by name here"
+    any(ctypes.util.find_library(name) for name in ("nvidia-ml", "cuda")),
+    reason="a driver library is found by name here",
 )
 
 

@@ -372,9 +372,8 @@ def test_cleanup_whose_patch_is_not_applied_fails(api: FakeApiServer, kubeconfig
 
 
 class WaitsOnlyClock:
-    """A retry policy's clock that moves only by the waits it asks for (taken at once): an
-    attempt spends none of the budget however long a loaded machine makes it take, so each
-    attempt's timeout is what the waits before it left."""
+    """A retry clock moved only by the waits asked for: a slow attempt on a loaded machine
+    spends none of the budget, so each attempt's timeout is what the waits before it left."""
 
     def __init__(self) -> None:
         self.now = 0.0

@@ -1,12 +1,8 @@
 """A broken or hostile API server against ``gfd`` as a real process: signals are honoured in
-every state of an API request, a oneshot or ``--cleanup`` always ends with an honest exit
-status and one line, bad server addresses are usage errors, credentials never reach a log.
-(Runs that end by themselves and need no signal go through the same command line
-in-process, tests/process.py run_gfd_here.)
-
-The subprocess waits below carry a timeout as a guard against a hung test (well above the
-second a stop takes, well below the 26 s it took before); speed is measured in
-bench/bench_api_faults.py, not asserted here."""
+every state of a request, a oneshot or ``--cleanup`` ends with an honest status and one line,
+bad server addresses are usage errors, credentials never reach a log (runs that need no signal
+go through the same command line in-process).  Waits are guards (well above the second a stop
+takes, well below the 26 s it took before); speed is measured in bench/bench_api_faults.py."""
 
 from __future__ import annotations
 
@@ -32,17 +28,9 @@ STOP_GUARD_SECONDS = 8.0
 API_NODE_N1 = {"labels": FOREIGN}  # the shared api fixture (tests/conftest.py) adds it
 
 
-def api_args(kubeconfig: str, *extra: str) -> list[str]:
-    return [
-        "--use-node-labels",
-        "--node-name",
-        "n1",
-        "--kubeconfig",
-        kubeconfig,
-        "--snapshot-file",
-        SNAPSHOT,
-        *extra,
-    ]
+def api_args(kubeconfig: str, *extra: str, output: str = "--use-node-labels") -> list[str]:
+    return [output, "--node-name", "n1", "--kubeconfig", kubeconfig, "--snapshot-file", SNAPSHOT,
+            *extra]  # fmt: skip
 
 
 def wait_for(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
@@ -188,17 +176,7 @@ def test_a_password_in_the_server_url_never_reaches_the_log(tmp_path: Path) -> N
 def test_a_second_start_on_a_labelled_node_writes_nothing(
     api: FakeApiServer, kubeconfig: str, output: str
 ) -> None:
-    args = [
-        output,
-        "--node-name",
-        "n1",
-        "--kubeconfig",
-        kubeconfig,
-        "--snapshot-file",
-        SNAPSHOT,
-        "--no-timestamp",
-        "--oneshot",
-    ]
+    args = api_args(kubeconfig, "--no-timestamp", "--oneshot", output=output)
     first = run_gfd_here(*args)
     assert first.returncode == 0, first.stderr
     assert api.count("PATCH") + api.count("POST") == 1

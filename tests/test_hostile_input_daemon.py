@@ -1,19 +1,16 @@
-"""Hostile input under a running daemon: real processes, real FIFOs.
-
-A snapshot, config or output path swapped for a FIFO nobody writes, or for ``/dev/zero``,
-while the daemon runs: that pass (or that reload) fails with one log line, the daemon
-keeps going, and SIGTERM still ends it (``Daemon.stop`` gives up after 30 s — a guard
-against a hang, not a timing assertion).
-"""
+"""Hostile input under a running daemon (real processes, real FIFOs): a snapshot, config or
+output path swapped for a FIFO nobody writes or for ``/dev/zero`` fails that pass (or reload)
+with one log line, the daemon keeps going, and SIGTERM still ends it."""
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.specialfiles import SPECIAL, swap
 
 DGX = Path("examples/snapshots/dgx-a100.yaml")
 #: passes of a daemon that writes a file come this often: a test waiting for the next pass
@@ -23,25 +20,12 @@ INTERVAL = "50ms"
 pytestmark = pytest.mark.timeout(120)
 
 
-def swap_for_fifo(path: Path) -> None:
-    """In one rename: no pass can find the path missing in between."""
-    staging = path.with_name(".staging")
-    os.mkfifo(staging)
-    os.replace(staging, path)
+SWAPS = ["fifo", "dev-zero"]
 
 
-def swap_for_dev_zero(path: Path) -> None:
-    staging = path.with_name(".staging")
-    staging.symlink_to("/dev/zero")
-    os.replace(staging, path)
-
-
-SWAPS = {"fifo": swap_for_fifo, "dev-zero": swap_for_dev_zero}
-
-
-@pytest.mark.parametrize("swap", sorted(SWAPS))
+@pytest.mark.parametrize("kind", SWAPS)
 def test_snapshot_swapped_for_a_special_file_fails_the_pass(
-    tmp_path: Path, daemons: Any, swap: str
+    tmp_path: Path, daemons: Any, kind: str
 ) -> None:
     snapshot = tmp_path / "node.yaml"
     snapshot.write_text(DGX.read_text())
@@ -51,7 +35,7 @@ def test_snapshot_swapped_for_a_special_file_fails_the_pass(
     )  # fmt: skip
     daemon.wait_for("pass finished")
     published = out.read_text()
-    SWAPS[swap](snapshot)
+    swap(snapshot, SPECIAL[kind])
     failed = daemon.wait_for("pass failed")[0]
     assert "not a regular file" in failed["error"]
     assert len(failed["error"]) < 300
@@ -61,9 +45,9 @@ def test_snapshot_swapped_for_a_special_file_fails_the_pass(
     assert daemon.stop(signal.SIGTERM) == 0
 
 
-@pytest.mark.parametrize("swap", sorted(SWAPS))
+@pytest.mark.parametrize("kind", SWAPS)
 def test_config_swapped_for_a_special_file_fails_the_reload(
-    tmp_path: Path, daemons: Any, swap: str
+    tmp_path: Path, daemons: Any, kind: str
 ) -> None:
     config = tmp_path / "config.yaml"
     config.write_text("version: v1\n")
@@ -73,7 +57,7 @@ def test_config_swapped_for_a_special_file_fails_the_reload(
         "--config-file", str(config),
     )  # fmt: skip
     daemon.wait_for("pass finished")
-    SWAPS[swap](config)
+    swap(config, SPECIAL[kind])
     daemon.process.send_signal(signal.SIGHUP)
     failure = daemon.wait_for("reload failed; keeping the settings in force")[0]
     assert "not a regular file" in failure["error"]
@@ -130,7 +114,7 @@ def test_output_path_swapped_for_a_fifo_is_never_replaced_or_read(
         "--sleep-interval", INTERVAL, "--output-file", str(out), "--snapshot-file", str(DGX),
     )  # fmt: skip
     daemon.wait_for("pass finished")
-    swap_for_fifo(out)
+    swap(out, SPECIAL["fifo"])
     failed = daemon.wait_for("pass failed")[0]
     assert "not a regular file" in failed["error"]
     daemon.wait_for("pass failed")

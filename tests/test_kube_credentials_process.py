@@ -1,11 +1,7 @@
-"""Credentials against ``gfd`` as a real process: no credential of any kind reaches stderr
-(at every log level) or /metrics whatever the API server answers; a rotated token file is
-picked up; exec credential plugins that are missing, print garbage, flood stderr, never end
-or leave a process behind give one short line, a bounded wait, no process left, and a next
-pass that tries again; auth providers are one usage error.  In-process units of the same
-are in tests/test_kube_credentials.py.
-
-The subprocess waits carry timeouts as guards against a hung test; no test asserts time."""
+"""Credentials against ``gfd`` as a real process: no credential reaches stderr or /metrics
+whatever the server answers; a rotated token file is picked up; a failing exec plugin gives
+one short line, a bounded wait, no process left, and a retry; an auth provider is a usage
+error.  Units: tests/test_kube_credentials.py.  Waits are guards, never timing assertions."""
 
 from __future__ import annotations
 
@@ -232,15 +228,7 @@ PLUGINS = {
     ),
     "token-on-stderr": (
         f"if [ -e ran ]; then echo 'my token was {EXEC_TOKEN}' >&2; exit 1; fi\ntouch ran\n"
-        "echo '"
-        + json.dumps(
-            {
-                "apiVersion": EXEC_API,
-                "kind": "ExecCredential",
-                "status": {"token": EXEC_TOKEN, "expirationTimestamp": "2000-01-01T00:00:00Z"},
-            }
-        )
-        + "'\n",
+        f"echo '{exec_credential(EXEC_TOKEN, expirationTimestamp='2000-01-01T00:00:00Z')}'\n",
         "failed with exit status 1: my token was ***",
     ),
     "megabytes-on-stdout": (
@@ -273,23 +261,16 @@ def test_a_missing_plugin_binary_fails_passes_until_it_appears(
     api: FakeApiServer, tmp_path: Path, metered: Any
 ) -> None:
     command = str(tmp_path / "bin" / "gke-gcloud-auth-plugin")
-    kubeconfig = str(
-        api.write_kubeconfig(
-            tmp_path / "kubeconfig",
-            user=exec_user(command, installHint="install it with: gcloud components install"),
-        )
-    )
+    user = exec_user(command, installHint="install it with: gcloud components install")
+    kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=user))
     daemon = metered(*api_args(kubeconfig, "--sleep-interval", "500ms", "--log-level", "debug"))
     failures = failed_passes(daemon, 2)
     assert (
         "executable not found (install it with: gcloud components install)" in failures[0]["error"]
     )
     (tmp_path / "bin").mkdir()
-    write_plugin(
-        tmp_path / "bin",
-        f"echo '{exec_credential(EXEC_TOKEN)}'\n",
-        name="gke-gcloud-auth-plugin",
-    )
+    credential = f"echo '{exec_credential(EXEC_TOKEN)}'\n"
+    write_plugin(tmp_path / "bin", credential, name="gke-gcloud-auth-plugin")
     daemon.wait_until(lambda: daemon.passes(result="success") >= 1, "a pass with the plugin")
     assert "nvidia.com/gpu.count" in api.node_labels("n1")
     assert daemon.stop() == 0
@@ -367,9 +348,8 @@ def test_sigterm_during_a_plugin_call_ends_gfd_and_the_plugin(
 def test_an_auth_provider_is_one_usage_error(
     api: FakeApiServer, tmp_path: Path, provider: dict[str, Any], mode: str
 ) -> None:
-    kubeconfig = str(
-        api.write_kubeconfig(tmp_path / "kubeconfig", user={"auth-provider": provider})
-    )
+    user = {"auth-provider": provider}
+    kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=user))
     done = run_gfd_here(*api_args(kubeconfig, mode, "--log-level", "debug"))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr

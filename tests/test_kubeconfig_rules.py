@@ -3,9 +3,7 @@
 TLS rule) gfd refuses in one line, and a ``KUBECONFIG`` list is read by client-go's loading
 rules (tools/clientcmd/loader.go).  Each case cites the rule in gfd/kube/kubeconfig.py and
 gfd/kubeconfig_paths.py.  Errors name their source: ``--kubeconfig`` or ``KUBECONFIG``,
-the in-cluster address variables, a config file given as a snapshot and the reverse.
-
-The subprocess waits carry timeouts as guards against a hung test; no test asserts time."""
+the in-cluster address variables, a config file given as a snapshot and the reverse."""
 
 from __future__ import annotations
 

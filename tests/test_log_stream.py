@@ -1,12 +1,7 @@
-"""The log stream (stderr) failing under gfd: real processes, real pipes.
-
-stderr is the container runtime's: it may be closed when gfd starts, a pipe whose reader has
-gone (every write fails with EPIPE), or a pipe nobody reads (full: every write would block).
-In each, labelling goes on -- later passes still publish what changed, SIGHUP still reloads,
-SIGTERM still ends the daemon with status 0 -- and the lines that could not be written are
-counted in ``gfd_log_lines_dropped_total``.  A oneshot still prints its labels and exits 0, or
-2 for bad input.  Waits are bounded (a guard against a hang, never a timing assertion).
-
+"""The log stream (stderr) failing under gfd, real processes and pipes: closed at start, a
+pipe whose reader has gone (EPIPE), or one nobody reads (full).  Labelling goes on (passes
+publish, SIGHUP reloads, SIGTERM ends with 0), the lost lines are counted in
+``gfd_log_lines_dropped_total``, a oneshot prints its labels (exit 0, or 2 on bad input).
 The second half drives gfd.logsink.StderrSink in-process over a pipe of the test's own.
 """
 
@@ -154,15 +149,18 @@ def test_the_daemon_labels_reloads_and_stops_whatever_stderr_does(
             daemon.kill()
 
 
+def oneshot(kind: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """A oneshot whose stderr is of ``kind``; its labels come on stdout."""
+    with stderr_as(kind) as (prefix, stderr):
+        return subprocess.run(
+            [*prefix, *GFD, "--oneshot", *args], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, env=clean_env(), cwd=ROOT, timeout=60, text=True, **stderr,
+        )  # fmt: skip
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_oneshot_prints_its_labels_whatever_stderr_does(tmp_path: Path, kind: str) -> None:
-    with stderr_as(kind) as (prefix, stderr):
-        done = subprocess.run(
-            [*prefix, *GFD, "--oneshot", "--no-timestamp", "--log-level", "debug",
-             "--snapshot-file", str(DGX)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=clean_env(), cwd=ROOT,
-            timeout=60, text=True, **stderr,
-        )  # fmt: skip
+    done = oneshot(kind, "--no-timestamp", "--log-level", "debug", "--snapshot-file", str(DGX))
     assert done.returncode == 0
     lines = done.stdout.splitlines()
     assert "nvidia.com/gpu.count=8" in lines
@@ -171,27 +169,18 @@ def test_a_oneshot_prints_its_labels_whatever_stderr_does(tmp_path: Path, kind: 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bad_input_still_exits_2_whatever_stderr_does(tmp_path: Path, kind: str) -> None:
-    with stderr_as(kind) as (prefix, stderr):
-        done = subprocess.run(
-            [*prefix, *GFD, "--oneshot", "--snapshot-file", str(tmp_path / "missing.yaml")],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=clean_env(), cwd=ROOT,
-            timeout=60, text=True, **stderr,
-        )  # fmt: skip
-    assert done.returncode == 2
-    assert done.stdout == ""
+    done = oneshot(kind, "--snapshot-file", str(tmp_path / "missing.yaml"))
+    assert (done.returncode, done.stdout) == (2, "")
 
 
 def test_a_closed_stderr_is_not_reused_by_a_file_gfd_opens(tmp_path: Path) -> None:
     """With fd 2 closed, the next file opened would get it and receive every log line: the
     features file stays labels only."""
     out = tmp_path / "gfd"
-    with stderr_as("closed") as (prefix, stderr):
-        done = subprocess.run(
-            [*prefix, *GFD, "--oneshot", "--no-timestamp", "--log-level", "debug",
-             "--snapshot-file", str(DGX), "--output-file", str(out)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=clean_env(), cwd=ROOT,
-            timeout=60, text=True, **stderr,
-        )  # fmt: skip
+    done = oneshot(
+        "closed", "--no-timestamp", "--log-level", "debug", "--snapshot-file", str(DGX),
+        "--output-file", str(out),
+    )  # fmt: skip
     assert done.returncode == 0
     lines = out.read_text().splitlines()
     assert "nvidia.com/gpu.count=8" in lines

@@ -1,10 +1,7 @@
-"""A SIGHUP reload that moves the output (README "Switching output by reload").
-
-A real daemon against the fake API server, switched by rewriting its config file and
-sending SIGHUP: the new output is published first, then the old one is retired exactly as
-``--cleanup`` retires it (the file removed; the owned labels and the ownership annotation
-removed, foreign labels untouched; the NodeFeature object deleted).  Every output is chosen
-explicitly in the config file, so no test depends on which output is the default.
+"""A SIGHUP reload that moves the output (README "Switching output by reload"): a real daemon
+against the fake API server, switched by rewriting its config file; the new output is published
+first, then the old one retired exactly as ``--cleanup`` retires it (foreign labels kept).
+Every output is chosen explicitly in the config file, whatever the default is.
 """
 
 from __future__ import annotations
@@ -123,54 +120,36 @@ PAIRS = [
     ("node-labels", "file"),
     ("nodefeature", "node-labels"),
 ]
+#: between two API outputs, the first write of the new one and of the old one's retirement
+ORDER = {
+    ("node-labels", "nodefeature"): (("POST", "nodefeatures"), ("PATCH", "/nodes/n1")),
+    ("nodefeature", "node-labels"): (("PATCH", "/nodes/n1"), ("DELETE", "nodefeatures")),
+}
 
 
 @pytest.mark.parametrize(("old", "new"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
 def test_a_reload_that_moves_the_output_retires_the_old_one_as_cleanup_does(
     api: FakeApiServer, start: Callable[..., Daemon], tmp_path: Path, old: str, new: str
 ) -> None:
-    node = Node(api, tmp_path)
-    daemon = start(old)
-    daemon.wait_until(lambda: node.published(old), f"the {old} output")
-    switch(daemon, new, tmp_path)
-    daemon.wait_for(RETIRED)
-    assert node.published(new)
-    assert node.retired(old)
-    assert daemon.metric("gfd_retire_total", result="success") == 1
-    assert daemon.stop() == 0
-    assert node.published(new) and node.retired(old)  # and nothing came back on exit
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "publish", "retire"),
-    [
-        ("node-labels", "nodefeature", ("POST", "nodefeatures"), ("PATCH", "/nodes/n1")),
-        ("nodefeature", "node-labels", ("PATCH", "/nodes/n1"), ("DELETE", "nodefeatures")),
-    ],
-    ids=["node-labels-to-nodefeature", "nodefeature-to-node-labels"],
-)
-def test_the_new_output_is_published_before_the_old_one_is_retired(
-    api: FakeApiServer,
-    start: Callable[..., Daemon],
-    tmp_path: Path,
-    old: str,
-    new: str,
-    publish: tuple[str, str],
-    retire: tuple[str, str],
-) -> None:
+    """And the new output is published before the old one is retired."""
     node = Node(api, tmp_path)
     daemon = start(old)
     daemon.wait_until(lambda: node.published(old), f"the {old} output")
     api.clear_requests()
     switch(daemon, new, tmp_path)
     daemon.wait_for(RETIRED)
-    sent = [(r.method, r.path) for r in api.requests if r.method != "GET"]
-
-    def first(method: str, part: str) -> int:
-        return next(i for i, (m, path) in enumerate(sent) if m == method and part in path)
-
-    assert first(*publish) < first(*retire), sent
+    assert node.published(new)
+    assert node.retired(old)
+    if (old, new) in ORDER:
+        sent = [(r.method, r.path) for r in api.requests if r.method != "GET"]
+        publish, retire = (
+            next(i for i, (m, path) in enumerate(sent) if m == method and part in path)
+            for method, part in ORDER[old, new]
+        )
+        assert publish < retire, sent
+    assert daemon.metric("gfd_retire_total", result="success") == 1
     assert daemon.stop() == 0
+    assert node.published(new) and node.retired(old)  # and nothing came back on exit
 
 
 def test_the_old_output_stays_until_the_new_one_is_published(

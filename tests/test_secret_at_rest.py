@@ -2,9 +2,7 @@
 (``client-key-data``) or given by an exec plugin (``clientKeyData``) is used over real TLS by
 ``gfd`` as a real process, and no file under its TMPDIR holds the key -- while it runs, and
 after it ends in every way a process ends: a normal oneshot exit, SIGTERM, the watchdog's
-forced exit (``os._exit``: no ``finally``, no ``atexit``) and a crash (SIGKILL).
-
-The subprocess waits carry timeouts as guards against a hung test; no test asserts time."""
+forced exit (``os._exit``: no ``finally``, no ``atexit``) and a crash (SIGKILL)."""
 
 from __future__ import annotations
 

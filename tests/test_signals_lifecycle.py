@@ -1,19 +1,14 @@
-"""Signals at every moment of the process's life (gfd/signals.py): start-up (a fresh
-interpreter, still importing), a pass stalled by the API server, a wait between retries, a
-kubeconfig credential plugin running (at start and in a pass), a main thread blocked where
-no Python handler runs, and the exit itself.  SIGHUP is a reload or nothing, never a death;
-SIGTERM, SIGINT and SIGQUIT end the process with status 0.
-
-Waits on a process are guards against a hung test (generous, never a timing assertion),
-except where the bound itself is what is tested: a stop must end the process within
-``signals.STOP_BOUND_SECONDS``; the guard there is that bound plus slack for a loaded
-machine, and without the fix the process never ends at all.
+"""Signals at every moment of the process's life (gfd/signals.py): start-up, a pass stalled
+by the API server, a wait between retries, a credential plugin running, a main thread blocked
+where no Python handler runs, the exit itself.  SIGHUP is a reload or nothing, never a death;
+SIGTERM, SIGINT and SIGQUIT end the process with status 0.  Waits are guards against a hung
+test, except where the bound is what is tested: a stop ends the process within
+``signals.STOP_BOUND_SECONDS`` (plus slack for a loaded machine; without the fix, never).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import signal
@@ -22,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +25,7 @@ from gfd import labels as labelling
 from gfd import signals, snapshot
 from gfd.config import Config
 from gfd.outputs.file import split_features_file
+from tests.execplugin import exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import GFD, ROOT, Daemon, spawn_gfd
 
@@ -44,6 +41,17 @@ STOPS = [signal.SIGTERM, signal.SIGINT, signal.SIGQUIT]
 TO_FILE = ("--use-node-feature-api=false", "--output-file")
 #: how long a stopped process may take, on a loaded test machine, beyond the promised bound
 SLACK_SECONDS = 10.0
+
+
+def poll(condition: Callable[[], bool], what: str, daemon: Any = None, pause: float = 0.01) -> None:
+    """Until ``condition`` holds, ``daemon`` (a Daemon or a Popen) alive meanwhile; a guard of
+    60 s against a hung test, never a timing assertion."""
+    deadline = time.monotonic() + 60
+    process, log = (daemon.process, daemon.log) if isinstance(daemon, Daemon) else (daemon, str)
+    while not condition():
+        assert process is None or process.poll() is None, f"gfd exited waiting for {what}:\n{log()}"
+        assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{log()}"
+        time.sleep(pause)
 
 
 def expected(path: Path) -> dict[str, str]:
@@ -80,9 +88,8 @@ STARTING = re.compile(r"^import time:.*\|\s+gfd\.(?!launch\b|signals\b|__main__\
 
 
 class FreshDaemon(Daemon):
-    """A daemon in a fresh interpreter (its start-up, imports included, and its shutdown
-    are what these tests signal into), run with
-    ``-X importtime`` so that the test sees where start-up has got to."""
+    """A daemon in a fresh interpreter under ``-X importtime``: the test sees where start-up
+    (what it signals into) has got to."""
 
     def __init__(self, command: list[str], *args: str) -> None:
         self.port = None
@@ -91,11 +98,8 @@ class FreshDaemon(Daemon):
 
     def wait_until_starting(self) -> None:
         """Until gfd imports its own modules: the interpreter is up, gfd is not ready."""
-        deadline = time.monotonic() + 60
-        while not any(STARTING.match(line) for line in list(self.lines)):
-            assert self.process.poll() is None, self.log()
-            assert time.monotonic() < deadline, "gfd never started importing"
-            time.sleep(0.0002)
+        poll(lambda: any(STARTING.match(line) for line in list(self.lines)), "gfd's imports",
+             self, pause=0.0002)  # fmt: skip
 
 
 @pytest.fixture
@@ -221,14 +225,8 @@ def test_a_stop_ends_the_process_when_the_main_thread_is_blocked(tmp_path: Path)
         env=env,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with open(f"/proc/{process.pid}/wchan", encoding="ascii") as wchan:
-                if "pipe_read" in wchan.read():
-                    break
-            assert process.poll() is None, process.stderr.read() if process.stderr else ""
-            assert time.monotonic() < deadline, "gfd never called nvmlInit"
-            time.sleep(0.02)
+        wchan = Path(f"/proc/{process.pid}/wchan")
+        poll(lambda: "pipe_read" in wchan.read_text(encoding="ascii"), "nvmlInit", process, 0.02)
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=signals.STOP_BOUND_SECONDS + SLACK_SECONDS) == 0
         assert not (tmp_path / "gfd").exists()  # no pass ever finished
@@ -258,14 +256,6 @@ def start(kubeconfig: str) -> Iterator[Callable[..., Daemon]]:
         daemon.kill()
 
 
-def wait_until(condition: Callable[[], bool], what: str, daemon: Daemon) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert daemon.process.poll() is None, f"gfd exited waiting for {what}:\n{daemon.log()}"
-        assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{daemon.log()}"
-        time.sleep(0.01)
-
-
 def labelled(api: FakeApiServer, path: Path) -> bool:
     return api.node_labels("n1") == {**FOREIGN, **expected(path)}
 
@@ -275,7 +265,7 @@ def honoured(daemon: Daemon, signum: int, api: FakeApiServer, path: Path) -> Non
     come right), a stop an exit with status 0 within the bound."""
     if signum == signal.SIGHUP:
         daemon.wait_for("settings reloaded")
-        wait_until(lambda: labelled(api, path), "the labels", daemon)
+        poll(lambda: labelled(api, path), "the labels", daemon)
         assert daemon.process.poll() is None
         assert daemon.stop() == 0
     else:
@@ -293,7 +283,7 @@ def test_a_signal_while_the_api_server_stalls_a_pass(
     this interval, and tries again)."""
     api.inject(Fault(hang=True, method="PATCH", count=1))
     daemon = start("--snapshot-file", str(DGX), "--sleep-interval", "2s")
-    wait_until(lambda: api.count("PATCH") >= 1, "the stalled request", daemon)
+    poll(lambda: api.count("PATCH") >= 1, "the stalled request", daemon)
     daemon.process.send_signal(signum)
     honoured(daemon, signum, api, DGX)
 
@@ -317,8 +307,7 @@ def test_a_signal_during_the_wait_between_retries(
 #: a kubeconfig exec credential plugin; while the file ``slow`` exists beside it, the
 #: next call sleeps the seconds it holds (and removes it); every token it gives has expired,
 #: so the client runs it again before each request
-PLUGIN = """#!/bin/sh
-dir=$(dirname "$0")
+PLUGIN = f"""dir=$(dirname "$0")
 if [ -e "$dir/slow" ]; then
     seconds=$(cat "$dir/slow")
     rm -f "$dir/slow"
@@ -327,8 +316,7 @@ if [ -e "$dir/slow" ]; then
     touch "$dir/sleeping"
     wait $!
 fi
-printf '%s' '{"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential",
- "status": {"token": "fake-token", "expirationTimestamp": "2000-01-01T00:00:00Z"}}'
+echo '{exec_credential("fake-token", expirationTimestamp="2000-01-01T00:00:00Z")}'
 """
 
 
@@ -336,44 +324,22 @@ class Plugin:
     def __init__(self, directory: Path) -> None:
         directory.mkdir()
         self.directory = directory
-        self.script = directory / "plugin.sh"
-        self.script.write_text(PLUGIN)
-        self.script.chmod(0o755)
+        self.script = write_plugin(directory, PLUGIN)
 
     def slow_next_call(self, seconds: float) -> None:
         (self.directory / "slow").write_text(f"{seconds}\n")
 
     def wait_until_running(self, daemon: Daemon) -> None:
-        wait_until(lambda: (self.directory / "sleeping").exists(), "the plugin's call", daemon)
+        poll((self.directory / "sleeping").exists, "the plugin's call", daemon)
 
-    def kubeconfig(self, server: str) -> str:
-        user = {
-            "exec": {
-                "apiVersion": "client.authentication.k8s.io/v1beta1",
-                "command": str(self.script),
-            }
-        }
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": server}}],
-            "users": [{"name": "fake", "user": user}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            "current-context": "fake",
-        }
-        path = self.directory / "kubeconfig"
-        path.write_text(json.dumps(config))
-        return str(path)
+    def kubeconfig(self, api: FakeApiServer) -> str:
+        return str(api.write_kubeconfig(self.directory / "kubeconfig", user=exec_user(self.script)))
 
     def end_sleep(self) -> None:
         """The sleep this test started, if it is still running (a plugin's leftover child
         is another part of the threat model; here it only must not outlive the test)."""
-        try:
-            pid = int((self.directory / "sleep.pid").read_text())
-        except (OSError, ValueError):
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError):
+            os.kill(int((self.directory / "sleep.pid").read_text()), signal.SIGKILL)
 
 
 @pytest.fixture
@@ -392,7 +358,7 @@ def test_a_signal_while_the_credential_plugin_runs_at_start(
     plugin.slow_next_call(2 if signum == signal.SIGHUP else 60)
     daemon = start(
         "--snapshot-file", str(DGX), "--sleep-interval", "0.5s",
-        kubeconfig_path=plugin.kubeconfig(api.url),
+        kubeconfig_path=plugin.kubeconfig(api),
     )  # fmt: skip
     plugin.wait_until_running(daemon)
     daemon.process.send_signal(signum)
@@ -408,9 +374,9 @@ def test_a_signal_while_the_credential_plugin_runs_in_a_pass(
     node.write_bytes(DGX.read_bytes())
     daemon = start(
         "--snapshot-file", str(node), "--sleep-interval", "0.5s",
-        kubeconfig_path=plugin.kubeconfig(api.url),
+        kubeconfig_path=plugin.kubeconfig(api),
     )  # fmt: skip
-    wait_until(lambda: labelled(api, DGX), "the first labels", daemon)
+    poll(lambda: labelled(api, DGX), "the first labels", daemon)
     plugin.slow_next_call(2 if signum == signal.SIGHUP else 60)
     staging = tmp_path / "node.tmp"
     staging.write_bytes(TWO_MODELS.read_bytes())
@@ -453,11 +419,7 @@ def test_a_signal_during_cleanup(api: FakeApiServer, kubeconfig: str, signum: in
         "--kubeconfig", kubeconfig, "--sleep-interval", "10s",
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while api.count("GET") < 1:
-            assert process.poll() is None
-            assert time.monotonic() < deadline, "the cleanup never asked for the node"
-            time.sleep(0.01)
+        poll(lambda: api.count("GET") >= 1, "the cleanup to ask for the node", process)
         process.send_signal(signum)
         status = process.wait(timeout=signals.STOP_BOUND_SECONDS + SLACK_SECONDS)
         stderr = process.stderr.read()
@@ -505,10 +467,9 @@ def assert_only_the_main_thread_takes_signals(daemon: Daemon) -> None:
 
 
 def test_no_thread_but_the_main_one_takes_a_signal_writing_a_file(tmp_path: Path) -> None:
-    """Linux gives a signal sent to the process to any thread that does not block it, and
-    only the thread that takes it returns from its wait; Python runs the handler in the
-    main thread only when that thread runs again.  A SIGHUP taken by a helper thread
-    while the main thread waits out a long interval would wait with it."""
+    """Linux gives a process's signal to any thread not blocking it; Python runs the handler
+    only when the main thread runs again, so a SIGHUP a helper thread took would wait out
+    the main thread's long interval with it."""
     daemon = Daemon(
         "--sleep-interval", "9223372036.8", *TO_FILE, str(tmp_path / "gfd"),
         "--snapshot-file", str(DGX), metrics=True,
@@ -533,19 +494,14 @@ def test_no_thread_but_the_main_one_takes_a_signal_labelling_the_node(
     assert daemon.stop() == 0
 
 
-def wait_stopped(pid: int) -> None:
-    """Until every thread of ``pid`` is stopped (state T)."""
-    deadline = time.monotonic() + 60
-    while True:
-        states = set()
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(FileNotFoundError):
-                stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-                states.add(stat.rsplit(")", 1)[1].split()[0])
-        if states == {"T"}:
-            return
-        assert time.monotonic() < deadline, f"gfd never stopped: {states}"
-        time.sleep(0.01)
+def thread_states(pid: int) -> set[str]:
+    """The states of the threads of ``pid`` (T: stopped)."""
+    states = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(FileNotFoundError):
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            states.add(stat.rsplit(")", 1)[1].split()[0])
+    return states
 
 
 def test_a_signal_that_waited_while_the_process_was_stopped_is_honoured(tmp_path: Path) -> None:
@@ -561,7 +517,7 @@ def test_a_signal_that_waited_while_the_process_was_stopped_is_honoured(tmp_path
         daemon.wait_for("pass finished")
         for signum in [signal.SIGHUP] * 5 + [signal.SIGTERM]:
             os.kill(pid, signal.SIGSTOP)
-            wait_stopped(pid)
+            poll(lambda: thread_states(pid) == {"T"}, "every thread stopped")
             os.kill(pid, signum)
             os.kill(pid, signal.SIGCONT)
             if signum == signal.SIGHUP:

@@ -1,15 +1,7 @@
-"""The retry policy's waits, taken out of in-process tests.
-
-A test that makes an operation fail against the fake API server until its budget runs out
-would otherwise sit through every wait between attempts (a second of backoff per failing
-pass at a 2 s interval).  :class:`SkippedWaits` gives the policy a clock that runs with the
-wall clock except that a wait passes at once: it moves the clock ahead instead.  Requests
-still take real time and still time out in real time; the policy sees the same attempts,
-waits and budget it would see waiting for real.
-
-:class:`FakeTime` is a clock that moves only by those waits, for the tests of the policy
-and of the rate limit themselves.
-"""
+"""The retry policy's waits, taken out of in-process tests: :class:`SkippedWaits` is the wall
+clock except that a wait passes at once (it moves the clock ahead), so a test failing an
+operation until its budget runs out does not sit through the backoff; requests still take and
+time out in real time.  :class:`FakeTime` moves only by the waits (the policy's own tests)."""
 
 from __future__ import annotations
 
@@ -54,9 +46,6 @@ def client_without_waits(
     """A real client whose retry policy skips its waits (:class:`SkippedWaits`)."""
     waits = SkippedWaits()
     return KubeClient(
-        kubeconfig,
-        budget=budget,
-        request_timeout=request_timeout,
-        sleep=waits.sleep,
+        kubeconfig, budget=budget, request_timeout=request_timeout, sleep=waits.sleep,
         clock=waits.clock,
-    )
+    )  # fmt: skip
