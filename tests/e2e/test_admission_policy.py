@@ -1,18 +1,6 @@
-"""The node-labels admission policy, enforced by a real kube-apiserver of the current release
-(ValidatingAdmissionPolicy is GA there; v1.20 has none).
-
-The node-labels overlay from manifests/ is applied as rendered (service account, ClusterRole,
-binding, policy, policy binding). gfd authenticates with a real token of its service account,
-bound to a pod on gpu-node-1 -- so the server itself records that node in the request's user
-info -- and:
-
-- gfd, run as a process, labels gpu-node-1 and removes its labels again (--cleanup);
-- the same token is refused, by the server, for another node, for the GPU Operator's control
-  labels, for labels outside nvidia.com/, for annotations other than gfd's own;
-- each refusal is in the server's audit log with the policy's name.
-
-The CEL tests in tests/test_manifests.py keep checking the expressions' logic case by case.
-"""
+"""The node-labels admission policy, enforced by a real current kube-apiserver (v1.20 has none):
+gfd, as the overlay's service account bound to a pod on gpu-node-1, labels and cleans its node;
+the server refuses that token elsewhere, and audits each refusal under the policy's name."""
 
 from __future__ import annotations
 

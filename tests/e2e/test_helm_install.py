@@ -1,14 +1,6 @@
-"""The Helm chart installed for real: `helm install`, `upgrade` and `uninstall` against the current
-kube-apiserver, and gfd run as the service account the chart created (no kubelet here: gfd runs
-as a process with a token bound to a pod on its node).
-
-- node-labels: the chart's RBAC lets gfd label its own node, and its admission policy refuses
-  another node; each verb of the ClusterRole is needed (removing one makes gfd fail).
-- upgrade to node-feature-api: the cluster-wide objects go, the Role comes; gfd publishes its
-  NodeFeature with it; each verb of the nodefeatures rule is needed.
-- upgrade to mode cleanup-job, then `gfd --cleanup` as that account removes exactly gfd's
-  labels; uninstall leaves no object of the release behind.
-"""
+"""The Helm chart installed, upgraded through its modes and uninstalled on the current server, gfd
+running as the chart's service account: every RBAC verb is needed, the policy refuses another
+node, and uninstall leaves nothing of the release behind."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ import pytest
 from tests.e2e import nfd, servers
 from tests.e2e.controlplane import Server
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
-from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, require_tool, set_args
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
@@ -36,11 +28,6 @@ CLUSTER_OBJECTS = [
 ]
 ROLE = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles/gfd"
 CLUSTER_ROLE = CLUSTER_OBJECTS[0]
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return require_tool("helm")
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,6 @@
-"""The NodeFeature admission policy (manifests/overlays/nodefeature/admission-policy.yaml),
-enforced by a real kube-apiserver of the current release (v1.20 has no ValidatingAdmissionPolicy).
-
-The nodefeature overlay is applied as rendered (service account, Role, RoleBinding, policy,
-policy binding) beside NFD's NodeFeature CRD. gfd authenticates with a real token of its
-service account bound to a pod on gpu-node-1, and:
-
-- gfd, run as a process, creates and updates its own node's NodeFeature object;
-- the same token is refused, by the server, for another node's object, for its own object
-  labelled with another node, and for label keys gfd cannot produce (the GPU Operator's);
-- each refusal is in the server's audit log with the policy's name.
-"""
+"""The NodeFeature admission policy, enforced by a real current kube-apiserver: gfd, as the
+overlay's service account bound to a pod on gpu-node-1, writes its own node's NodeFeature; the
+server refuses other nodes' objects and keys gfd cannot produce, and audits each refusal."""
 
 from __future__ import annotations
 
