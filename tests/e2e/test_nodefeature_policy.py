@@ -5,7 +5,6 @@ server refuses other nodes' objects and keys gfd cannot produce, and audits each
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import pytest
 import yaml
 
 from tests.e2e.current import ControlPlane, kubelet_node, pod_token, started
+from tests.e2e.fixtures_shared import run_gfd
 from tests.e2e.gfdrun import CRD
 from tests.test_manifests import tool
 
@@ -72,26 +72,9 @@ def gfd(
     plane: ControlPlane, tmp_path: Path, token: str, node: str
 ) -> subprocess.CompletedProcess[str]:
     kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", token, NAMESPACE)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--oneshot",
-            "--use-node-feature-api",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--namespace",
-            NAMESPACE,
-            "--node-name",
-            node,
-            "--snapshot-file",
-            str(SNAPSHOT),
-            "--no-timestamp",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    api = ("--use-node-feature-api", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE)
+    return run_gfd(
+        "--oneshot", *api, "--node-name", node, "--snapshot-file", str(SNAPSHOT), "--no-timestamp"
     )
 
 
