@@ -1,10 +1,5 @@
-"""The shape of the package, checked: no import circle between gfd's modules (imports inside
-functions counted), layers that depend downwards, and modules and functions small enough to
-read in one sitting.
-
-Every allowance below is a named list of what is known today and is meant to shrink: an entry
-that no longer applies fails the test, so whoever fixes the code removes the entry with it.
-"""
+"""The package's shape: no import circle (function-level imports counted), layers depend downwards,
+modules and functions stay small. Each allowance lists today's exceptions; a stale entry fails."""
 
 from __future__ import annotations
 

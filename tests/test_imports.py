@@ -1,14 +1,7 @@
-"""What a oneshot imports, so that a oneshot keeps away from what its mode does not use.
-
-Each run is a real ``gfd`` process; a ``sitecustomize`` on ``PYTHONPATH`` records
-``sys.modules`` when the interpreter exits (an ``atexit`` hook), so everything imported at
-any point of the run is seen.  The lists name what the mode does not use: the API clients
-and their retry and HTTP stacks, the metrics server, asyncio (structlog pulls it in),
-structlog while nothing is logged, NVML discovery on the snapshot path, PyYAML on the
-NVML path with no document to read.  (The frozen types
-are standard dataclasses and documents are read by PyYAML: those two are imported by
-design, as plain standard parts cost a few milliseconds at most.)
-"""
+"""What a oneshot imports (recorded at exit by a ``sitecustomize`` in real ``gfd`` processes), so a
+mode keeps away from what it does not use: API clients, metrics server, asyncio, structlog while
+silent, NVML on the snapshot path, PyYAML with no document. Dataclasses and PyYAML for
+documents are imported by design."""
 
 from __future__ import annotations
 

@@ -1,14 +1,6 @@
-"""What a oneshot's log line is, read from the imports and stderr of real processes.
-
-A oneshot that logs (here: one warning, the machine-type file is missing) on the default JSON
-format writes one record rendered by structlog's own JSONRenderer -- the record shape is
-gfd's contract (event, level, timestamp last) -- and a quiet oneshot writes nothing.  The
-console format is structlog's development renderer, so a run that asks for it loads
-structlog.dev.  Start-up milliseconds are no longer a goal, so which modules a line costs is
-not asserted; that the renderer in use is structlog's is.
-
-Runs are real processes, recorded as tests/test_imports.py records them.
-"""
+"""A oneshot's log line, from the imports and stderr of real processes: the JSON format is
+structlog's own JSONRenderer in gfd's record shape (event, level, timestamp last), a quiet
+oneshot writes nothing, and the console format loads structlog.dev."""
 
 from __future__ import annotations
 

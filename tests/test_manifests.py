@@ -1,14 +1,6 @@
-"""The kustomize manifests (manifests/): every overlay renders with real kustomize, every
-object is valid against the Kubernetes schemas (strict: a typo'd field fails), and every
-gfd workload is configured the way its use needs -- output selected through gfd's own
-settings resolution, least-privilege security context, read-only mounts except features.d,
-probes on the paths gfd serves. The admission policy of the node-labels use is evaluated
-on sample requests with a CEL interpreter.
-
-Rendering needs `kubectl` (or `kustomize`, or $KUSTOMIZE); schema validation needs the
-`kubernetes-validate` package and the policy tests `cel-python`. Outside CI a missing tool
-skips its tests with the reason; in CI (CI=true) it fails them.
-"""
+"""The kustomize overlays render, are schema-valid, configure each gfd workload for its use, and
+their admission policies (run with cel-python) admit what they must. A missing renderer or
+package skips outside CI and fails in CI (CI=true)."""
 
 from __future__ import annotations
 
@@ -79,8 +71,7 @@ def _require_module(name: str, package: str) -> ModuleType:
 
 @pytest.fixture(scope="module")
 def rendered() -> Render:
-    """Render an overlay (or 'overlay+component'), once per module: the objects come from
-    kustomize's YAML, placeholders substituted and parsed by the same tool functions."""
+    """Render an overlay (or 'overlay+component') once per module, as scripts/manifests.py does."""
     if tool.kustomize_command() is None:
         _unavailable("no kustomize renderer: kubectl, kustomize or $KUSTOMIZE")
     cache: dict[str, list[Obj]] = {}
@@ -96,8 +87,7 @@ def rendered() -> Render:
 
 
 def load_objects(rendered: str) -> list[Obj]:
-    """``tool.load_objects`` with libyaml's parser where PyYAML has it (the same objects,
-    several times faster on kustomize's output)."""
+    """``tool.load_objects`` with libyaml's parser where PyYAML has it (same objects, faster)."""
     return [doc for doc in yaml.load_all(rendered, Loader=SAFE_LOADER) if doc is not None]
 
 
@@ -105,9 +95,7 @@ _validated: dict[tuple[str, str], list[str]] = {}
 
 
 def validate_objects(objects: list[Obj], versions: list[str]) -> list[str]:
-    """``tool.validate_objects``, remembered per (object, version): the overlays and their
-    component variants share most objects, and schema validation is a pure function of
-    the object and the version."""
+    """``tool.validate_objects``, remembered per (object, version) (variants share objects)."""
     errors = []
     for obj in objects:
         text = json.dumps(obj, sort_keys=True)
@@ -227,6 +215,15 @@ def volumes(obj: Obj) -> dict[str, Obj]:
     return {v["name"]: v for v in pod_spec(obj).get("volumes", [])}
 
 
+def assert_non_root_unprivileged(security: Obj) -> None:
+    # gfd never runs as root, even where it writes the root-owned host features.d (an init
+    # container makes that directory group-writable: see features-file.yaml)
+    assert security["allowPrivilegeEscalation"] is False
+    assert security.get("privileged", False) is False
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] != 0
+
+
 def port_number(container: Obj, port: int | str) -> int:
     if isinstance(port, int):
         return port
@@ -323,9 +320,7 @@ def test_a_typo_in_a_kustomize_patch_is_caught_after_rendering(
 def test_validation_agrees_with_kubernetes_validate_itself(
     rendered: Render, versions: list[str]
 ) -> None:
-    """scripts/manifests.py reads each schema once and reuses its validator; the package's
-    own validate() (which reads the schemas on every call) gives the same verdict, path
-    and message: for a valid object, a typo, a wrong type and a kind it has no schema for."""
+    """Our cached validators give kubernetes_validate.validate()'s verdict, path and message."""
     kv = importlib.import_module("kubernetes_validate")
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     typo = copy.deepcopy(daemonset)
@@ -407,15 +402,10 @@ def test_security_context_is_least_privilege(overlay: str, rendered: Render) -> 
     obj = workload(overlay, rendered(overlay))
     container = gfd_container(obj)
     security = effective_security(obj, container)
-    assert security["allowPrivilegeEscalation"] is False
+    assert_non_root_unprivileged(security)
     assert security["readOnlyRootFilesystem"] is True
-    assert security.get("privileged", False) is False
     assert security["capabilities"] == {"drop": ["ALL"]}
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
-    # gfd never runs as root, not even where it writes the root-owned host features.d
-    # (an init container makes that directory group-writable: see features-file.yaml)
-    assert security["runAsNonRoot"] is True
-    assert security["runAsUser"] != 0
     assert pod_spec(obj).get("hostNetwork", False) is False
     assert pod_spec(obj).get("hostPID", False) is False
 
@@ -452,12 +442,9 @@ def test_probes_use_the_served_health_paths_on_the_metrics_port(
     settings = gfd_settings(obj, container)
     host, _, metrics_port = settings.metrics_address.rpartition(":")
     assert host == "", "serve on all addresses, so the kubelet can reach the probes"
-    liveness = container["livenessProbe"]["httpGet"]
-    readiness = container["readinessProbe"]["httpGet"]
-    assert liveness["path"] == "/healthz"
-    assert readiness["path"] == "/readyz"
-    assert port_number(container, liveness["port"]) == int(metrics_port)
-    assert port_number(container, readiness["port"]) == int(metrics_port)
+    for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
+        assert container[probe]["httpGet"]["path"] == path
+        assert port_number(container, container[probe]["httpGet"]["port"]) == int(metrics_port)
     # No other container of the pod listens on that port (the nfd-worker sidecar case).
     for other in pod_spec(obj)["containers"]:
         if other is not container:
@@ -545,7 +532,6 @@ OTHER_NODES = {
 def test_every_workload_is_scheduled_on_gpu_nodes_of_a_stock_nfd(
     overlay: str, rendered: Render
 ) -> None:
-    """A stock NFD labels pci-0300_10de / pci-0302_10de, never pci-10de."""
     spec = pod_spec(workload(overlay, rendered(overlay)))
     for name, labels in GPU_NODES.items():
         assert node_affinity_selects(spec, labels), name
@@ -585,10 +571,7 @@ def test_mig_components_set_the_strategy_and_the_monitor_device(
     # The runtime only grants the monitor device to a container whose bounding set holds
     # SYS_ADMIN; the process is not root, so it never holds the capability itself.
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}
-    assert security["allowPrivilegeEscalation"] is False
-    assert security.get("privileged", False) is False
-    assert security["runAsNonRoot"] is True
-    assert security["runAsUser"] != 0
+    assert_non_root_unprivileged(security)
 
 
 def all_containers(obj: Obj) -> list[Obj]:
@@ -601,8 +584,7 @@ def all_containers(obj: Obj) -> list[Obj]:
 def test_no_container_runs_as_root_with_a_capability(
     overlay: str, component: str, rendered: Render
 ) -> None:
-    """Root appears only in the features.d init container, and there with no capability;
-    a capability (the MIG components' SYS_ADMIN) appears only in a non-root container."""
+    """Root only in the features.d init container, without capability; SYS_ADMIN only non-root."""
     obj = workload(overlay, rendered(overlay + component))
     for container in all_containers(obj):
         security = effective_security(obj, container)
@@ -642,9 +624,7 @@ def test_features_d_is_made_group_writable_for_gfd_by_an_init_container(
 
 
 def test_the_init_script_needs_no_capability(rendered: Render) -> None:
-    """Run the init container's script as uid 0 in group 65532 with every capability
-    dropped (setpriv), on a root-owned 0755 directory: it becomes root:65532 0775, and gfd's
-    user can then replace a file in it."""
+    """As uid 0, group 65532, no capability: a root 0755 dir becomes 65532 0775, writable by gfd."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
         pytest.skip("needs root and setpriv to drop every capability")
@@ -712,14 +692,9 @@ def service_account_of(overlay: str, objects: list[Obj]) -> tuple[str, str]:
 def test_nodefeature_rbac_is_namespaced_and_minimal(rendered: Render) -> None:
     objects = rendered("nodefeature")
     assert not [o for o in objects if o["kind"].startswith("Cluster")]
-    assert rules(only(objects, "Role")) == {
-        ("nfd.k8s-sigs.io", "nodefeatures", "get"),
-        ("nfd.k8s-sigs.io", "nodefeatures", "create"),
-        ("nfd.k8s-sigs.io", "nodefeatures", "update"),
-        ("nfd.k8s-sigs.io", "nodefeatures", "list"),
-        ("nfd.k8s-sigs.io", "nodefeatures", "watch"),
-        ("", "pods", "get"),
-    }
+    verbs = ("get", "create", "update", "list", "watch")
+    nodefeatures = {("nfd.k8s-sigs.io", "nodefeatures", verb) for verb in verbs}
+    assert rules(only(objects, "Role")) == nodefeatures | {("", "pods", "get")}
     binding = only(objects, "RoleBinding")
     namespace, name = service_account_of("nodefeature", objects)
     assert binding["roleRef"]["name"] == only(objects, "Role")["metadata"]["name"]
@@ -728,12 +703,8 @@ def test_nodefeature_rbac_is_namespaced_and_minimal(rendered: Render) -> None:
 
 def test_node_labels_rbac_is_nodes_get_patch_list_and_watch(rendered: Render) -> None:
     objects = rendered("node-labels")
-    assert rules(only(objects, "ClusterRole")) == {
-        ("", "nodes", "get"),
-        ("", "nodes", "patch"),
-        ("", "nodes", "list"),
-        ("", "nodes", "watch"),
-    }
+    verbs = ("get", "patch", "list", "watch")
+    assert rules(only(objects, "ClusterRole")) == {("", "nodes", verb) for verb in verbs}
     binding = only(objects, "ClusterRoleBinding")
     namespace, name = service_account_of("node-labels", objects)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]
@@ -758,12 +729,9 @@ def test_cleanup_job_uses_the_node_labels_identity(rendered: Render) -> None:
 
 
 class Policy:
-    """A ValidatingAdmissionPolicy evaluated with cel-python (standard CEL; the policy
-    uses no Kubernetes-only CEL library)."""
+    """A ValidatingAdmissionPolicy run by cel-python (it uses no Kubernetes-only CEL library)."""
 
-    #: compiled programs by expression text, shared by every Policy of the process: a
-    #: program is immutable and each evaluation gets its own activation, so a policy built
-    #: again (each nodefeature case) compiles nothing it compiled before
+    #: compiled (immutable) programs by expression text, shared: a rebuilt policy compiles nothing
     _programs: ClassVar[Obj] = {}
 
     def __init__(self, policy: Obj) -> None:
@@ -833,8 +801,7 @@ GOOD = node(
 
 
 def edited(obj: Obj, path: str, changes: Obj) -> Obj:
-    """A copy of obj with the mapping at path ("metadata.labels", "spec") updated; a change
-    to None removes the key."""
+    """A copy of obj, the mapping at path ("metadata.labels") updated; None removes a key."""
     copied = copy.deepcopy(obj)
     target = copied
     for part in path.split("."):
@@ -848,6 +815,7 @@ def edited(obj: Obj, path: str, changes: Obj) -> Obj:
 
 
 LABELS, ANNOTATIONS = "metadata.labels", "metadata.annotations"
+GPU_COUNT = "nvidia.com/gpu.count"
 
 
 def request_from(username: str, requester_node: str | None, old: Obj, new: Obj) -> Obj:
@@ -872,6 +840,11 @@ def case(name: str, new: Obj, allowed: bool, old: Obj = OLD, by: str | None = "g
     return pytest.param(by, old, new, allowed, id=name)
 
 
+def denied(name: str, path: str, changes: Obj) -> Any:
+    """GOOD with changes at path, from OLD: denied."""
+    return case(name, edited(GOOD, path, changes), False)
+
+
 OPERATOR_LABELS = {
     "nvidia.com/mig.config": "all-1g.5gb",
     "nvidia.com/gpu.deploy.device-plugin": "true",
@@ -880,12 +853,7 @@ OPERATOR_LABELS = {
 OLD_WITH_OPERATOR_LABELS = edited(GOOD, LABELS, OPERATOR_LABELS)
 POLICY_CASES = [
     case("own node: add nvidia.com/ labels and the annotation", GOOD, True),
-    case(
-        "own node: remove an owned label",
-        edited(GOOD, LABELS, {"nvidia.com/gpu.count": None}),
-        True,
-        GOOD,
-    ),
+    case("own node: remove an owned label", edited(GOOD, LABELS, {GPU_COUNT: None}), True, GOOD),
     case(
         "own node: first labels on a node without labels or annotations",
         node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None),
@@ -900,39 +868,15 @@ POLICY_CASES = [
     ),
     case("another node", GOOD, False, by="gpu-node-2"),
     case("token without a node", GOOD, False, by=None),
-    case(
-        "change a label outside nvidia.com/",
-        edited(GOOD, LABELS, {"kubernetes.io/hostname": "x"}),
-        False,
-    ),
-    case(
-        "add a label outside nvidia.com/",
-        edited(GOOD, LABELS, {"node-role.kubernetes.io/x": ""}),
-        False,
-    ),
-    case(
-        "remove a label outside nvidia.com/",
-        edited(GOOD, LABELS, {"kubernetes.io/hostname": None}),
-        False,
-    ),
-    case("lookalike prefix", edited(GOOD, LABELS, {"nvidia.com.evil/x": "1"}), False),
-    case(
-        "change another annotation",
-        edited(GOOD, ANNOTATIONS, {"node.alpha.kubernetes.io/ttl": "30"}),
-        False,
-    ),
-    case(
-        "add another nvidia.com/ annotation",
-        edited(GOOD, ANNOTATIONS, {"nvidia.com/x": "1"}),
-        False,
-    ),
-    case(
-        "add a taint",
-        edited(GOOD, "spec", {"taints": [{"key": "k", "effect": "NoSchedule"}]}),
-        False,
-    ),
-    case("cordon", edited(GOOD, "spec", {"unschedulable": True}), False),
-    case("add a finalizer", edited(GOOD, "metadata", {"finalizers": ["x/y"]}), False),
+    denied("change a label outside nvidia.com/", LABELS, {"kubernetes.io/hostname": "x"}),
+    denied("add a label outside nvidia.com/", LABELS, {"node-role.kubernetes.io/x": ""}),
+    denied("remove a label outside nvidia.com/", LABELS, {"kubernetes.io/hostname": None}),
+    denied("lookalike prefix", LABELS, {"nvidia.com.evil/x": "1"}),
+    denied("change another annotation", ANNOTATIONS, {"node.alpha.kubernetes.io/ttl": "30"}),
+    denied("add another nvidia.com/ annotation", ANNOTATIONS, {"nvidia.com/x": "1"}),
+    denied("add a taint", "spec", {"taints": [{"key": "k", "effect": "NoSchedule"}]}),
+    denied("cordon", "spec", {"unschedulable": True}),
+    denied("add a finalizer", "metadata", {"finalizers": ["x/y"]}),
     *(
         case(
             f"{verb} {key}",
@@ -943,10 +887,10 @@ POLICY_CASES = [
         for key in [*OPERATOR_LABELS, "nvidia.com/gpu.present"]
         for verb, value in (("change", "changed"), ("remove", None))
     ),
-    case(
+    denied(
         "add a nvidia.com/ key gfd cannot produce",
-        edited(GOOD, LABELS, {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"}),
-        False,
+        LABELS,
+        {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"},
     ),
     case(
         "add gfd keys of a renamed MIG resource",
@@ -955,7 +899,7 @@ POLICY_CASES = [
     ),
     case(
         "gfd keys change while operator labels stay",
-        edited(OLD_WITH_OPERATOR_LABELS, LABELS, {"nvidia.com/gpu.count": "4"}),
+        edited(OLD_WITH_OPERATOR_LABELS, LABELS, {GPU_COUNT: "4"}),
         True,
         OLD_WITH_OPERATOR_LABELS,
     ),
@@ -1069,37 +1013,20 @@ def nodefeature_request(
 
 
 OWN_OBJECT = "nvidia-features-for-gpu-node-1"
+N1 = "gpu-node-1"
+GFD_LABELS = {GPU_COUNT: "8", "nvidia.com/gfd.timestamp": "1"}
+OPERATOR_LABEL = {"nvidia.com/mig.config": "all-disabled"}
+FOREIGN_LABEL = {"node-role.kubernetes.io/control-plane": ""}
 NODEFEATURE_CASES = [
     # (case, requester node, object name, its node-name label, its labels, allowed)
-    ("own node", "gpu-node-1", OWN_OBJECT, "gpu-node-1", {}, True),
-    (
-        "own node with gfd labels",
-        "gpu-node-1",
-        OWN_OBJECT,
-        "gpu-node-1",
-        {"nvidia.com/gpu.count": "8", "nvidia.com/gfd.timestamp": "1"},
-        True,
-    ),
-    ("another node's object", "gpu-node-2", OWN_OBJECT, "gpu-node-1", {}, False),
-    ("own name, other node's label", "gpu-node-1", OWN_OBJECT, "gpu-node-2", {}, False),
-    ("token without a node", None, OWN_OBJECT, "gpu-node-1", {}, False),
-    ("another object name", "gpu-node-1", "gpu-node-1", "gpu-node-1", {}, False),
-    (
-        "an operator control label",
-        "gpu-node-1",
-        OWN_OBJECT,
-        "gpu-node-1",
-        {"nvidia.com/mig.config": "all-disabled"},
-        False,
-    ),
-    (
-        "a label outside nvidia.com/",
-        "gpu-node-1",
-        OWN_OBJECT,
-        "gpu-node-1",
-        {"node-role.kubernetes.io/control-plane": ""},
-        False,
-    ),
+    ("own node", N1, OWN_OBJECT, N1, {}, True),
+    ("own node with gfd labels", N1, OWN_OBJECT, N1, GFD_LABELS, True),
+    ("another node's object", "gpu-node-2", OWN_OBJECT, N1, {}, False),
+    ("own name, other node's label", N1, OWN_OBJECT, "gpu-node-2", {}, False),
+    ("token without a node", None, OWN_OBJECT, N1, {}, False),
+    ("another object name", N1, N1, N1, {}, False),
+    ("an operator control label", N1, OWN_OBJECT, N1, OPERATOR_LABEL, False),
+    ("a label outside nvidia.com/", N1, OWN_OBJECT, N1, FOREIGN_LABEL, False),
 ]
 
 
@@ -1154,10 +1081,8 @@ def _poll(port: int, path: str, attempts: int = 200) -> Iterator[int | None]:
 def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
     tmp_path: Path, rendered: Render
 ) -> None:
-    """gfd started with the features-file DaemonSet's environment (paths moved into
-    tmp_path, a snapshot instead of NVML) answers its probe paths with 200 once it has
-    published, and keeps its file on SIGTERM with an NFD expiry (no gap in a
-    rolling update; a node whose gfd never returns has its labels age out)."""
+    """gfd in the DaemonSet's environment (on a snapshot) answers its probes with 200 once
+    published and keeps its expiring file on SIGTERM (no gap in a rolling update)."""
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     container = gfd_container(daemonset)
     env = container_environment(daemonset, container)

@@ -1,12 +1,7 @@
-"""Per-node configuration: the node label picks the entry of the config directory.
-
-The rules are upstream's config-manager (NVIDIA/k8s-device-plugin v0.20.0,
-cmd/config-manager/main.go): entries are the directory's files less ``..`` names
-(main.go:477-492); a label naming a missing entry is an error, not a fallback (351-357);
-no label: DEFAULT_CONFIG (359-366), then FALLBACK_STRATEGIES named / single / empty in
-order (368-392).  The agent reads the label before each pass and switches through the
-SIGHUP reload; what cannot be applied leaves the config in force with one error line.
-"""
+"""Per-node configuration as upstream's config-manager (v0.20.0 cmd/config-manager/main.go): entries
+are the files less ``..`` names (477-492); a missing labelled entry is an error (351-357); no
+label: DEFAULT_CONFIG (359-366), then named / single / empty (368-392). A change applies through
+the SIGHUP reload; what cannot apply keeps the config in force with one error line."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""README and docs/deploy.md against the code: what a newcomer copies from them works.
-
-- The flag tables (README "Flags and environment variables" and "Per-node configuration")
-  list exactly the options ``gfd --help`` offers, each with the code's environment
-  variables (in their order of precedence), config key and default.
-- Every ``yaml`` block is YAML, and each one that is a gfd config file or a piece of a
-  snapshot loads as gfd loads it (a block of a kind this test does not know fails it, so a
-  new example gets checked too).
-- The usage lines run as shown (against a snapshot instead of NVML).
-"""
+"""README and docs/deploy.md against the code: the flag tables list exactly ``gfd --help``'s options
+(environment variables in precedence order, config key, default); every ``yaml`` block loads as
+gfd loads it (an unknown kind fails); the usage lines run as shown, on a snapshot."""
 
 from __future__ import annotations
 

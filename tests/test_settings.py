@@ -74,21 +74,12 @@ def test_first_listed_env_var_wins() -> None:
     assert resolve({}, env).mig_strategy == "single"
 
 
+# urfave/cli: a boolean variable set empty is false (flag_bool.go:122-127 at v2.27.7)
+TRUE_WORDS, FALSE_WORDS = ("true", "TRUE", "1", "Yes", "T"), ("false", "0", "no", "f", "")
+
+
 @pytest.mark.parametrize(
-    ("raw", "value"),
-    [
-        ("true", True),
-        ("TRUE", True),
-        ("1", True),
-        ("Yes", True),
-        ("false", False),
-        ("0", False),
-        ("no", False),
-        ("T", True),
-        ("f", False),
-        # urfave/cli: a boolean variable set empty is false (flag_bool.go:122-127 at v2.27.7)
-        ("", False),
-    ],
+    ("raw", "value"), [*((w, True) for w in TRUE_WORDS), *((w, False) for w in FALSE_WORDS)]
 )
 def test_env_booleans(raw: str, value: bool) -> None:
     assert resolve({}, {"GFD_ONESHOT": raw, **NODE}).oneshot is value
@@ -100,18 +91,10 @@ def test_bad_env_boolean_names_the_variable(raw: str) -> None:
         resolve({}, {"GFD_NO_TIMESTAMP": raw})
 
 
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("90s", 90),
-        ("1m30s", 90),
-        ("500ms", 0.5),
-        ("1h", 3600),
-        ("45", 45),
-        ("1.5", 1.5),
-        ("2h45m", 9900),
-    ],
-)
+DURATIONS = {"90s": 90, "1m30s": 90, "500ms": 0.5, "1h": 3600, "45": 45, "1.5": 1.5, "2h45m": 9900}
+
+
+@pytest.mark.parametrize(("text", "seconds"), list(DURATIONS.items()))
 def test_durations(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 

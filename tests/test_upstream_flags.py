@@ -1,14 +1,7 @@
-"""Every flag, alias, environment variable and default of upstream gpu-feature-discovery
-v0.20.0, walked from a table written down from its source.
-
-The rows are upstream's whole flag list: ``cmd/gpu-feature-discovery/main.go`` (the
-``config.flags`` slice), then ``internal/flags/kubeclient.go`` and ``internal/flags/node.go``
-appended to it (main.go:121-122); each row names the file and lines it was read from.  For
-each row the test proves, through gfd's real command line, in Go's spelling (one dash)
-and click's (two), that every name and alias is accepted, that every environment variable
-is read, that the default is upstream's, and for booleans that ``--flag``, ``--flag=true``,
-``--flag=false`` and each of Go's boolean words work.
-"""
+"""Every flag, alias, environment variable and default of upstream gpu-feature-discovery v0.20.0
+(main.go's ``config.flags``, then internal/flags/kubeclient.go and node.go, main.go:121-122; each
+row cites its lines), proven through gfd's real command line in Go's and click's spelling,
+booleans in every form Go accepts."""
 
 from __future__ import annotations
 

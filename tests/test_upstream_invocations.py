@@ -1,12 +1,6 @@
-"""Upstream's binary and gfd side by side on NVIDIA's mock NVML: the same invocation (Go's
-grammar and gfd's, environment only, config file only, mixed precedence, bad values) must
-agree on whether it succeeds and on what it writes where (labels, timestamp aside).
-
-Each program runs in its own empty folder (``{tmp}`` in a row is that folder), so "what is
-written where" is every file it leaves there and the labels it prints.  Rows marked
-``differs`` are gfd's deliberate departures (README "Migrating from upstream"): the test
-proves the two really differ there, and that gfd's side is the documented one.
-"""
+"""Upstream's binary and gfd side by side on NVIDIA's mock NVML, each in its own empty ``{tmp}``:
+the same invocation must agree on success and on every file written and label printed
+(timestamp aside); ``differs`` rows are gfd's documented departures, proven to differ."""
 
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""The package as the container image gets it: the wheel is built from exactly the files
-the Dockerfile copies, installed into a fresh virtualenv without pip the way the
-Dockerfile's install stage does, and `gfd` runs from there -- `--version`, and a one-shot
-pass on an example snapshot that must print the same labels as the source tree does.
-
-One difference from the image, to keep the test fast and offline: the image installs the
-dependencies from the package registry, while the test's virtualenv reaches the ones
-already installed for the test run (a .pth file) and installs only the wheel itself. The
-test checks that gfd is imported from the wheel's copy and that every requirement the
-wheel declares is satisfied in that virtualenv.
-
-The Dockerfile itself is checked statically (no container engine here) and with hadolint.
-"""
+"""The wheel built from exactly what the Dockerfile copies, installed without pip into a fresh
+virtualenv as the image's install stage does, runs `gfd` (version, and a oneshot equal to the
+source tree's). To stay offline the venv reaches the test run's dependencies through a .pth file;
+the test proves gfd comes from the wheel and every declared requirement is met. The Dockerfile
+is checked statically and with hadolint."""
 
 from __future__ import annotations
 

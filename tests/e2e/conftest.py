@@ -18,6 +18,7 @@ import yaml
 from tests.e2e import controlplane, servers
 from tests.e2e.controlplane import GFD_NAMESPACE, ControlPlane
 from tests.e2e.gfdrun import CRD, FOREIGN_ANNOTATIONS, FOREIGN_LABELS, apply_rbac, node_name_for
+from tests.e2e.helm import require_tool
 
 REQUIRED = os.environ.get("GFD_E2E") == "1"
 HERE = Path(__file__).resolve().parent
@@ -81,3 +82,8 @@ def node(request: pytest.FixtureRequest, gfd_rbac: ControlPlane) -> Iterator[str
     )
     yield name
     gfd_rbac.delete(f"/api/v1/nodes/{name}")
+
+
+@pytest.fixture(scope="session")
+def helm_bin() -> Path:
+    return require_tool("helm")

@@ -1,17 +1,6 @@
-"""A real Kubernetes control plane for the e2e layer: etcd and kube-apiserver as processes on
-free 127.0.0.1 ports, started for the test session and stopped at its end.
-
-Parameterised by the binaries, so every server version is one :class:`Server` entry (see
-``tests/e2e/servers.py``); nothing here is specific to one release.
-
-- TLS verified: the server's self-signed certificate (``--cert-dir``) is every client's CA.
-- Static tokens (``--token-auth-file``): an admin in ``system:masters``, and gfd's service
-  account as the API server itself would name it (``system:serviceaccount:<ns>:<name>`` with
-  the groups ``system:serviceaccounts``, ``system:serviceaccounts:<ns>``,
-  ``system:authenticated``), so RBAC bindings to that ServiceAccount apply to gfd.
-- ``--authorization-mode=Node,RBAC``; every request recorded in an audit log (Metadata level),
-  which tests read to count what gfd really sent.
-"""
+"""A real control plane (etcd + kube-apiserver on free 127.0.0.1 ports), one per :class:`Server`:
+verified TLS, static tokens for an admin and for gfd's service account (as the server names it, so
+RBAC bindings apply), Node,RBAC authorization and a Metadata audit log the tests read."""
 
 from __future__ import annotations
 

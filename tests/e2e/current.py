@@ -1,12 +1,6 @@
-"""What the tests against the newest control plane add to the e2e harness
-(tests/e2e/controlplane.py): a control plane of one given server started for a module of
-its own, service-account tokens bound to a pod on a node, and Nodes with the annotations
-map a kubelet-registered node has.
-
-gfd authenticates with real TokenRequest tokens here, not the harness's static token: the
-server then puts the pod's node into the request's user info, which the node-labels admission
-policy reads (Kubernetes >= 1.30).
-"""
+"""Harness additions for the newest server: a control plane per module, TokenRequest tokens bound to
+a pod on a node (the server records that node, which the admission policies read), and Nodes as
+a kubelet registers them."""
 
 from __future__ import annotations
 

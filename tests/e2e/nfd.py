@@ -1,11 +1,6 @@
-"""Node Feature Discovery's own nfd-master and nfd-worker (built by scripts/e2e-tools.sh from the
-release in tests/e2e/tools/nfd/go.mod), run against a test control plane.
-
-nfd-worker reads the fixed directory /etc/kubernetes/node-feature-discovery/features.d/. It runs
-in a private mount namespace (`unshare -m`, root) in which /etc is an overlay whose writes land
-in a temporary directory, and a temporary features.d is bind-mounted over the real path: no test
-writes under the host's /etc.
-"""
+"""NFD's own nfd-master and nfd-worker against a test control plane. nfd-worker reads the fixed
+features.d, so it runs in a private mount namespace with /etc overlaid:
+no test writes the host's."""
 
 from __future__ import annotations
 

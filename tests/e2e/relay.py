@@ -1,10 +1,5 @@
-"""A relay between gfd and the real API server that can act between two of gfd's requests.
-
-gfd's kubeconfig points at the relay (plain HTTP on 127.0.0.1); the relay forwards every
-request, unchanged, to the API server over verified TLS.  Before forwarding a request that a
-test's hook picks out, the hook runs -- e.g. another writer changes the object gfd has just
-read -- so the race "someone writes between gfd's read and gfd's write" happens on every run,
-not by luck."""
+"""A plain-HTTP relay to the API server (verified TLS onwards) whose hook can act between two of
+gfd's requests, so the race "someone writes between gfd's read and write" happens on every run."""
 
 from __future__ import annotations
 

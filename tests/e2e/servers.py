@@ -1,10 +1,5 @@
-"""The control planes the e2e layer runs on, one :class:`Server` per Kubernetes release.
-
-Every e2e test that takes the ``control_plane`` fixture runs once per selected server.
-``GFD_E2E_SERVERS`` (comma-separated versions) selects; default: all of them.  Another
-release is one more entry here (its binaries built and cached by its own script), or, without
-editing anything, ``GFD_E2E_EXTRA_SERVERS="VERSION=APISERVER:ETCD,..."`` (paths to binaries).
-"""
+"""The control planes the e2e layer runs on, one :class:`Server` per release; ``GFD_E2E_SERVERS``
+selects versions, ``GFD_E2E_EXTRA_SERVERS="VERSION=APISERVER:ETCD,..."`` adds binaries."""
 
 from __future__ import annotations
 

@@ -1,23 +1,10 @@
-"""The node-labels admission policy, enforced by a real kube-apiserver of the current release
-(ValidatingAdmissionPolicy is GA there; v1.20 has none).
-
-The node-labels overlay from manifests/ is applied as rendered (service account, ClusterRole,
-binding, policy, policy binding). gfd authenticates with a real token of its service account,
-bound to a pod on gpu-node-1 -- so the server itself records that node in the request's user
-info -- and:
-
-- gfd, run as a process, labels gpu-node-1 and removes its labels again (--cleanup);
-- the same token is refused, by the server, for another node, for the GPU Operator's control
-  labels, for labels outside nvidia.com/, for annotations other than gfd's own;
-- each refusal is in the server's audit log with the policy's name.
-
-The CEL tests in tests/test_manifests.py keep checking the expressions' logic case by case.
-"""
+"""The node-labels admission policy, enforced by a real current kube-apiserver (v1.20 has none):
+gfd, as the overlay's service account bound to a pod on gpu-node-1, labels and cleans its node;
+the server refuses that token elsewhere, and audits each refusal under the policy's name."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
+from tests.e2e.fixtures_shared import oneshot_labels, run_gfd
 from tests.test_manifests import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -89,41 +77,14 @@ def gfd(
     plane: ControlPlane, tmp_path: Path, token: str, *args: str
 ) -> subprocess.CompletedProcess[str]:
     kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", token, NAMESPACE)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--use-node-labels",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--snapshot-file",
-            str(SNAPSHOT),
-            "--no-timestamp",
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    common = (
+        "--use-node-labels",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--snapshot-file",
+        str(SNAPSHOT),
     )
-
-
-def expected_labels() -> dict[str, str]:
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--oneshot",
-            "--no-timestamp",
-            "--snapshot-file",
-            str(SNAPSHOT),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return dict(line.split("=", 1) for line in out.splitlines())
+    return run_gfd(*common, "--no-timestamp", *args)
 
 
 def refusals(plane: ControlPlane, node: str) -> list[dict[str, Any]]:
@@ -145,7 +106,7 @@ def test_gfd_as_its_service_account_labels_its_own_node(
     done = gfd(plane, tmp_path, token, "--oneshot", "--node-name", "gpu-node-1")
     assert done.returncode == 0, done.stderr
     labels = node_labels(plane, "gpu-node-1")
-    for key, value in expected_labels().items():
+    for key, value in oneshot_labels(SNAPSHOT).items():
         assert labels[key] == value
     assert labels["nvidia.com/gpu.present"] == "true"  # the operator's label, untouched
     annotation = plane.ok("GET", "/api/v1/nodes/gpu-node-1")["metadata"]["annotations"]

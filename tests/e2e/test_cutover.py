@@ -1,25 +1,7 @@
-"""The cut-over from upstream's chart to gfd's, as README's "Cut-over from upstream's chart"
-writes it, run against the current kube-apiserver: no Node loses an ``nvidia.com/`` label at
-any moment of the switch.
-
-The cluster before: upstream's release installed with helm from upstream's own chart
-(NVIDIA/k8s-device-plugin v0.20.0, deployments/helm/nvidia-device-plugin, kept verbatim as
-tests/fixtures/upstream/nvidia-device-plugin-chart-v0.20.0.tar.gz), ``gfd.enabled=true``, NFD
-as its subchart.  No kubelet and no controller run here, and no image can be pulled, so the test
-plays their part for the two workloads that matter to the labels:
-
-- a DaemonSet pod on the node (the DaemonSet controller and the kubelet): a Pod object owned by
-  the DaemonSet, a service-account token bound to it, and the program of the DaemonSet's
-  container run as a process with the container's environment (``fieldRef`` values resolved as
-  the kubelet resolves them).  Upstream's GFD is upstream's own binary, gfd is gfd, both on
-  NVIDIA's mock NVML (the same profile);
-- NFD's master Deployment: NFD's own nfd-master, with the config the subchart rendered;
-- the garbage collector: a Pod or NodeFeature none of whose owners exists any more is deleted.
-
-The commands of README's block run as written; only the chart reference of upstream's repository
-(``nvdp/nvidia-device-plugin``) is the fixture's folder, and ``kubectl rollout status`` is the
-wait for gfd's pod to be ready (its /readyz answers 200 once the NodeFeature is published).
-"""
+"""README's cut-over from upstream's chart (its v0.20.0 chart, verbatim fixture) to gfd's, on the
+current server: no Node loses an ``nvidia.com/`` label at any moment. With no kubelet, controllers
+or images, the test plays the DaemonSet pods (real processes, bound tokens, the container's
+environment), nfd-master (NFD's own) and the garbage collector."""
 
 from __future__ import annotations
 

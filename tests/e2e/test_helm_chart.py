@@ -1,13 +1,6 @@
-"""The Helm chart (manifests/helm/gfd), offline: `helm lint --strict`, every mode rendered and
-validated against the Kubernetes schemas like the kustomize overlays, and -- so the two ways
-of deploying cannot drift -- for each mode the chart renders the same objects as the matching
-kustomize overlay (with each optional component: values migStrategy, privileged,
-runtimeClassName). Helm's own bookkeeping labels and the order of name-keyed lists are the
-only differences the comparison forgives.
-
-Needs the helm binary scripts/e2e-tools.sh builds (`make e2e`), kubectl (kustomize) and
-kubernetes-validate; a missing helm skips, and fails under `make e2e`.
-"""
+"""The Helm chart offline: `helm lint --strict`, every mode schema-valid, and each mode (with each
+component) renders what the matching kustomize overlay renders, so the two cannot drift; only
+helm's bookkeeping labels and the order of name-keyed lists are forgiven."""
 
 from __future__ import annotations
 
@@ -22,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.helm import CHART, IMAGE, NAMESPACE, helm, require_tool, set_args, template
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, helm, set_args, template
 from tests.test_manifests import rendered, tool, versions  # noqa: F401 (fixtures)
 
 Obj = dict[str, Any]
@@ -60,11 +53,6 @@ HELM_LABELS = {
     "helm.sh/chart",
 }
 NAME_KEYED_LISTS = {"env", "volumes", "volumeMounts", "ports"}
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return require_tool("helm")
 
 
 @pytest.fixture(scope="module")

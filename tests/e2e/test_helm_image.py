@@ -1,11 +1,6 @@
-"""From a clone to a running DaemonSet: README's "Deploy" commands, and the chart installed
-without an image it can pull.
-
-No gfd image is published, so the chart's image.repository is empty by default and the chart
-refuses to render or install, in one line that says how to build and push an image, rather
-than leaving pods stuck pulling one.  README's helm command (with $REGISTRY) installs on the
-current kube-apiserver and its DaemonSet runs the image `make push` pushed.
-"""
+"""README's "Deploy" commands from a clone to a running DaemonSet; without an image (none is
+published) the chart refuses in one line that says how to build and push one, rather than
+leaving pods stuck pulling."""
 
 from __future__ import annotations
 
@@ -15,10 +10,8 @@ import shlex
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.e2e.current import ADMIN_TOKEN, started
-from tests.e2e.helm import CHART, NAMESPACE, helm, require_tool
+from tests.e2e.helm import CHART, NAMESPACE, helm
 
 ROOT = Path(__file__).resolve().parents[2]
 REGISTRY = "registry.example.com/team"
@@ -39,11 +32,6 @@ def deploy_commands() -> list[list[str]]:
 
 def refusal_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if "make push IMAGE=" in line]
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return require_tool("helm")
 
 
 def test_the_chart_without_an_image_refuses_in_one_line_naming_the_build(helm_bin: Path) -> None:

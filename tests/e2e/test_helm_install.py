@@ -1,19 +1,10 @@
-"""The Helm chart installed for real: `helm install`, `upgrade` and `uninstall` against the current
-kube-apiserver, and gfd run as the service account the chart created (no kubelet here: gfd runs
-as a process with a token bound to a pod on its node).
-
-- node-labels: the chart's RBAC lets gfd label its own node, and its admission policy refuses
-  another node; each verb of the ClusterRole is needed (removing one makes gfd fail).
-- upgrade to node-feature-api: the cluster-wide objects go, the Role comes; gfd publishes its
-  NodeFeature with it; each verb of the nodefeatures rule is needed.
-- upgrade to mode cleanup-job, then `gfd --cleanup` as that account removes exactly gfd's
-  labels; uninstall leaves no object of the release behind.
-"""
+"""The Helm chart installed, upgraded through its modes and uninstalled on the current server, gfd
+running as the chart's service account: every RBAC verb is needed, the policy refuses another
+node, and uninstall leaves nothing of the release behind."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +15,8 @@ import pytest
 from tests.e2e import nfd, servers
 from tests.e2e.controlplane import Server
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
-from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, require_tool, set_args
+from tests.e2e.fixtures_shared import oneshot_labels, run_gfd
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, set_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
@@ -36,11 +28,6 @@ CLUSTER_OBJECTS = [
 ]
 ROLE = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{NAMESPACE}/roles/gfd"
 CLUSTER_ROLE = CLUSTER_OBJECTS[0]
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return require_tool("helm")
 
 
 @pytest.fixture(scope="module")
@@ -68,24 +55,8 @@ def helm(helm_bin: Path, plane: ControlPlane, tmp: Path, *args: str) -> str:
 
 def gfd(plane: ControlPlane, tmp: Path, token: str, *args: str) -> subprocess.CompletedProcess[str]:
     kubeconfig = plane.kubeconfig(tmp / "gfd.kubeconfig", token, NAMESPACE)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--snapshot-file",
-            str(SNAPSHOT),
-            "--no-timestamp",
-            "--namespace",
-            NAMESPACE,
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    snapshot = ("--snapshot-file", str(SNAPSHOT), "--no-timestamp")
+    return run_gfd("--kubeconfig", str(kubeconfig), *snapshot, "--namespace", NAMESPACE, *args)
 
 
 def exists(plane: ControlPlane, path: str) -> bool:
@@ -173,21 +144,7 @@ def test_install_upgrade_uninstall_with_gfd_as_the_chart_service_account(
         assert exists(plane, path), path
     assert exists(plane, f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
     token = pod_token(plane, NAMESPACE, "gfd", "gpu-node-1")
-    expected = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--oneshot",
-            "--no-timestamp",
-            "--snapshot-file",
-            str(SNAPSHOT),
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    expected_labels = dict(line.split("=", 1) for line in expected.splitlines())
+    expected_labels = oneshot_labels(SNAPSHOT)
 
     # the policy is loaded asynchronously: wait until it refuses the other node -- probed
     # with a dry run (a gfd run per probe is slow, and labels the node while it is loading)

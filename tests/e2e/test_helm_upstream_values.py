@@ -1,11 +1,6 @@
-"""A user migrating from upstream's chart: every key of its values file (NVIDIA/k8s-device-plugin
-v0.20.0, deployments/helm/nvidia-device-plugin/values.yaml, committed verbatim as
-tests/fixtures/upstream/nvidia-device-plugin-values-v0.20.0.yaml) is either honoured with
-upstream's meaning, refused at render time by a message naming it, or -- the device plugin's,
-MPS's, CDI's and NFD's keys -- named once in NOTES as ignored.  Nothing renders silently wrong.
-
-Needs the helm binary `make e2e` builds; without it these tests skip.
-"""
+"""Every key of upstream's v0.20.0 values file (verbatim fixture) is honoured with upstream's
+meaning, refused at render time by name, or named once in NOTES as ignored: nothing renders
+silently wrong."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, helm, require_tool, set_args
+from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, helm, set_args
 
 Obj = dict[str, Any]
 FIXTURE = (
@@ -30,11 +25,6 @@ FIXTURE = (
 )
 #: what a migrating user must add to upstream's file: gfd's image, and GFD switched on
 MIGRATING = {"gfd.enabled": True, "image.repository": "registry.example/gfd", "image.tag": "1.0"}
-
-
-@pytest.fixture(scope="module")
-def helm_bin() -> Path:
-    return require_tool("helm")
 
 
 @pytest.fixture(scope="module")

@@ -28,8 +28,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.e2e import fixtures_shared as shared
 from tests.e2e import nfd, servers
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, kubelet_node, pod_token, started
+from tests.e2e.fixtures_shared import run_gfd as gfd
 from tests.test_manifests import tool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,16 +61,17 @@ def plane(request: pytest.FixtureRequest, workdir: Path) -> Iterator[ControlPlan
             master.wait(timeout=30)
 
 
-def gfd(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "gfd", *args], capture_output=True, text=True, timeout=120
-    )
+def nodefeature_gfd(
+    action: str, kubeconfig: Path, node: str, snapshot: str, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """gfd in NodeFeature mode for node, on one of the example snapshots."""
+    api = ("--use-node-feature-api", "--kubeconfig", str(kubeconfig), "--node-name", node)
+    source = ("--snapshot-file", str(SNAPSHOTS / snapshot), "--no-timestamp")
+    return gfd(action, *api, "--namespace", GFD_NAMESPACE, *source, *args)
 
 
 def oneshot_labels(snapshot: str, *args: str) -> dict[str, str]:
-    done = gfd("--oneshot", "--no-timestamp", "--snapshot-file", str(SNAPSHOTS / snapshot), *args)
-    assert done.returncode == 0, done.stderr
-    return dict(line.split("=", 1) for line in done.stdout.splitlines())
+    return shared.oneshot_labels(SNAPSHOTS / snapshot, *args)
 
 
 CASES = [
@@ -82,16 +85,7 @@ def oneshot_into_features_dir(tmp_path: Path, snapshot: str, *args: str) -> Path
     """A fresh ``features.d`` holding what ``gfd --oneshot`` wrote for ``snapshot``."""
     features = tmp_path / "features.d"
     features.mkdir()
-    done = gfd(
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        str(SNAPSHOTS / snapshot),
-        "--output-file",
-        str(features / "gfd"),
-        *args,
-    )
-    assert done.returncode == 0, done.stderr
+    shared.oneshot_stdout(SNAPSHOTS / snapshot, "--output-file", str(features / "gfd"), *args)
     return features
 
 
@@ -118,21 +112,10 @@ def test_features_file_read_by_nfd_worker_labels_the_node_as_gfd_oneshot(
 
 
 def daemon(features: Path, config: Path, *extra: str) -> subprocess.Popen[bytes]:
+    inputs = ("--snapshot-file", str(shared.DGX_A100), "--config-file", str(config))
+    output = ("--output-file", str(features / "gfd"), "--sleep-interval", "1s")
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--snapshot-file",
-            str(SNAPSHOTS / "dgx-a100.yaml"),
-            "--output-file",
-            str(features / "gfd"),
-            "--sleep-interval",
-            "1s",
-            "--config-file",
-            str(config),
-            *extra,
-        ],
+        [sys.executable, "-m", "gfd", *inputs, *output, *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -224,19 +207,8 @@ def test_nodefeature_object_of_gfd_labels_the_node_through_nfd_master(
     token = pod_token(plane, GFD_NAMESPACE, "gfd", "gpu-node-3")
     kubeconfig = plane.kubeconfig(tmp_path / "gfd.kubeconfig", token, GFD_NAMESPACE)
     expected = oneshot_labels("dgx-a100-mig-mixed.yaml", "--mig-strategy", "mixed")
-    common = [
-        "--use-node-feature-api",
-        "--node-name",
-        "gpu-node-3",
-        "--namespace",
-        GFD_NAMESPACE,
-        "--snapshot-file",
-        str(SNAPSHOTS / "dgx-a100-mig-mixed.yaml"),
-        "--mig-strategy",
-        "mixed",
-        "--no-timestamp",
-    ]
-    done = gfd("--oneshot", "--kubeconfig", str(kubeconfig), *common)
+    common = ("gpu-node-3", "dgx-a100-mig-mixed.yaml", "--mig-strategy", "mixed")
+    done = nodefeature_gfd("--oneshot", kubeconfig, *common)
     assert done.returncode == 0, done.stderr
     labels = nfd.wait_for_labels(plane, "gpu-node-3", lambda got: got == expected)
     assert labels == expected
@@ -244,7 +216,7 @@ def test_nodefeature_object_of_gfd_labels_the_node_through_nfd_master(
     # --cleanup deletes the object (as an admin: the agent's Role has no delete; owner
     # references remove it in a cluster) and nfd-master takes the labels away.
     admin = plane.kubeconfig(tmp_path / "admin.kubeconfig", ADMIN_TOKEN)
-    done = gfd("--cleanup", "--kubeconfig", str(admin), *common)
+    done = nodefeature_gfd("--cleanup", admin, *common)
     assert done.returncode == 0, done.stderr
     nfd.wait_for_labels(plane, "gpu-node-3", lambda got: got == {})
 
@@ -300,20 +272,7 @@ def test_a_label_with_an_empty_value_in_gfds_nodefeature(
     kubelet_node(plane, node)
     plane.ensure_namespace(GFD_NAMESPACE)
     admin = plane.kubeconfig(tmp_path / "admin.kubeconfig", ADMIN_TOKEN)
-    done = gfd(
-        "--oneshot",
-        "--use-node-feature-api",
-        "--kubeconfig",
-        str(admin),
-        "--node-name",
-        node,
-        "--namespace",
-        GFD_NAMESPACE,
-        "--snapshot-file",
-        str(SNAPSHOTS / snapshot),
-        "--no-timestamp",
-        *args,
-    )
+    done = nodefeature_gfd("--oneshot", admin, node, snapshot, *args)
     expected = oneshot_labels(snapshot, *args)
     path = (
         f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{GFD_NAMESPACE}"
@@ -372,19 +331,7 @@ def test_the_readme_nodefeaturerule_labels_by_gfds_features_through_nfd_master(
     nodes = {"gpu-node-6": "hgx-h100-nvswitch.yaml", "gpu-node-7": "dgx-a100.yaml"}
     for node, snapshot in nodes.items():
         kubelet_node(plane, node)
-        done = gfd(
-            "--oneshot",
-            "--use-node-feature-api",
-            "--kubeconfig",
-            str(admin),
-            "--node-name",
-            node,
-            "--namespace",
-            GFD_NAMESPACE,
-            "--snapshot-file",
-            str(SNAPSHOTS / snapshot),
-            "--no-timestamp",
-        )
+        done = nodefeature_gfd("--oneshot", admin, node, snapshot)
         assert done.returncode == 0, done.stderr
         nfd.wait_for_labels(plane, node, lambda got: "nvidia.com/gpu.count" in got)
     plane.apply(rule)

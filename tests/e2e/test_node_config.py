@@ -1,11 +1,6 @@
-"""Per-node configuration on a real kube-apiserver (the oldest and the newest release): relabel
-the Node, and gfd's labels follow -- with only the RBAC the kustomize component
-(manifests/components/node-config) or the chart (config.map) installs, gfd authenticated with
-a token bound to a pod on that node, as the kubelet would mount it.
-
-What gfd sent is read from the server's audit log: one ``get`` of its own Node per pass,
-nothing else.
-"""
+"""Per-node configuration on the oldest and newest server: relabel the Node and gfd's labels follow,
+with only the RBAC the node-config component or chart installs; the audit log shows one ``get``
+of its own Node per pass and nothing else."""
 
 from __future__ import annotations
 

@@ -1,20 +1,10 @@
-"""The NodeFeature admission policy (manifests/overlays/nodefeature/admission-policy.yaml),
-enforced by a real kube-apiserver of the current release (v1.20 has no ValidatingAdmissionPolicy).
-
-The nodefeature overlay is applied as rendered (service account, Role, RoleBinding, policy,
-policy binding) beside NFD's NodeFeature CRD. gfd authenticates with a real token of its
-service account bound to a pod on gpu-node-1, and:
-
-- gfd, run as a process, creates and updates its own node's NodeFeature object;
-- the same token is refused, by the server, for another node's object, for its own object
-  labelled with another node, and for label keys gfd cannot produce (the GPU Operator's);
-- each refusal is in the server's audit log with the policy's name.
-"""
+"""The NodeFeature admission policy, enforced by a real current kube-apiserver: gfd, as the
+overlay's service account bound to a pod on gpu-node-1, writes its own node's NodeFeature; the
+server refuses other nodes' objects and keys gfd cannot produce, and audits each refusal."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +13,7 @@ import pytest
 import yaml
 
 from tests.e2e.current import ControlPlane, kubelet_node, pod_token, started
+from tests.e2e.fixtures_shared import run_gfd
 from tests.e2e.gfdrun import CRD
 from tests.test_manifests import tool
 
@@ -81,26 +72,9 @@ def gfd(
     plane: ControlPlane, tmp_path: Path, token: str, node: str
 ) -> subprocess.CompletedProcess[str]:
     kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", token, NAMESPACE)
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gfd",
-            "--oneshot",
-            "--use-node-feature-api",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--namespace",
-            NAMESPACE,
-            "--node-name",
-            node,
-            "--snapshot-file",
-            str(SNAPSHOT),
-            "--no-timestamp",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    api = ("--use-node-feature-api", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE)
+    return run_gfd(
+        "--oneshot", *api, "--node-name", node, "--snapshot-file", str(SNAPSHOT), "--no-timestamp"
     )
 
 

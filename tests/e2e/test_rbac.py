@@ -1,12 +1,5 @@
-"""The RBAC rendered from manifests/ is enough for each way gfd talks to the API server, and
-every verb of it is needed: with any one removed, the mode it serves fails on the real
-server.  So a surplus verb cannot creep back into the manifests unnoticed.
-
-Modes: node labels (manifests/overlays/node-labels: publish, then the daemon's watch repairs a
-removed label), the cleanup Job
-(manifests/overlays/node-labels-cleanup-job, which runs on node-labels' RBAC), and the
-NodeFeature object (manifests/overlays/nodefeature: create, update, owner references, then
-the daemon's watch creates a deleted object again)."""
+"""The RBAC rendered from manifests/ suffices for each way gfd talks to the server, and with any one
+verb removed the mode it serves fails on the real server: no surplus verb creeps back in."""
 
 from __future__ import annotations
 
