@@ -1,24 +1,16 @@
 """Upstream GFD's own label tables (NVIDIA/k8s-device-plugin ``internal/lm/*_test.go``) as
-table-driven tests of ours.
+table-driven tests of ours: upstream's mocked devices (``internal/resource/testing``) written
+as snapshots, the whole engine run, and the labels of upstream's labeler under test compared
+whole with its expected map.
 
-Upstream's tests run one labeler against mocked devices (``internal/resource/testing``,
-``resource-testing.go``); here the same mocks are written as snapshots and the whole engine
-runs, then the labels that upstream's labeler under test produces are taken out of our
-output and compared whole with upstream's expected map.
-
-The mocks, as upstream defines them:
-- ``rt.NewFullGPU()``: name ``MOCKMODEL``, 300 MiB, compute capability 8.0, MIG neither
-  capable nor enabled, PCI class 0x030000;
-- ``rt.NewMigEnabledDevice(migs...)``: the same but MIG-capable and enabled, compute
-  capability **0.0** (so no family/compute labels), with the given MIG devices;
-- ``rt.NewMigDevice(gi, ci, gb, attrs...)``: profile ``<gi>g.<gb>gb``, memory ``gb``, slices
-  gi/ci, multiprocessors and engines 0 unless ``attrs`` says otherwise;
-- the manager: driver ``400.300``, CUDA 8.0.
-
-Where the stored copies of upstream's tables predate the ``sharing-strategy`` label, the
-expected maps add it as upstream's ``baseLabeler`` (internal/lm/resource.go) emits it for
-every resource: the active strategy when replicas > 1, else ``none``; and ``""`` in the
-single-strategy INVALID set (SPEC §5.2, newInvalidMigStrategyLabeler).
+The mocks: ``rt.NewFullGPU()`` is ``MOCKMODEL``, 300 MiB, compute capability 8.0, MIG
+neither capable nor enabled, PCI class 0x030000; ``rt.NewMigEnabledDevice(migs...)`` the
+same, MIG-capable and enabled, compute capability **0.0** (no family/compute labels);
+``rt.NewMigDevice(gi, ci, gb, attrs...)`` profile ``<gi>g.<gb>gb``, memory ``gb``, slices
+gi/ci, multiprocessors and engines 0 unless given; the manager: driver ``400.300``, CUDA 8.0.
+Where the stored tables predate the ``sharing-strategy`` label, the expected maps add it as
+upstream's ``baseLabeler`` (internal/lm/resource.go) emits it: the active strategy when
+replicas > 1, else ``none``; ``""`` in the single-strategy INVALID set (SPEC §5.2).
 """
 
 from __future__ import annotations
@@ -563,13 +555,6 @@ def test_gpu_mode_labeler(classes: tuple[Any, ...], expected: str) -> None:
 # internal/lm/nvml.go, newVersionLabeler: the driver version split on "." (two or three
 # parts; revision empty for two), the CUDA driver version as major.minor
 
-CUDA_KEYS = (
-    "cuda.driver.major", "cuda.driver.minor", "cuda.driver.rev", "cuda.runtime.major",
-    "cuda.runtime.minor", "cuda.driver-version.major", "cuda.driver-version.minor",
-    "cuda.driver-version.revision", "cuda.driver-version.full", "cuda.runtime-version.major",
-    "cuda.runtime-version.minor", "cuda.runtime-version.full",
-)  # fmt: skip
-
 
 def cuda_labels(major: str, minor: str, rev: str, full: str, cmaj: str, cmin: str) -> dict:
     return {
@@ -586,6 +571,9 @@ def cuda_labels(major: str, minor: str, rev: str, full: str, cmaj: str, cmin: st
         "cuda.runtime-version.minor": cmin,
         "cuda.runtime-version.full": f"{cmaj}.{cmin}",
     }
+
+
+CUDA_KEYS = tuple(cuda_labels("", "", "", "", "", ""))
 
 
 VERSIONS = [

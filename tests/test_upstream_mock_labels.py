@@ -1,39 +1,26 @@
 """gfd's real NVML path gives upstream GFD v0.20.0's labels on NVIDIA's mock NVML.
 
-For each of the mock's seven GPU profiles and each MIG strategy, upstream's binary and
-``python -m gfd`` run as real processes on the same mock ``libnvidia-ml.so.1`` (pynvml's
-ctypes calls into it), the same machine-type file and the same faked PCI tree (see
-``tests/upstream_labels.py``: both in a private mount namespace, so gpu.mode and the vGPU
-scan read what the case chose, never the host's PCI bus), and their label files must be
-equal (both without the timestamp).  Then variations of the profiles, each compared the
-same way: MIG enabled, GPU names, machine types, sharing configs, vGPU, fabric, two models.
+Upstream's binary and ``python -m gfd`` run as real processes on the same mock
+``libnvidia-ml.so.1``, machine-type file and faked PCI tree (``tests/upstream_labels.py``),
+and their label files must be equal: for each of the mock's profiles and MIG strategies, then
+for variations (MIG enabled, GPU names, machine types, sharing configs, vGPU, fabric, two
+models).  The mock enables MIG mode but never hands out a MIG device (k8s-test-infra 3b2b865
+``pkg/gpu/mocknvml/engine/device.go:1805``), so MIG-enabled cases have none: upstream's
+single strategy labels ``<product>-MIG-INVALID``, and gfd the same; MIG devices with real
+profiles are in ``tests/test_upstream_gfd.py``.
 
-The shipped profiles have MIG disabled; a copy of each MIG-capable profile with MIG enabled
-is compared too.  The mock enables MIG mode but never hands out a MIG device
-(k8s-test-infra 3b2b865 ``pkg/gpu/mocknvml/engine/device.go:1805``: every
-``nvmlDeviceGetMigDeviceHandleByIndex`` is NOT_FOUND; its per-device overrides do not carry
-``mig``), so those cases are MIG-enabled GPUs with no MIG device: upstream's single strategy
-then labels ``<product>-MIG-INVALID`` with count 0, and gfd does the same.  MIG devices with
-real profiles are compared in ``tests/test_upstream_gfd.py`` (upstream's own end-to-end
-expectations) instead.
-
-Where the two differ, upstream is at fault and the difference is asserted exactly:
-- a value that is no valid label value (product or machine type over 63 characters, or not
-  ending alphanumeric): upstream writes it, gfd makes it valid (SPEC 5.4);
-- two GPU models: upstream labels one picked at random, gfd what all agree on (SPEC 5.3);
-- a GPU bus id naming a function that is not an NVIDIA GPU: upstream panics.
-And two on purpose: a config's ``resources`` section names gfd's resource (upstream ignores
-it); a GPU on the PCI bus that NVML does not list fails gfd's oneshot as lost (upstream labels
-the others).
-
-Without ``../shared/nvidia-reference`` the tests skip with one line saying what is missing
-(unless the bench script's build is at hand); with it they fail rather than skip.
+Where the two differ the difference is asserted exactly: upstream at fault (label values
+that are not valid, two GPU models picked at random, a panic on a non-GPU function at a GPU
+bus id), or on purpose (a config's ``resources`` renames gfd's resource; a GPU on the bus
+that NVML does not list fails gfd's oneshot as lost).  Without ``../shared/nvidia-reference``
+the tests skip with one line (unless the bench script's build is at hand); with it they fail.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,20 +32,21 @@ from tests.upstream_labels import (
     SHARED,
     STRATEGIES,
     Reference,
+    Run,
+    alike,
     differences,
+    edited,
     fake_pci_tree,
+    memory,
     namespace_problem,
+    pci_tree,
     profile_bus_ids,
     reference,
     run_both,
     succeeded,
     vgpu_config_space,
-    with_device_defaults,
-    with_devices_renamed,
-    with_fabric,
     with_mig_enabled,
     with_name,
-    with_system,
 )
 
 #: the profiles of GPUs that have MIG (A100, Hopper, Blackwell); L40S and T4 have none
@@ -92,14 +80,8 @@ def compare(
     work: Path,
     config_file: Path | None = None,
 ) -> dict[str, str]:
-    bus_ids = profile_bus_ids(profile)
-    tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
-    upstream, ours = run_both(ref, profile, strategy, tree, work, config_file)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), (
-        "\n".join(differences(theirs, labels))
-        + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
-    )
+    tree = pci_tree(profile, work, pci_class)
+    labels = alike(*run_both(ref, profile, work, strategy, config_file, tree=tree))
     # The comparison means something only if both really read the mock and the fake tree.
     assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-")
     assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-Test-920-23687-2530-000"
@@ -107,6 +89,14 @@ def compare(
     assert labels["nvidia.com/gpu.mode"] == mode
     assert "nvidia.com/gfd.timestamp" not in labels
     return labels
+
+
+def differ_only_in(key: str, upstream: dict[str, str], ours: dict[str, str]) -> None:
+    """Where upstream labels a value that is no valid label value, the one difference is
+    gfd's valid value in its place."""
+    assert differences(upstream, ours) == [f"{key}: upstream {upstream[key]!r}, gfd {ours[key]!r}"]
+    assert not is_valid_label_value(upstream[key])
+    assert is_valid_label_value(ours[key])
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -160,8 +150,7 @@ def sharing_config(kind: str, replicas: int, into: Path) -> Path:
 def test_sharing_config_labels_equal_upstream(
     mock_reference: Reference, kind: str, mig_enabled: bool, strategy: str, tmp_path: Path
 ) -> None:
-    """The same config file (GPU sharing) read by both: replicas, strategy and the
-    renamed product follow it alike."""
+    """The same config file read by both: replicas, strategy and product follow it alike."""
     profile = mock_reference.profile("a100" if mig_enabled else "h100")
     if mig_enabled:
         profile = with_mig_enabled(profile, tmp_path / "mig-a100.yaml")
@@ -214,41 +203,56 @@ def test_sharing_config_variants_label_equal_upstream(
     assert labels["nvidia.com/gpu.sharing-strategy"] == strategy
 
 
+def refused_by_both(upstream_says: str, gfd_says: str, upstream: Run, ours: Run) -> None:
+    assert upstream.returncode != 0 and upstream.labels is None
+    assert upstream_says in upstream.log
+    assert ours.returncode != 0 and ours.labels is None
+    assert gfd_says in ours.log
+
+
 def test_mps_on_mig_enabled_gpus_is_refused_by_both(
     mock_reference: Reference, tmp_path: Path
 ) -> None:
     profile = with_mig_enabled(mock_reference.profile("a100"), tmp_path / "mig-a100.yaml")
     config = sharing_config("mps", 2, tmp_path / "config.yaml")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
-    assert upstream.returncode != 0 and upstream.labels is None
-    assert "MPS sharing is not supported for mig devices" in upstream.log
-    assert ours.returncode != 0 and ours.labels is None
-    assert "MPS sharing is not supported for MIG devices" in ours.log
+    refused_by_both(
+        "MPS sharing is not supported for mig devices",
+        "MPS sharing is not supported for MIG devices",
+        *run_both(mock_reference, profile, tmp_path, "none", config),
+    )
+
+
+@pytest.mark.parametrize("version", ["555.42.06.01", "abc"])
+def test_driver_version_upstream_cannot_parse_is_refused_by_both(
+    mock_reference: Reference, version: str, tmp_path: Path
+) -> None:
+    profile = edited(
+        mock_reference.profile("h100"),
+        tmp_path / "p.yaml",
+        lambda document: document["system"].update(driver_version=version),
+    )
+    refused_by_both(
+        f'Version "{version}" does not match format',
+        f"driver version '{version}' is not of the form X.Y or X.Y.Z",
+        *run_both(mock_reference, profile, tmp_path),
+    )
 
 
 def test_gpus_of_differing_classes_label_mode_unknown_like_upstream(
     mock_reference: Reference, tmp_path: Path
 ) -> None:
     profile = mock_reference.profile("h100")
-    bus_ids = profile_bus_ids(profile)
-    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
-    (tree / bus_ids[-1] / "class").write_text(CLASS_VGA + "\n")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    tree = pci_tree(profile, tmp_path)
+    (tree / profile_bus_ids(profile)[-1] / "class").write_text(CLASS_VGA + "\n")
+    labels = alike(*run_both(mock_reference, profile, tmp_path, tree=tree))
     assert labels["nvidia.com/gpu.mode"] == "unknown"
 
 
 def test_vgpu_guest_labels_equal_upstream(mock_reference: Reference, tmp_path: Path) -> None:
-    """GPUs whose config space carries the vGPU capability: both scans find the host
-    driver's version and branch there."""
+    """The vGPU capability in the GPUs' config space: both find the host driver there."""
     profile = mock_reference.profile("l40s")
-    config = vgpu_config_space("550.54.16", "r550_00")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    tree = pci_tree(profile, tmp_path, config=vgpu_config_space("550.54.16", "r550_00"))
+    labels = alike(*run_both(mock_reference, profile, tmp_path, tree=tree))
     assert labels["nvidia.com/vgpu.present"] == "true"
     assert labels["nvidia.com/vgpu.host-driver-version"] == "550.54.16"
     assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_00"
@@ -262,10 +266,11 @@ def test_short_config_space_leaves_out_vgpu_labels_like_upstream(
     can tell, and both leave every vgpu label out rather than say false."""
     profile = mock_reference.profile("t4")
     config = vgpu_config_space("550.54.16", "r550_00")[:length]
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    labels = alike(
+        *run_both(
+            mock_reference, profile, tmp_path, tree=pci_tree(profile, tmp_path, config=config)
+        )
+    )
     assert not [key for key in labels if key.startswith("nvidia.com/vgpu.")]
     assert labels["nvidia.com/gpu.count"] == str(len(profile_bus_ids(profile)))
 
@@ -276,11 +281,9 @@ def test_vgpu_capability_on_any_nvidia_function_counts_like_upstream(
     """Both scans walk every NVIDIA function on the bus, not only the GPUs NVML lists: a
     bridge (class 0x0680) carrying the vGPU capability marks the node a vGPU guest."""
     profile = mock_reference.profile("t4")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     fake_pci_tree(["0000:ff:00.0"], "0x068000", tree, vgpu_config_space("1.2", "r1"))
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    labels = alike(*run_both(mock_reference, profile, tmp_path, tree=tree))
     assert labels["nvidia.com/vgpu.present"] == "true"
     assert labels["nvidia.com/vgpu.host-driver-version"] == "1.2"
 
@@ -295,17 +298,15 @@ def test_vgpu_capability_on_any_nvidia_function_counts_like_upstream(
 def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
     mock_reference: Reference, vendor: str, pci_class: str, mode: str, tmp_path: Path
 ) -> None:
-    """A documented difference, upstream being at fault: its GetPCIClass reads ``.Class``
-    through the nil go-nvlib returns for a function that is not an NVIDIA GPU
-    (k8s-device-plugin v0.20.0 ``internal/resource/nvml-device.go:102``; vendored
-    ``go-nvlib/pkg/nvpci/nvpci.go:250`` and ``:298``), so a oneshot panics and labels
-    nothing.  gfd labels the node; only gpu.mode depends on the odd function."""
+    """Upstream at fault: its GetPCIClass reads ``.Class`` through the nil go-nvlib returns
+    for a function that is not an NVIDIA GPU (see ``tests/upstream_labels.py``), so a
+    oneshot panics and labels nothing.  gfd labels the node; only gpu.mode follows it."""
     profile = mock_reference.profile("h100")
     bus_ids = profile_bus_ids(profile)
-    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     (tree / bus_ids[3] / "vendor").write_text(vendor + "\n")
     (tree / bus_ids[3] / "class").write_text(pci_class + "\n")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    upstream, ours = run_both(mock_reference, profile, tmp_path, tree=tree)
     assert upstream.returncode != 0
     assert upstream.labels is None
     assert "invalid memory address or nil pointer dereference" in upstream.log
@@ -315,21 +316,18 @@ def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
     assert labels["nvidia.com/gpu.count"] == str(len(bus_ids))
 
 
-#: machine types whose sanitised form (k8s-device-plugin v0.20.0 internal/lm/resource.go:318)
-#: is a valid label value: both label them alike
-MACHINE_TYPES_ALIKE = [
-    ("  DGX A100  \n", "DGX-A100"),
-    ("ProLiant DL380 Gen10 (P12345)\n", "ProLiant-DL380-Gen10-P12345"),
-    ("a/b\\c:d*e\n", "abcde"),
-    ("line1\nline2\n", "line1line2"),
-    ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server"),
-    ("\n", ""),
-]
-#: machine types whose sanitised form is not a valid label value: upstream writes it anyway
-#: (internal/lm/machine-type.go:38 labels ``sanitise(machineType)`` unchecked, and NFD or the
-#: API server then refuses the label); gfd cuts it to 63 characters and trims it to
-#: alphanumeric ends (SPEC 5.4), so the label is published.  (raw, upstream's, gfd's)
-MACHINE_TYPES_DIFFERING = [
+#: (raw machine type, upstream's label, gfd's where it differs).  Sanitised alike
+#: (k8s-device-plugin v0.20.0 internal/lm/resource.go:318) where that is a valid label
+#: value; else upstream labels it unchecked (internal/lm/machine-type.go:38, so NFD or the
+#: API server refuses the label) and gfd cuts it to 63 characters with alphanumeric ends
+#: (SPEC 5.4), so the label is published.
+MACHINE_TYPES = [
+    ("  DGX A100  \n", "DGX-A100", None),
+    ("ProLiant DL380 Gen10 (P12345)\n", "ProLiant-DL380-Gen10-P12345", None),
+    ("a/b\\c:d*e\n", "abcde", None),
+    ("line1\nline2\n", "line1line2", None),
+    ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server", None),
+    ("\n", "", None),
     ("x" * 80 + "\n", "x" * 80, "x" * 63),
     ("PowerEdge R750xa.\n", "PowerEdge-R750xa.", "PowerEdge-R750xa"),
     ("-lead_trail-\n", "-lead_trail-", "lead_trail"),
@@ -337,31 +335,21 @@ MACHINE_TYPES_DIFFERING = [
 ]
 
 
-@pytest.mark.parametrize(("raw", "value"), MACHINE_TYPES_ALIKE)
-def test_machine_type_labels_equal_upstream(
-    mock_reference: Reference, raw: str, value: str, tmp_path: Path
+@pytest.mark.parametrize(("raw", "theirs", "ours"), MACHINE_TYPES)
+def test_machine_type_labels_against_upstream(
+    mock_reference: Reference, raw: str, theirs: str, ours: str | None, tmp_path: Path
 ) -> None:
     profile = mock_reference.profile("t4")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
-    assert labels["nvidia.com/gpu.machine"] == value
-
-
-@pytest.mark.parametrize(("raw", "theirs_value", "our_value"), MACHINE_TYPES_DIFFERING)
-def test_machine_type_upstream_labels_invalid_gfd_makes_valid(
-    mock_reference: Reference, raw: str, theirs_value: str, our_value: str, tmp_path: Path
-) -> None:
-    profile = mock_reference.profile("t4")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert differences(theirs, labels) == [
-        f"nvidia.com/gpu.machine: upstream {theirs_value!r}, gfd {our_value!r}"
-    ]
-    assert not is_valid_label_value(theirs_value)
-    assert is_valid_label_value(our_value)
+    upstream, mine = run_both(mock_reference, profile, tmp_path, machine_type=raw)
+    if ours is None:
+        assert alike(upstream, mine)["nvidia.com/gpu.machine"] == theirs
+        return
+    their_labels, labels = succeeded(upstream, "upstream"), succeeded(mine, "gfd")
+    assert (their_labels["nvidia.com/gpu.machine"], labels["nvidia.com/gpu.machine"]) == (
+        theirs,
+        ours,
+    )
+    differ_only_in("nvidia.com/gpu.machine", their_labels, labels)
 
 
 LONG_NAME = "NVIDIA A100-SXM4-40GB " + "Extra-Long-Qualifier " * 3
@@ -404,23 +392,17 @@ def test_product_name_labels_against_upstream(
     ours: str | None,
     tmp_path: Path,
 ) -> None:
-    """GPU names sanitised alike; where upstream's product value is invalid, the one
-    difference is gfd's valid value in its place."""
     profile = with_name(mock_reference.profile("a100"), name, tmp_path / "named.yaml")
     if mig_enabled:
         profile = with_mig_enabled(profile, tmp_path / "named-mig.yaml")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, mine = run_both(mock_reference, profile, strategy, tree, tmp_path)
+    upstream, mine = run_both(mock_reference, profile, tmp_path, strategy)
     their_labels, labels = succeeded(upstream, "upstream"), succeeded(mine, "gfd")
     assert their_labels["nvidia.com/gpu.product"] == theirs
     if ours is None:
-        assert not differences(their_labels, labels), "\n".join(differences(their_labels, labels))
+        alike(upstream, mine)
     else:
-        assert differences(their_labels, labels) == [
-            f"nvidia.com/gpu.product: upstream {theirs!r}, gfd {ours!r}"
-        ]
-        assert not is_valid_label_value(theirs)
-        assert is_valid_label_value(ours)
+        assert labels["nvidia.com/gpu.product"] == ours
+        differ_only_in("nvidia.com/gpu.product", their_labels, labels)
 
 
 @pytest.mark.parametrize(
@@ -430,17 +412,18 @@ def test_product_name_labels_against_upstream(
 def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
     mock_reference: Reference, others: range, strategy: str, tmp_path: Path
 ) -> None:
-    """A documented difference, upstream being non-deterministic: with two GPU models,
-    upstream builds one labeler per model from a Go map (k8s-device-plugin v0.20.0
-    ``internal/lm/mig-strategy.go:137-177``, the map ranged over at :170) and the last one
-    ranged over wins, so gpu.product, gpu.count and gpu.memory are one model's, picked
-    at random.  gfd counts every GPU and leaves out what the models disagree on (SPEC 5.3).
-    Everything else is equal."""
-    profile = with_devices_renamed(
-        mock_reference.profile("h100"), others, "NVIDIA H100 PCIe", 40 << 30, tmp_path / "p.yaml"
-    )
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, strategy, tree, tmp_path)
+    """Upstream non-deterministic: with two GPU models it builds one labeler per model from
+    a Go map (k8s-device-plugin v0.20.0 ``internal/lm/mig-strategy.go:137-177``, ranged
+    over at :170) and the last one wins, so gpu.product, gpu.count and gpu.memory are one
+    model's, at random.  gfd counts every GPU and leaves out what the models disagree on
+    (SPEC 5.3).  Everything else is equal."""
+
+    def renamed(document: dict[str, Any]) -> None:
+        for index in others:
+            document["devices"][index].update(name="NVIDIA H100 PCIe", memory=memory(40 << 30))
+
+    profile = edited(mock_reference.profile("h100"), tmp_path / "p.yaml", renamed)
+    upstream, ours = run_both(mock_reference, profile, tmp_path, strategy)
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     models = {
         "NVIDIA-H100-80GB-HBM3": (str(8 - len(others)), "81920"),
@@ -452,8 +435,8 @@ def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
     assert "nvidia.com/gpu.product" not in labels
     assert "nvidia.com/gpu.memory" not in labels
     apart = {"nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory"}
-    alike = {key: value for key, value in theirs.items() if key not in apart}
-    assert {key: value for key, value in labels.items() if key not in apart} == alike
+    alike_ = {key: value for key, value in theirs.items() if key not in apart}
+    assert {key: value for key, value in labels.items() if key not in apart} == alike_
 
 
 CLUSTER = "00000000-0000-0000-0000-000000000001"
@@ -486,28 +469,29 @@ def test_fabric_clique_labels_equal_upstream(
 ) -> None:
     """NVLink fabric attachment (GB200): the clique label when every GPU is attached to
     one cluster and clique, none otherwise, alike."""
-    profile = with_fabric(mock_reference.profile("gb200"), fabric, tmp_path / "fabric.yaml")
-    if one_gpu is not None:
-        profile = with_fabric(profile, one_gpu, tmp_path / "fabric-1.yaml", device=1)
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+
+    def attached(document: dict[str, Any]) -> None:
+        document["device_defaults"].pop("fabric", None)
+        if fabric is not None:
+            document["device_defaults"]["fabric"] = fabric
+        if one_gpu is not None:
+            document["devices"][1]["fabric"] = one_gpu
+
+    profile = edited(mock_reference.profile("gb200"), tmp_path / "fabric.yaml", attached)
+    labels = alike(*run_both(mock_reference, profile, tmp_path))
     assert labels.get("nvidia.com/gpu.clique") == clique
 
 
 def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_path: Path) -> None:
-    """A documented difference, on purpose: upstream ignores a config's ``resources``
-    (k8s-device-plugin v0.20.0 ``api/config/v1/config.go:83-95``,
-    DisableResourceNamingInConfig, with one warning) while gfd names the resource from it
-    (SPEC 5.3).  The resource's labels are upstream's under the new name, nothing else."""
+    """On purpose: upstream ignores a config's ``resources`` (k8s-device-plugin v0.20.0
+    ``api/config/v1/config.go:83-95``, DisableResourceNamingInConfig, with one warning)
+    while gfd names the resource from it (SPEC 5.3): upstream's labels under the new name."""
     profile = mock_reference.profile("h100")
     config = tmp_path / "config.yaml"
     config.write_text(
         'version: v1\nresources:\n  gpus:\n  - pattern: "NVIDIA H100*"\n    name: h100\n'
     )
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
+    upstream, ours = run_both(mock_reference, profile, tmp_path, "none", config)
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     assert "not yet supported in the config. Ignoring" in upstream.log
     # gpu.clique is the node's (its NVLink fabric), not the resource's: it keeps its name
@@ -564,36 +548,25 @@ def test_nvml_facts_label_equal_upstream(
     mock_reference: Reference, fact: str, tmp_path: Path
 ) -> None:
     system, defaults, expected = NVML_FACTS[fact]
-    profile = with_system(mock_reference.profile("h100"), tmp_path / "system.yaml", **system)
-    profile = with_device_defaults(profile, tmp_path / "profile.yaml", **defaults)
+
+    def facts(document: dict[str, Any]) -> None:
+        document["system"].update(system)
+        document["device_defaults"].update(defaults)
+
+    profile = edited(mock_reference.profile("h100"), tmp_path / "profile.yaml", facts)
     labels = compare(mock_reference, profile, "none", CLASS_3D, tmp_path)
     assert {key: labels.get(key) for key in expected} == expected
-
-
-@pytest.mark.parametrize("version", ["555.42.06.01", "abc"])
-def test_driver_version_upstream_cannot_parse_is_refused_by_both(
-    mock_reference: Reference, version: str, tmp_path: Path
-) -> None:
-    profile = with_system(
-        mock_reference.profile("h100"), tmp_path / "p.yaml", driver_version=version
-    )
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    assert upstream.returncode != 0 and upstream.labels is None
-    assert f'Version "{version}" does not match format' in upstream.log
-    assert ours.returncode != 0 and ours.labels is None
-    assert f"driver version '{version}' is not of the form X.Y or X.Y.Z" in ours.log
 
 
 def test_mig_pending_only_is_mig_disabled_like_upstream(
     mock_reference: Reference, tmp_path: Path
 ) -> None:
-    """MIG enabled at the next reset only (current disabled, pending enabled): whole GPUs
-    for both, even under the single strategy."""
-    profile = with_device_defaults(
+    """MIG enabled at the next reset only: whole GPUs for both, even under single."""
+    mig = {"mode_current": "disabled", "mode_pending": "enabled", "max_gpu_instances": 7}
+    profile = edited(
         mock_reference.profile("a100"),
         tmp_path / "pending.yaml",
-        mig={"mode_current": "disabled", "mode_pending": "enabled", "max_gpu_instances": 7},
+        lambda document: document["device_defaults"].update(mig=mig),
     )
     labels = compare(mock_reference, profile, "single", CLASS_3D, tmp_path)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
@@ -606,23 +579,20 @@ def test_gpu_on_the_bus_nvml_does_not_list(
 ) -> None:
     """One more NVIDIA 3D controller on the bus than NVML lists.  Bound to vfio-pci (a
     passthrough GPU NVML never lists) both label NVML's GPUs alike.  Unbound or bound to
-    nvidia, it is a lost GPU to gfd: a documented difference, on purpose (README "A lost
-    GPU"): a oneshot fails (exit 1, nothing written) where upstream, which never compares
-    NVML's list with the bus (k8s-device-plugin v0.20.0 ``internal/lm/mig-strategy.go:114-145``
-    counts the devices NVML lists), labels the GPUs that answer."""
+    nvidia, it is a lost GPU to gfd, on purpose (README "A lost GPU"): a oneshot fails
+    (exit 1, nothing written) where upstream, which never compares NVML's list with the bus
+    (k8s-device-plugin v0.20.0 ``internal/lm/mig-strategy.go:114-145``), labels the rest."""
     profile = mock_reference.profile("t4")
-    bus_ids = profile_bus_ids(profile)
-    tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     fake_pci_tree(["0000:fe:00.0"], CLASS_3D, tree)
     if driver is not None:
         (tmp_path / "drivers" / driver).mkdir(parents=True)
         (tree / "0000:fe:00.0" / "driver").symlink_to(tmp_path / "drivers" / driver)
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
+    upstream, ours = run_both(mock_reference, profile, tmp_path, tree=tree)
     theirs = succeeded(upstream, "upstream")
-    assert theirs["nvidia.com/gpu.count"] == str(len(bus_ids))
+    assert theirs["nvidia.com/gpu.count"] == str(len(profile_bus_ids(profile)))
     if driver == "vfio-pci":
-        labels = succeeded(ours, "gfd")
-        assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+        alike(upstream, ours)
     else:
         assert ours.returncode == 1
         assert ours.labels is None

@@ -1,23 +1,13 @@
-"""Upstream GFD v0.20.0 and gfd side by side on NVIDIA's mock NVML: the reference programs,
-the mock's profiles, and one oneshot of each program as a real process.
+"""Upstream GFD v0.20.0 and gfd side by side on NVIDIA's mock NVML: the reference programs
+(from ``../shared/nvidia-reference``, unpacked once per run for every xdist worker, else the
+cache of ``scripts/bench-nvml-tools.sh``), the mock's profiles, and one oneshot of each.
 
-The reference programs (upstream's binary, the mock ``libnvidia-ml.so.1`` and its profiles)
-come from ``<repo>/../shared/nvidia-reference`` when that folder exists (its ``unpack.sh``,
-run once per test run into a folder every xdist worker shares), else from the cache of
-``scripts/bench-nvml-tools.sh`` (built there when Go is at hand).  :func:`reference` says
-which, or why neither: a test skips with that line only when the shared folder is absent.
-
-What the mock cannot fake is made the same for both programs:
-
-- ``/sys/bus/pci/devices``: the mock answers NVML only; both programs read each GPU's PCI
-  class from sysfs (``nvidia.com/gpu.mode``), so the label would follow whatever the host
-  has at the mock's bus ids, and upstream crashes when one of them is not an NVIDIA GPU
-  (k8s-device-plugin v0.20.0 ``internal/resource/nvml-device.go:102`` reads ``.Class``
-  through the nil that vendored go-nvlib ``pkg/nvpci/nvpci.go:250`` and ``:298`` return
-  for a non-GPU or non-NVIDIA function).  So both run in a private mount namespace
-  (``unshare``) where a folder made from the profile's bus ids is bound over that path:
-  every GPU an NVIDIA function with the class the case chooses.
-- the machine type: both read ``--machine-type-file`` pointing at one file.
+The mock answers NVML only, so what it cannot fake is made the same for both programs: a
+folder made from the profile's bus ids is bound over ``/sys/bus/pci/devices`` in a private
+mount namespace (``unshare``), since both read each GPU's PCI class there (gpu.mode) and
+upstream crashes on a function that is not an NVIDIA GPU (k8s-device-plugin v0.20.0
+``internal/resource/nvml-device.go:102`` reads ``.Class`` through the nil that vendored
+go-nvlib ``pkg/nvpci/nvpci.go:250`` and ``:298`` return); both read one machine-type file.
 """
 
 from __future__ import annotations
@@ -29,8 +19,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -166,55 +158,23 @@ _QuotingDumper.add_representer(
 )
 
 
-def dump_profile(document: object, into: Path) -> Path:
+def edited(profile: Path, into: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    """A copy of ``profile`` whose document ``edit`` changed in place (``system:`` holds the
+    driver and CUDA versions, ``device_defaults:`` every GPU's keys, ``devices:`` one GPU's)."""
+    document = yaml.safe_load(profile.read_text())
+    edit(document)
     into.write_text(yaml.dump(document, Dumper=_QuotingDumper))
     return into
 
 
-def with_system(profile: Path, into: Path, **system: object) -> Path:
-    """A copy of ``profile`` with these ``system:`` keys (driver and CUDA versions)."""
-    document = yaml.safe_load(profile.read_text())
-    document["system"].update(system)
-    return dump_profile(document, into)
-
-
-def with_device_defaults(profile: Path, into: Path, **defaults: object) -> Path:
-    """A copy of ``profile`` with these ``device_defaults:`` keys for every GPU."""
-    document = yaml.safe_load(profile.read_text())
-    document["device_defaults"].update(defaults)
-    return dump_profile(document, into)
-
-
-def with_fabric(
-    profile: Path, fabric: dict[str, object] | None, into: Path, device: int | None = None
-) -> Path:
-    """A copy of ``profile`` with another ``fabric:`` (None: none) for every GPU, or, with
-    ``device``, for that GPU only."""
-    document = yaml.safe_load(profile.read_text())
-    target = document["device_defaults"] if device is None else document["devices"][device]
-    if fabric is None:
-        target.pop("fabric", None)
-    else:
-        target["fabric"] = fabric
-    return dump_profile(document, into)
-
-
-def with_devices_renamed(
-    profile: Path, indices: range, name: str, memory_bytes: int, into: Path
-) -> Path:
-    """A copy of ``profile`` where the GPUs at ``indices`` are another model: ``name`` with
-    ``memory_bytes`` of memory (per-device overrides of the mock)."""
-    document = yaml.safe_load(profile.read_text())
-    for index in indices:
-        device = document["devices"][index]
-        device["name"] = name
-        device["memory"] = {
-            "total_bytes": memory_bytes,
-            "reserved_bytes": 0,
-            "free_bytes": memory_bytes,
-            "used_bytes": 0,
-        }
-    return dump_profile(document, into)
+def memory(total_bytes: int) -> dict[str, int]:
+    """A GPU's ``memory:`` in the mock's profile, all of it free."""
+    return {
+        "total_bytes": total_bytes,
+        "reserved_bytes": 0,
+        "free_bytes": total_bytes,
+        "used_bytes": 0,
+    }
 
 
 def fake_pci_tree(
@@ -290,7 +250,6 @@ def read_labels(path: Path) -> dict[str, str]:
 
 
 def oneshot(argv: list[str], env: dict[str, str], output: Path) -> Run:
-    """One oneshot to its end."""
     done = subprocess.run(
         argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
     )
@@ -310,48 +269,42 @@ def succeeded(run: Run, who: str) -> dict[str, str]:
     return run.labels
 
 
+def pci_tree(
+    profile: Path, work: Path, pci_class: str = CLASS_3D, config: bytes = CONFIG_SPACE
+) -> Path:
+    """The faked ``/sys/bus/pci/devices`` of ``profile``: one NVIDIA function per GPU."""
+    return fake_pci_tree(profile_bus_ids(profile), pci_class, work / "pci-devices", config)
+
+
 def run_both(
     ref: Reference,
     profile: Path,
-    strategy: str,
-    pci_tree: Path,
     work: Path,
+    strategy: str = "none",
     config_file: Path | None = None,
+    *,
+    tree: Path | None = None,
     machine_type: str = "NVIDIA DGX Test 920-23687-2530-000\n",
 ) -> tuple[Run, Run]:
     """(upstream, gfd): each program's oneshot on ``profile`` with MIG strategy
-    ``strategy``, the same machine-type file, the same faked PCI tree and, when given, the
-    same config file."""
+    ``strategy``, the same machine-type file, the same faked PCI tree (``pci_tree`` unless
+    given) and, when given, the same config file."""
     machine_type_file = work / "machine-type"
     machine_type_file.write_text(machine_type)
     env = mock_env(ref, profile)
-    prefix = namespace_prefix(pci_tree)
-    upstream_out, gfd_out = work / "upstream.labels", work / "gfd.labels"
-    flags = {
-        "oneshot": None,
-        "no-timestamp": None,
-        "use-node-feature-api": "false",
-        "output-file": "",
-        "mig-strategy": strategy,
-        "machine-type-file": str(machine_type_file),
-    }
+    prefix = namespace_prefix(tree or pci_tree(profile, work))
+    words = ["--oneshot", "--no-timestamp", "--use-node-feature-api=false"]
+    words += ["--mig-strategy", strategy, "--machine-type-file", str(machine_type_file)]
     if config_file is not None:
-        flags["config-file"] = str(config_file)
+        words += ["--config-file", str(config_file)]
 
-    def argv(dashes: str, output: Path) -> list[str]:
-        words = []
-        for name, value in flags.items():
-            if name == "use-node-feature-api":
-                words.append(f"{dashes}{name}={value}")
-            elif value is None:
-                words.append(dashes + name)
-            else:
-                words += [dashes + name, value or str(output)]
-        return words
+    def run(program: list[str], output: Path, dashes: str) -> Run:
+        argv = [*words, "--output-file", str(output)]
+        flags = [dashes + word[2:] if word.startswith("--") else word for word in argv]
+        return oneshot([*prefix, *program, *flags], env, output)
 
-    upstream = oneshot([*prefix, str(ref.upstream), *argv("-", upstream_out)], env, upstream_out)
-    ours = oneshot([*prefix, sys.executable, "-m", "gfd", *argv("--", gfd_out)], env, gfd_out)
-    return upstream, ours
+    upstream = run([str(ref.upstream)], work / "upstream.labels", "-")
+    return upstream, run([sys.executable, "-m", "gfd"], work / "gfd.labels", "--")
 
 
 def differences(upstream: dict[str, str], gfd: dict[str, str]) -> list[str]:
@@ -361,3 +314,13 @@ def differences(upstream: dict[str, str], gfd: dict[str, str]) -> list[str]:
         for key in sorted(upstream.keys() | gfd.keys())
         if upstream.get(key) != gfd.get(key)
     ]
+
+
+def alike(upstream: Run, ours: Run) -> dict[str, str]:
+    """gfd's labels, after both programs succeeded with equal label files."""
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), (
+        "\n".join(differences(theirs, labels))
+        + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
+    )
+    return labels

@@ -229,40 +229,6 @@ def _error(code: int) -> real.NVMLError:
     return real.NVMLError(code)
 
 
-# Every function of the pynvml surface the fake implements (the counted ones).
-FUNCTIONS = (
-    "nvmlInit",
-    "nvmlShutdown",
-    "nvmlSystemGetDriverVersion",
-    "nvmlSystemGetCudaDriverVersion",
-    "nvmlDeviceGetCount",
-    "nvmlDeviceGetHandleByIndex",
-    "nvmlDeviceGetUUID",
-    "nvmlDeviceGetName",
-    "nvmlDeviceGetPciInfo",
-    "nvmlDeviceGetMemoryInfo",
-    "nvmlDeviceGetCudaComputeCapability",
-    "nvmlDeviceGetMigMode",
-    "nvmlDeviceGetMaxMigDeviceCount",
-    "nvmlDeviceGetMigDeviceHandleByIndex",
-    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
-    "nvmlDeviceGetAttributes",
-    "nvmlDeviceGetGpuInstanceId",
-    "nvmlDeviceGetGpuInstanceById",
-    "nvmlGpuInstanceGetInfo",
-    "nvmlDeviceGetGpuInstanceProfileInfo",
-    "nvmlDeviceGetGpuFabricInfoV",
-    "nvmlDeviceGetGpuFabricInfo",
-    "nvmlDeviceGetMinorNumber",
-    "nvmlDeviceGetCpuAffinity",
-    "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkVersion",
-    "nvmlDeviceGetNvLinkRemoteDeviceType",
-    "nvmlDeviceGetNvLinkRemotePciInfo",
-    "nvmlDeviceGetTopologyCommonAncestor",
-    "nvmlDeviceGetP2PStatus",
-)
-
 # Real pynvml names copied as they are: error classes, constants, structs.
 _COPIED_PREFIXES = ("NVML_", "NVMLError", "c_nvml", "nvmlPciInfo", "nvmlGpuFabricInfo")
 #: what every fake module takes from the real one (constants, error classes, structures),
@@ -606,6 +572,11 @@ class FakeNvml:
         if snapshot.topology is not None:
             apply_topology(fake, snapshot, version_style)
         return fake
+
+
+#: every function of the pynvml surface the fake implements (the counted ones), in the order
+#: of its methods above (topology last)
+FUNCTIONS = tuple(name[1:] for name in vars(FakeNvml) if name.startswith("_nvml"))
 
 
 # --------------------------------------------------------------------------- inversion
