@@ -23,7 +23,17 @@ from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.snapshot import Mig, Snapshot, Vgpu, VgpuDevice
 from tests.process import run_gfd_here
-from tests.test_upstream_lm import Mock, full_gpu, manager, mig_enabled_device, new_mig_device
+from tests.test_upstream_lm import (
+    ARCH_8_0,
+    Mock,
+    cuda_labels,
+    full_gpu,
+    gpu_labels,
+    manager,
+    mig_enabled_device,
+    mig_labels,
+    new_mig_device,
+)
 
 TIMESTAMP = 1700000000
 MOCK_VGPU = Vgpu((VgpuDevice("470.63.01", "r470_00"),))
@@ -121,19 +131,7 @@ def mock_node(*devices: Mock) -> Snapshot:
 
 
 def node_wide(mig_capable: bool, timestamp: bool = True) -> dict[str, str]:
-    labels = {
-        "cuda.driver.major": "400",
-        "cuda.driver.minor": "300",
-        "cuda.driver.rev": "",
-        "cuda.driver-version.major": "400",
-        "cuda.driver-version.minor": "300",
-        "cuda.driver-version.revision": "",
-        "cuda.driver-version.full": "400.300",
-        "cuda.runtime.major": "8",
-        "cuda.runtime.minor": "0",
-        "cuda.runtime-version.major": "8",
-        "cuda.runtime-version.minor": "0",
-        "cuda.runtime-version.full": "8.0",
+    labels = cuda_labels("400", "300", "", "400.300", "8", "0") | {
         "gpu.machine": "product-name",
         "gpu.mode": "graphics",
         "mig.capable": "true" if mig_capable else "false",
@@ -147,35 +145,13 @@ def node_wide(mig_capable: bool, timestamp: bool = True) -> dict[str, str]:
     return labels
 
 
-FULL_GPU = {
-    "gpu.count": "1",
-    "gpu.replicas": "1",
-    "gpu.sharing-strategy": "none",
-    "gpu.product": "MOCKMODEL",
-    "gpu.memory": "300",
-    "gpu.family": "ampere",
-    "gpu.compute.major": "8",
-    "gpu.compute.minor": "0",
-}
+FULL_GPU = ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none")
+#: a MIG-enabled GPU labelled as a whole one: no replicas, no compute capability
+MIG_AS_GPU = gpu_labels(1, 0, "MOCKMODEL", "none")
 
 
 def mig_resource(resource: str, count: int, profile: str, memory: int, gi: int) -> dict:
-    values = {
-        "count": str(count),
-        "replicas": "1",
-        "sharing-strategy": "none",
-        "product": f"MOCKMODEL-MIG-{profile}",
-        "memory": str(memory),
-        "multiprocessors": "0",
-        "slices.gi": str(gi),
-        "slices.ci": "0",
-        "engines.copy": "0",
-        "engines.decoder": "0",
-        "engines.encoder": "0",
-        "engines.jpeg": "0",
-        "engines.ofa": "0",
-    }
-    return {f"{resource}.{suffix}": value for suffix, value in values.items()}
+    return mig_labels(resource, count, 1, f"MOCKMODEL-MIG-{profile}", "none", memory, gi=gi, ci=0)
 
 
 def whole(labels: dict[str, str]) -> dict[str, str]:
@@ -213,14 +189,7 @@ CASES = [
         "none",
         True,
         EXPECTED_OUTPUT_MIG_NONE,
-        node_wide(True)
-        | {
-            "gpu.count": "1",
-            "gpu.replicas": "0",
-            "gpu.sharing-strategy": "none",
-            "gpu.product": "MOCKMODEL",
-            "gpu.memory": "300",
-        },
+        node_wide(True) | MIG_AS_GPU,
     ),
     (
         # mig_test.go TestMigStrategySingleForNoMigDevices: mig.strategy single, count 1,
@@ -251,12 +220,7 @@ CASES = [
         "single",
         True,
         EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(True)
-        | {
-            f"gpu.{k.split('.', 1)[1]}": v
-            for k, v in mig_resource("x", 2, "3g.20gb", 20, 3).items()
-        }
-        | {"mig.strategy": "single"},
+        node_wide(True) | mig_resource("gpu", 2, "3g.20gb", 20, 3) | {"mig.strategy": "single"},
     ),
     (
         # mig_test.go TestMigStrategyMixed: mig.strategy mixed, gpu.count 1, product
@@ -267,14 +231,8 @@ CASES = [
         True,
         EXPECTED_OUTPUT_MIG_MIXED,
         node_wide(True)
-        | {
-            "gpu.count": "1",
-            "gpu.replicas": "0",
-            "gpu.sharing-strategy": "none",
-            "gpu.product": "MOCKMODEL",
-            "gpu.memory": "300",
-            "mig.strategy": "mixed",
-        }
+        | MIG_AS_GPU
+        | {"mig.strategy": "mixed"}
         | mig_resource("mig-3g.20gb", 1, "3g.20gb", 20, 3)
         | mig_resource("mig-1g.5gb", 1, "1g.5gb", 5, 1),
     ),
