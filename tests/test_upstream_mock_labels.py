@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,6 +42,7 @@ from gfd.labels.sanitize import is_valid_label_value
 from tests.upstream_labels import (
     CLASS_3D,
     CLASS_VGA,
+    CONFIG_SPACE,
     PROFILES,
     SHARED,
     STRATEGIES,
@@ -84,6 +86,26 @@ def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     return found
 
 
+def pci_tree(profile: Path, work: Path, config: bytes = CONFIG_SPACE) -> Path:
+    """The faked PCI bus: every GPU of ``profile`` a 3D controller."""
+    return fake_pci_tree(profile_bus_ids(profile), CLASS_3D, work / "pci-devices", config)
+
+
+def alike(
+    ref: Reference, profile: Path, work: Path, strategy: str = "none", **options: Any
+) -> dict[str, str]:
+    """gfd's labels, once both programs succeeded with the same labels on ``profile``
+    (``tree``: a PCI bus made by the caller; the others go to ``run_both``)."""
+    tree = options.pop("tree", None) or pci_tree(profile, work)
+    upstream, ours = run_both(ref, profile, strategy, tree, work, **options)
+    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
+    assert not differences(theirs, labels), (
+        "\n".join(differences(theirs, labels))
+        + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
+    )
+    return labels
+
+
 def compare(
     ref: Reference,
     profile: Path,
@@ -92,14 +114,8 @@ def compare(
     work: Path,
     config_file: Path | None = None,
 ) -> dict[str, str]:
-    bus_ids = profile_bus_ids(profile)
-    tree = fake_pci_tree(bus_ids, pci_class, work / "pci-devices")
-    upstream, ours = run_both(ref, profile, strategy, tree, work, config_file)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), (
-        "\n".join(differences(theirs, labels))
-        + f"\n--- upstream log:\n{upstream.log[-2000:]}\n--- gfd log:\n{ours.log[-2000:]}"
-    )
+    tree = fake_pci_tree(profile_bus_ids(profile), pci_class, work / "pci-devices")
+    labels = alike(ref, profile, work, strategy, tree=tree, config_file=config_file)
     # The comparison means something only if both really read the mock and the fake tree.
     assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-")
     assert labels["nvidia.com/gpu.machine"] == "NVIDIA-DGX-Test-920-23687-2530-000"
@@ -219,7 +235,7 @@ def test_mps_on_mig_enabled_gpus_is_refused_by_both(
 ) -> None:
     profile = with_mig_enabled(mock_reference.profile("a100"), tmp_path / "mig-a100.yaml")
     config = sharing_config("mps", 2, tmp_path / "config.yaml")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
     assert upstream.returncode != 0 and upstream.labels is None
     assert "MPS sharing is not supported for mig devices" in upstream.log
@@ -234,9 +250,7 @@ def test_gpus_of_differing_classes_label_mode_unknown_like_upstream(
     bus_ids = profile_bus_ids(profile)
     tree = fake_pci_tree(bus_ids, CLASS_3D, tmp_path / "pci-devices")
     (tree / bus_ids[-1] / "class").write_text(CLASS_VGA + "\n")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    labels = alike(mock_reference, profile, tmp_path, tree=tree)
     assert labels["nvidia.com/gpu.mode"] == "unknown"
 
 
@@ -244,11 +258,8 @@ def test_vgpu_guest_labels_equal_upstream(mock_reference: Reference, tmp_path: P
     """GPUs whose config space carries the vGPU capability: both scans find the host
     driver's version and branch there."""
     profile = mock_reference.profile("l40s")
-    config = vgpu_config_space("550.54.16", "r550_00")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    tree = pci_tree(profile, tmp_path, vgpu_config_space("550.54.16", "r550_00"))
+    labels = alike(mock_reference, profile, tmp_path, tree=tree)
     assert labels["nvidia.com/vgpu.present"] == "true"
     assert labels["nvidia.com/vgpu.host-driver-version"] == "550.54.16"
     assert labels["nvidia.com/vgpu.host-driver-branch"] == "r550_00"
@@ -261,11 +272,8 @@ def test_short_config_space_leaves_out_vgpu_labels_like_upstream(
     """Fewer than 256 bytes of config space (an unprivileged read gives 64): neither scan
     can tell, and both leave every vgpu label out rather than say false."""
     profile = mock_reference.profile("t4")
-    config = vgpu_config_space("550.54.16", "r550_00")[:length]
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices", config)
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    tree = pci_tree(profile, tmp_path, vgpu_config_space("550.54.16", "r550_00")[:length])
+    labels = alike(mock_reference, profile, tmp_path, tree=tree)
     assert not [key for key in labels if key.startswith("nvidia.com/vgpu.")]
     assert labels["nvidia.com/gpu.count"] == str(len(profile_bus_ids(profile)))
 
@@ -276,11 +284,9 @@ def test_vgpu_capability_on_any_nvidia_function_counts_like_upstream(
     """Both scans walk every NVIDIA function on the bus, not only the GPUs NVML lists: a
     bridge (class 0x0680) carrying the vGPU capability marks the node a vGPU guest."""
     profile = mock_reference.profile("t4")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     fake_pci_tree(["0000:ff:00.0"], "0x068000", tree, vgpu_config_space("1.2", "r1"))
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    labels = alike(mock_reference, profile, tmp_path, tree=tree)
     assert labels["nvidia.com/vgpu.present"] == "true"
     assert labels["nvidia.com/vgpu.host-driver-version"] == "1.2"
 
@@ -341,11 +347,7 @@ MACHINE_TYPES_DIFFERING = [
 def test_machine_type_labels_equal_upstream(
     mock_reference: Reference, raw: str, value: str, tmp_path: Path
 ) -> None:
-    profile = mock_reference.profile("t4")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    labels = alike(mock_reference, mock_reference.profile("t4"), tmp_path, machine_type=raw)
     assert labels["nvidia.com/gpu.machine"] == value
 
 
@@ -354,7 +356,7 @@ def test_machine_type_upstream_labels_invalid_gfd_makes_valid(
     mock_reference: Reference, raw: str, theirs_value: str, our_value: str, tmp_path: Path
 ) -> None:
     profile = mock_reference.profile("t4")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, machine_type=raw)
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     assert differences(theirs, labels) == [
@@ -409,7 +411,7 @@ def test_product_name_labels_against_upstream(
     profile = with_name(mock_reference.profile("a100"), name, tmp_path / "named.yaml")
     if mig_enabled:
         profile = with_mig_enabled(profile, tmp_path / "named-mig.yaml")
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     upstream, mine = run_both(mock_reference, profile, strategy, tree, tmp_path)
     their_labels, labels = succeeded(upstream, "upstream"), succeeded(mine, "gfd")
     assert their_labels["nvidia.com/gpu.product"] == theirs
@@ -439,7 +441,7 @@ def test_two_models_upstream_picks_one_at_random_gfd_keeps_what_agrees(
     profile = with_devices_renamed(
         mock_reference.profile("h100"), others, "NVIDIA H100 PCIe", 40 << 30, tmp_path / "p.yaml"
     )
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     upstream, ours = run_both(mock_reference, profile, strategy, tree, tmp_path)
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     models = {
@@ -489,10 +491,7 @@ def test_fabric_clique_labels_equal_upstream(
     profile = with_fabric(mock_reference.profile("gb200"), fabric, tmp_path / "fabric.yaml")
     if one_gpu is not None:
         profile = with_fabric(profile, one_gpu, tmp_path / "fabric-1.yaml", device=1)
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
-    upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
-    theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
-    assert not differences(theirs, labels), "\n".join(differences(theirs, labels))
+    labels = alike(mock_reference, profile, tmp_path)
     assert labels.get("nvidia.com/gpu.clique") == clique
 
 
@@ -506,7 +505,7 @@ def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_pa
     config.write_text(
         'version: v1\nresources:\n  gpus:\n  - pattern: "NVIDIA H100*"\n    name: h100\n'
     )
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path, config)
     theirs, labels = succeeded(upstream, "upstream"), succeeded(ours, "gfd")
     assert "not yet supported in the config. Ignoring" in upstream.log
@@ -577,7 +576,7 @@ def test_driver_version_upstream_cannot_parse_is_refused_by_both(
     profile = with_system(
         mock_reference.profile("h100"), tmp_path / "p.yaml", driver_version=version
     )
-    tree = fake_pci_tree(profile_bus_ids(profile), CLASS_3D, tmp_path / "pci-devices")
+    tree = pci_tree(profile, tmp_path)
     upstream, ours = run_both(mock_reference, profile, "none", tree, tmp_path)
     assert upstream.returncode != 0 and upstream.labels is None
     assert f'Version "{version}" does not match format' in upstream.log
