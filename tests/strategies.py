@@ -332,8 +332,6 @@ mig_strategies = st.sampled_from(["none", "single", "mixed"])
 # ---------------------------------------------------------------------------- configs
 
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-#: a resource name must leave room for ".sharing-strategy" in a 63-character key
-MAX_RESOURCE_NAME = 63 - len(".sharing-strategy")
 
 _NAME_EDGE = "abcdefghijklmnopqrstuvwxyz0123456789"
 

@@ -130,14 +130,14 @@ def test_pci_class_comes_from_sysfs(settings: Settings) -> None:
     assert discover(settings, nvml=fake.module).gpus[0].pci_class == 0x030000
 
 
-def test_memory_unknown_is_null(settings: Settings) -> None:
-    fake = FakeNvml([plain_gpu(memory_total=None)])
-    assert discover(settings, nvml=fake.module).gpus[0].memory_mib is None
-
-
-def test_memory_rounds_down_to_mib(settings: Settings) -> None:
-    fake = FakeNvml([plain_gpu(memory_total=81559 * 2**20 + 123)])
-    assert discover(settings, nvml=fake.module).gpus[0].memory_mib == 81559
+@pytest.mark.parametrize(
+    ("total", "mib"), [(None, None), (81559 * 2**20 + 123, 81559)], ids=["unknown", "rounded"]
+)
+def test_memory_unknown_is_null_and_rounds_down_to_mib(
+    settings: Settings, total: int | None, mib: int | None
+) -> None:
+    fake = FakeNvml([plain_gpu(memory_total=total)])
+    assert discover(settings, nvml=fake.module).gpus[0].memory_mib == mib
 
 
 def test_no_gpus(settings: Settings) -> None:
@@ -155,16 +155,13 @@ def test_gpus_in_index_order(settings: Settings) -> None:
 # ------------------------------------------------------------------ MIG
 
 
-def test_mig_capable_but_disabled(settings: Settings) -> None:
-    fake = FakeNvml([plain_gpu(mig_mode=0)])
-    assert discover(settings, nvml=fake.module).gpus[0].mig == Mig(enabled=False)
-    assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 0
-
-
-def test_mig_enabled_without_devices(settings: Settings) -> None:
-    fake = FakeNvml([plain_gpu(mig_mode=1)])
-    assert discover(settings, nvml=fake.module).gpus[0].mig == Mig(enabled=True)
-    assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == 7
+@pytest.mark.parametrize(
+    ("mode", "slot_calls"), [(0, 0), (1, 7)], ids=["capable-but-disabled", "enabled-no-devices"]
+)
+def test_mig_mode_without_devices(settings: Settings, mode: int, slot_calls: int) -> None:
+    fake = FakeNvml([plain_gpu(mig_mode=mode)])
+    assert discover(settings, nvml=fake.module).gpus[0].mig == Mig(enabled=bool(mode))
+    assert fake.calls["nvmlDeviceGetMigDeviceHandleByIndex"] == slot_calls
 
 
 @pytest.mark.parametrize("gap_error", [pynvml.NVML_ERROR_NOT_FOUND, INVALID_ARGUMENT])
@@ -258,24 +255,21 @@ def test_fabric_uuid_is_canonical_lower_case(settings: Settings) -> None:
     assert gpu.fabric.cluster_uuid == "abcdef01-2345-6789-abcd-ef0123456789"
 
 
-def test_fabric_plain_call_when_bindings_lack_v(settings: Settings) -> None:
-    fake = FakeNvml([fabric_gpu()], missing_functions={"nvmlDeviceGetGpuFabricInfoV"})
-    assert discover(settings, nvml=fake.module).gpus[0].fabric == Fabric(str(CLUSTER), 7)
-    assert fake.calls["nvmlDeviceGetGpuFabricInfo"] == 1
+V, PLAIN = "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"
 
 
-def test_fabric_plain_call_when_driver_lacks_v(settings: Settings) -> None:
-    fake = FakeNvml([fabric_gpu()], missing_symbols={"nvmlDeviceGetGpuFabricInfoV"})
-    assert discover(settings, nvml=fake.module).gpus[0].fabric == Fabric(str(CLUSTER), 7)
-
-
-def test_fabric_absent_from_driver_and_bindings(settings: Settings) -> None:
-    fake = FakeNvml(
-        [fabric_gpu()],
-        missing_symbols={"nvmlDeviceGetGpuFabricInfoV"},
-        missing_functions={"nvmlDeviceGetGpuFabricInfo"},
-    )
-    assert discover(settings, nvml=fake.module).gpus[0].fabric is None
+@pytest.mark.parametrize(
+    ("functions", "symbols", "found", "plain_calls"),
+    [({V}, set(), True, 1), (set(), {V}, True, 1), ({PLAIN}, {V}, False, 0)],
+    ids=["bindings-lack-v", "driver-lacks-v", "absent-from-both"],
+)
+def test_fabric_plain_call_when_v_is_missing(
+    settings: Settings, functions: set[str], symbols: set[str], found: bool, plain_calls: int
+) -> None:
+    fake = FakeNvml([fabric_gpu()], missing_functions=functions, missing_symbols=symbols)
+    fabric = discover(settings, nvml=fake.module).gpus[0].fabric
+    assert fabric == (Fabric(str(CLUSTER), 7) if found else None)
+    assert fake.calls[PLAIN] == plain_calls
 
 
 def test_fabric_info_from_a_c_char_uuid_field() -> None:

@@ -52,26 +52,28 @@ def resource(labels: dict[str, str], name: str) -> dict[str, str]:
     return {suffix: v for suffix, v in found.items() if suffix in SUFFIXES}
 
 
+def expect(labels: dict[str, str], wanted: str, prefix: str = P) -> None:
+    """Each ``key=value`` of ``wanted`` (keys without ``prefix``) is among ``labels``."""
+    pairs = dict(item.split("=", 1) for item in wanted.split())
+    assert {key: labels.get(prefix + key) for key in pairs} == pairs
+
+
 # ----------------------------------------------------------------- node-wide labels
 
 
 def test_driver_and_cuda_labels_split_the_versions() -> None:
     labels = labels_of(node(gpu(0), driver="550.54.15", cuda=12040))
-    assert labels[P + "cuda.driver.major"] == "550"
-    assert labels[P + "cuda.driver.minor"] == "54"
-    assert labels[P + "cuda.driver.rev"] == "15"
-    assert labels[P + "cuda.driver-version.revision"] == "15"
-    assert labels[P + "cuda.driver-version.full"] == "550.54.15"
-    assert labels[P + "cuda.runtime.major"] == "12"
-    assert labels[P + "cuda.runtime.minor"] == "4"
-    assert labels[P + "cuda.runtime-version.full"] == "12.4"
+    expect(
+        labels,
+        "cuda.driver.major=550 cuda.driver.minor=54 cuda.driver.rev=15 "
+        "cuda.driver-version.revision=15 cuda.driver-version.full=550.54.15 "
+        "cuda.runtime.major=12 cuda.runtime.minor=4 cuda.runtime-version.full=12.4",
+    )
 
 
 def test_two_part_driver_version_has_empty_revision() -> None:
     labels = labels_of(node(gpu(0), driver="470.82", cuda=11040))
-    assert labels[P + "cuda.driver.rev"] == ""
-    assert labels[P + "cuda.driver-version.revision"] == ""
-    assert labels[P + "cuda.driver-version.full"] == "470.82"
+    expect(labels, "cuda.driver.rev= cuda.driver-version.revision= cuda.driver-version.full=470.82")
 
 
 @pytest.mark.parametrize("version", ["550", "550.54.15.1", "550..1", "", "r550.x y"])
@@ -96,15 +98,15 @@ def test_failed_vgpu_scan_gives_no_vgpu_labels() -> None:
 def test_vgpu_labels_come_from_the_last_device() -> None:
     vgpu = Vgpu((VgpuDevice("460.16", "r460_00"), VgpuDevice("550.54.16", "r550_40")))
     labels = labels_of(node(gpu(0), vgpu=vgpu))
-    assert labels[P + "vgpu.present"] == "true"
-    assert labels[P + "vgpu.host-driver-version"] == "550.54.16"
-    assert labels[P + "vgpu.host-driver-branch"] == "r550_40"
+    expect(
+        labels,
+        "vgpu.present=true vgpu.host-driver-version=550.54.16 vgpu.host-driver-branch=r550_40",
+    )
 
 
 def test_mig_capable_and_strategy() -> None:
     not_capable = labels_of(node(gpu(0, "Tesla T4", cc=(7, 5))), "single")
-    assert not_capable[P + "mig.capable"] == "false"
-    assert not_capable[P + "mig.strategy"] == "single"
+    expect(not_capable, "mig.capable=false mig.strategy=single")
     capable = labels_of(node(gpu(0, mig=mig(enabled=False)), gpu(1, "Tesla T4")))
     assert capable[P + "mig.capable"] == "true"
     assert P + "mig.strategy" not in capable
@@ -204,9 +206,7 @@ def test_product_name_is_sanitised() -> None:
 
 def test_mig_enabled_model_has_zero_replicas_under_none() -> None:
     labels = labels_of(node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig("1g.5gb"))))
-    assert labels[P + "gpu.replicas"] == "0"
-    assert labels[P + "gpu.count"] == "2"
-    assert labels[P + "gpu.sharing-strategy"] == "none"
+    expect(labels, "gpu.replicas=0 gpu.count=2 gpu.sharing-strategy=none")
 
 
 def test_partly_mig_enabled_model_keeps_configured_replicas() -> None:
@@ -228,17 +228,17 @@ sharing:
 
 def test_time_slicing_marks_product_shared() -> None:
     labels = labels_of(node(gpu(0)), config=config(TIME_SLICING))
-    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
-    assert labels[P + "gpu.replicas"] == "4"
-    assert labels[P + "gpu.sharing-strategy"] == "time-slicing"
-    assert labels[P + "mps.capable"] == "false"
+    expect(
+        labels,
+        "gpu.product=NVIDIA-A100-SXM4-40GB-SHARED gpu.replicas=4 "
+        "gpu.sharing-strategy=time-slicing mps.capable=false",
+    )
 
 
 def test_rename_by_default_drops_the_shared_suffix() -> None:
     text = TIME_SLICING.replace("  timeSlicing:\n", "  timeSlicing:\n    renameByDefault: true\n")
     labels = labels_of(node(gpu(0)), config=config(text))
-    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB"
-    assert labels[P + "gpu.replicas"] == "4"
+    expect(labels, "gpu.product=NVIDIA-A100-SXM4-40GB gpu.replicas=4")
 
 
 def test_explicit_rename_is_ignored_like_upstream() -> None:
@@ -251,8 +251,7 @@ def test_explicit_rename_is_ignored_like_upstream() -> None:
 
 def test_mps_sets_mps_capable_and_strategy() -> None:
     labels = labels_of(node(gpu(0)), config=config(TIME_SLICING.replace("timeSlicing", "mps")))
-    assert labels[P + "mps.capable"] == "true"
-    assert labels[P + "gpu.sharing-strategy"] == "mps"
+    expect(labels, "mps.capable=true gpu.sharing-strategy=mps")
 
 
 def test_mps_with_a_mig_enabled_gpu_is_a_config_error() -> None:
@@ -263,9 +262,7 @@ def test_mps_with_a_mig_enabled_gpu_is_a_config_error() -> None:
 
 def test_sharing_of_a_mig_enabled_model_is_not_applied() -> None:
     labels = labels_of(node(gpu(0, mig=mig("1g.5gb"))), "mixed", config(TIME_SLICING))
-    assert labels[P + "gpu.replicas"] == "0"
-    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB"
-    assert labels[P + "gpu.sharing-strategy"] == "none"
+    expect(labels, "gpu.replicas=0 gpu.product=NVIDIA-A100-SXM4-40GB gpu.sharing-strategy=none")
 
 
 # ----------------------------------------------------------------- MIG strategies
@@ -308,11 +305,12 @@ def test_none_strategy_ignores_mig_devices() -> None:
 def test_single_strategy_with_uniform_mig_overrides_gpu_labels() -> None:
     snapshot = node(gpu(0, mig=mig("1g.5gb", "1g.5gb")), gpu(1, mig=mig("1g.5gb")))
     labels = resource(labels_of(snapshot, "single"), "gpu")
-    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
-    assert labels["count"] == "3"
-    assert labels["memory"] == "4864"
-    assert labels["replicas"] == "1"
-    assert labels["multiprocessors"] == "14"
+    expect(
+        labels,
+        "product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb count=3 memory=4864 replicas=1 "
+        "multiprocessors=14",
+        prefix="",
+    )
     assert labels["family"] == "ampere"  # stays from the parent
     assert labels["compute.major"] == "8"
 
@@ -328,10 +326,11 @@ def test_single_strategy_with_uniform_mig_overrides_gpu_labels() -> None:
 def test_single_strategy_invalid_configurations(gpus: tuple) -> None:  # type: ignore[type-arg]
     result = build(node(*gpus), "single", Config(), None)
     labels = resource(result.labels, "gpu")
-    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-INVALID"
-    assert labels["count"] == "0"
-    assert labels["replicas"] == "0"
-    assert labels["memory"] == "0"
+    expect(
+        labels,
+        "product=NVIDIA-A100-SXM4-40GB-MIG-INVALID count=0 replicas=0 memory=0",
+        prefix="",
+    )
     assert "multiprocessors" not in labels
     assert any("MIG-INVALID" in w for w in result.warnings)
 
@@ -406,8 +405,7 @@ def test_seed_example_from_the_spec() -> None:
 def test_sharing_applies_to_renamed_resources() -> None:
     text = RENAMING + "sharing:\n  timeSlicing:\n    resources:\n    - {name: a100, replicas: 2}\n"
     labels = labels_of(node(gpu(0)), config=config(text))
-    assert labels[P + "a100.replicas"] == "2"
-    assert labels[P + "a100.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
+    expect(labels, "a100.replicas=2 a100.product=NVIDIA-A100-SXM4-40GB-SHARED")
 
 
 # ----------------------------------------------------------------- validity
@@ -467,8 +465,7 @@ def test_mig_a100s_beside_a_display_are_a_valid_single_layout() -> None:
     a100s = [gpu(i, mig=mig("1g.5gb", "1g.5gb")) for i in range(4)]
     display = gpu(4, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000)
     labels = resource(labels_of(node(*a100s, display), "single"), "gpu")
-    assert labels["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
-    assert labels["count"] == "8"
+    expect(labels, "product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb count=8", prefix="")
 
 
 def test_mps_with_mig_ignores_the_display() -> None:
@@ -478,8 +475,7 @@ def test_mps_with_mig_ignores_the_display() -> None:
         "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
     )
     labels = labels_of(snapshot, "none", mps)
-    assert labels[P + "mps.capable"] == "true"
-    assert labels[P + "gpu.count"] == "1"
+    expect(labels, "mps.capable=true gpu.count=1")
 
 
 # ------------------------------------- one device type, labelled the way upstream does it
@@ -491,8 +487,7 @@ def test_mps_with_mig_ignores_the_display() -> None:
 def test_the_last_gpu_of_a_type_speaks_for_it() -> None:
     snapshot = node(gpu(0, memory=40960), gpu(1, memory=40000), gpu(2, memory=40537))
     labels = resource(labels_of(snapshot), "gpu")
-    assert labels["memory"] == "40537"
-    assert labels["count"] == "3"
+    expect(labels, "memory=40537 count=3", prefix="")
 
 
 def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
@@ -522,8 +517,7 @@ def test_what_the_full_gpu_lacks_is_kept_from_the_mig_enabled_ones() -> None:
     on = gpu(0, memory=40960, mig=mig("1g.5gb"))
     off = gpu(1, memory=None, mig=mig(enabled=False))
     labels = resource(labels_of(node(on, off)), "gpu")
-    assert labels["memory"] == "40960"
-    assert labels["replicas"] == "1"
+    expect(labels, "memory=40960 replicas=1", prefix="")
 
 
 def test_products_are_sanitised_part_by_part() -> None:
@@ -531,8 +525,10 @@ def test_products_are_sanitised_part_by_part() -> None:
     name = "NVIDIA A100 (SXM4) "
     snapshot = node(gpu(0, name, mig=mig("1g.5gb+me")))
     labels = labels_of(snapshot, "mixed")
-    assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4"
-    assert labels[P + "mig-1g.5gb.me.product"] == "NVIDIA-A100-SXM4-MIG-1g.5gb.me"
+    expect(
+        labels,
+        "gpu.product=NVIDIA-A100-SXM4 mig-1g.5gb.me.product=NVIDIA-A100-SXM4-MIG-1g.5gb.me",
+    )
     invalid = labels_of(node(gpu(0, name, mig=mig()), gpu(1, name)), "single")
     assert invalid[P + "gpu.product"] == "NVIDIA-A100-SXM4-MIG-INVALID"
 
@@ -581,8 +577,11 @@ def test_a_long_invalid_product_keeps_mig_invalid() -> None:
 
 def test_products_that_fit_are_unchanged() -> None:
     labels = labels_of(node(gpu(0, mig=mig("1g.5gb", "1g.5gb+me"))), "mixed")
-    assert labels[P + "mig-1g.5gb.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
-    assert labels[P + "mig-1g.5gb.me.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"
+    expect(
+        labels,
+        "mig-1g.5gb.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb "
+        "mig-1g.5gb.me.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me",
+    )
 
 
 def test_a_product_with_no_room_for_the_model_is_left_out() -> None:
@@ -615,8 +614,7 @@ def test_a_driver_version_that_does_not_fit_is_left_out() -> None:
 def test_lost_gpus_are_counted_and_the_others_labelled() -> None:
     lost = (LostGpu(index=1, reason="GPU is lost"),)
     labels = labels_of(replace(node(gpu(0), gpu(2)), lost=lost))
-    assert labels[P + "gpu.lost"] == "1"
-    assert labels[P + "gpu.count"] == "2"
+    expect(labels, "gpu.lost=1 gpu.count=2")
     assert P + "gpu.lost" not in labels_of(node(gpu(0), gpu(2)))  # only when non-zero
 
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 import sys
 from dataclasses import replace
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -70,16 +72,8 @@ def group(minors: list[int], bandwidth: str, score: int) -> dict[str, Any]:
 DGX1_DOUBLED = [(0, 3), (0, 4), (1, 2), (1, 5), (2, 3), (4, 7), (5, 6), (6, 7)]  # 50G
 DGX1_SINGLE = [(0, 1), (0, 2), (1, 3), (2, 6), (3, 7), (4, 5), (4, 6), (5, 7)]  # 25G
 #: the 4-GPU sets with a ring: the two quads and the six "faces" {a, b, a+4, b+4}
-DGX1_QUADS = [
-    [0, 1, 2, 3],
-    [0, 1, 4, 5],
-    [0, 2, 4, 6],
-    [0, 3, 4, 7],
-    [1, 2, 5, 6],
-    [1, 3, 5, 7],
-    [2, 3, 6, 7],
-    [4, 5, 6, 7],
-]
+DGX1_QUADS = [[0, 1, 2, 3], *([a, b, a + 4, b + 4] for a, b in combinations(range(4), 2))]
+DGX1_QUADS.append([4, 5, 6, 7])
 
 EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     # Every pair NVLink joins is a 2-GPU partition, aligned or not (0-3, 1-2, ... are
@@ -172,52 +166,15 @@ def test_snapshots_without_topology_label_exactly_as_before(path: Path) -> None:
 
 # ------------------------------------------------- allocationScore: the worked tables
 #
-# Seed 003 (koordinator's proposal "GPU Partitioning APIs"): allocationScore is "the overall
-# allocation quality for the node after the partition has been assigned away", measured
-# by "the maximum number of cards and the greatest bandwidth available in the remaining
-# Partitions".  koordinator's allocateByPartition (pkg/scheduler/plugins/deviceshare/
-# allocator_gpu.go, commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e) tries the lowest
-# score first.  So, per partition P: LEFT = the largest partition sharing no GPU with P,
-# then the best ringBusBandwidth among those of that size; within a size, the best LEFT
-# scores 1, the next 2, ...
-#
-# DGX-1 hybrid cube mesh (8 x V100; pairs and 4-sets above):
-#
-#   size  P                     a best partition left       LEFT          score
-#   8     0-1-2-3-4-5-6-7       none                        (0, -)        1
-#   4     0-1-2-3               4-5-6-7                     (4, 25G)      1
-#   4     0-1-4-5               2-3-6-7                     (4, 25G)      1
-#   4     any of the 8          its complement, also a ring (4, 25G)      1
-#   2     0-3 (50G, unaligned)  4-5-6-7                     (4, 25G)      1
-#   2     0-1 (25G)             4-5-6-7                     (4, 25G)      1
-#   2     0-4 (50G, across)     1-2-5-6 (quads both broken) (4, 25G)      1
-#   2     any of the 16         a 4-set ring avoiding it    (4, 25G)      1
-#   1     any GPU               the other quad              (4, 25G)      1
-#
-#   No 4-set ring has a faster bottleneck than 25G and every choice leaves one: the mesh
-#   is symmetric, so every score is 1 and koordinator's bin-packing decides among them.
-#
-# HGX H100 8-GPU NVSwitch (fabric manager's aligned partitions, 450G everywhere):
-#
-#   size  P                     a best partition left       LEFT          score
-#   8     0-7                   none                        (0, -)        1
-#   4     0-3 / 4-7             the other half              (4, 450G)     1
-#   2     0-1, 2-3, 4-5, 6-7    the half it is not in       (4, 450G)     1
-#   1     any GPU               the half it is not in       (4, 450G)     1
-#
-#   -- exactly koordinator's built-in Hopper table (GPUPartitionIndexOfNVIDIAHopper in
-#   pkg/scheduler/plugins/deviceshare/allocator_gpu_helper.go): same minors, every score 1.
-#
-# The same DGX-1 with GPU 7 gone (7 GPUs): only four 4-set rings remain, all through 0-2.
-#
-#   size  P                     a best partition left       LEFT          score
-#   4     each of the four      a doubled pair (2-3, 5-6..) (2, 50G)      1
-#   2     0-3, 0-4, 1-5, 2-3,   a 4-set ring: 1-2-5-6,      (4, 25G)      1
-#         1-3, 2-6, 4-5, 4-6,   0-2-4-6, ...
-#         5-6
-#   2     0-1, 0-2, 1-2         no 4-set ring left: only    (2, 50G)      2
-#                               pairs, a doubled one best
-#   1     any GPU               a 4-set ring avoiding it    (4, 25G)      1
+# koordinator's allocateByPartition (pkg/scheduler/plugins/deviceshare/allocator_gpu.go,
+# commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e) tries the lowest score first, and its
+# proposal "GPU Partitioning APIs" defines the score by what is left once a partition is
+# given away.  So per partition P: LEFT = (size, best ringBusBandwidth) of the largest
+# partition sharing no GPU with P; within a size the best LEFT scores 1, the next 2, ...
+# On the symmetric DGX-1 mesh and the HGX H100 (koordinator's own Hopper table,
+# GPUPartitionIndexOfNVIDIAHopper in allocator_gpu_helper.go) every P leaves a 4-set ring,
+# so every score is 1; the DGX-1 without GPU 7 keeps only four 4-set rings, all through
+# 0-2, so the pairs 0-1, 0-2, 1-2 (which break all four) score 2.
 
 QUAD_25G = (4, 25 * 10**9)
 
@@ -422,28 +379,28 @@ def test_minors_name_the_gpus_when_known() -> None:
 # ----------------------------------------------------------------------------- override
 
 
-def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
+def with_config(
+    tmp_path: Path, text: str, snapshot: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """gfd in-process on ``snapshot`` with a config file holding ``text``."""
     config = tmp_path / "config.yaml"
-    config.write_text(
+    config.write_text(text)
+    return run_gfd_here(*args, "--snapshot-file", str(snapshot), "--config-file", str(config))
+
+
+def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
+    text = (
         "version: v1\npartitions:\n  2:\n  - {minors: [1, 0], ringBusBandwidth: 40Gi}\n"
         "  '4':\n  - {minors: [0, 1, 2, 3], allocationScore: 3}\n"
     )
-    result = run_gfd_here(
-        "--dump-partitions", "--snapshot-file", str(A100_PCIE), "--config-file", str(config)
-    )
+    result = with_config(tmp_path, text, A100_PCIE, "--dump-partitions")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
         "2": [group([0, 1], "40Gi", 1)],
         "4": [{"minors": [0, 1, 2, 3], "gpuLinkType": "NVLink", "allocationScore": 3}],
     }
-    labels = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--topology-labels",
-        "--snapshot-file",
-        str(A100_PCIE),
-        "--config-file",
-        str(config),
+    labels = with_config(
+        tmp_path, text, A100_PCIE, "--oneshot", "--no-timestamp", "--topology-labels"
     )
     assert "nvidia.com/gpu.partition-sizes=2-4\n" in labels.stdout
 
@@ -462,27 +419,15 @@ def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
 def test_bad_operator_table_is_one_line_and_exit_2(
     tmp_path: Path, document: str, message: str
 ) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text(f"version: v1\n{document}\n")
-    result = run_gfd_here(
-        "--dump-partitions", "--snapshot-file", str(L40S), "--config-file", str(config)
-    )
+    result = with_config(tmp_path, f"version: v1\n{document}\n", L40S, "--dump-partitions")
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert result.stdout == ""
 
 
 def test_operator_table_must_fit_the_node(tmp_path: Path) -> None:
-    config = tmp_path / "config.yaml"
-    config.write_text("partitions: {2: [{minors: [3, 4]}]}\n")
-    result = run_gfd_here(
-        "--oneshot",
-        "--topology-labels",
-        "--snapshot-file",
-        str(A100_PCIE),
-        "--config-file",
-        str(config),
-    )
+    text = "partitions: {2: [{minors: [3, 4]}]}\n"
+    result = with_config(tmp_path, text, A100_PCIE, "--oneshot", "--topology-labels")
     assert result.returncode == 2
     assert "partitions.2[0].minors: no GPU has minor 4" in result.stderr
     assert result.stdout == ""

@@ -43,6 +43,7 @@ MOCKMODEL = "MOCKMODEL"
 MOCK_DRIVER = Driver("400.300", 8000)  # GetDriverVersion "400.300", GetCudaDriverVersion 8.0
 GRAPHICS = 0x030000
 COMPUTE = 0x030200
+ENGINES = ("copy", "decoder", "encoder", "jpeg", "ofa")
 
 # ------------------------------------------------------------------ upstream's mocks
 
@@ -54,13 +55,7 @@ def new_mig_device(gi: int, ci: int, gb: int, **attributes: int) -> MigDevice:
         memory_mib=gb,
         multiprocessors=attributes.get("multiprocessors", 0),
         slices=MigSlices(gi, ci),
-        engines=MigEngines(
-            copy=attributes.get("copy", 0),
-            decoder=attributes.get("decoder", 0),
-            encoder=attributes.get("encoder", 0),
-            jpeg=attributes.get("jpeg", 0),
-            ofa=attributes.get("ofa", 0),
-        ),
+        engines=MigEngines(**{engine: attributes.get(engine, 0) for engine in ENGINES}),
     )
 
 
@@ -193,11 +188,7 @@ def mig_labels(
         "multiprocessors": str(attr.get("multiprocessors", 0)),
         "slices.gi": str(attr["gi"]),
         "slices.ci": str(attr["ci"]),
-        "engines.copy": str(attr.get("copy", 0)),
-        "engines.decoder": str(attr.get("decoder", 0)),
-        "engines.encoder": str(attr.get("encoder", 0)),
-        "engines.jpeg": str(attr.get("jpeg", 0)),
-        "engines.ofa": str(attr.get("ofa", 0)),
+        **{f"engines.{engine}": str(attr.get(engine, 0)) for engine in ENGINES},
     }
     return {f"{resource}.{k}": v for k, v in labels.items()}
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.process import ROOT, run_gfd
+from tests.process import ROOT, run_gfd_here
 from tests.upstream_labels import STRATEGIES, differences, read_labels
 
 FIXTURES = Path(ROOT) / "tests" / "fixtures" / "real-gpu"
@@ -42,17 +42,10 @@ def test_snapshot_labels_equal_upstream_on_that_machine(
     folder = FIXTURES / machine
     expected = read_labels(folder / f"upstream-v0.20.0-mig-{strategy}.labels")
     output = tmp_path / "labels"
-    done = run_gfd(
-        "--oneshot",
-        "--no-timestamp",
-        "--use-node-feature-api=false",
-        "--snapshot-file",
-        str(folder / "snapshot.yaml"),
-        "--mig-strategy",
-        strategy,
-        "--output-file",
-        str(output),
-    )
+    flags = ["--oneshot", "--no-timestamp", "--use-node-feature-api=false"]
+    snapshot = ["--snapshot-file", str(folder / "snapshot.yaml")]
+    # in this process: a new interpreter per case would cost more than the labelling
+    done = run_gfd_here(*flags, *snapshot, "--mig-strategy", strategy, "--output-file", str(output))
     assert done.returncode == 0, done.stderr
     labels = read_labels(output)
     assert not differences(expected, labels), "\n".join(differences(expected, labels))

@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import pynvml as real
 
@@ -225,6 +225,23 @@ class _GpuInstanceHandle:
         return "<c_nvmlGpuInstance_t>"
 
 
+T = TypeVar("T")
+
+
+def _known(value: T | None) -> T:
+    """The field's value, or NOT_SUPPORTED where the fake GPU leaves it unset."""
+    if value is None:
+        raise _error(NOT_SUPPORTED)
+    return value
+
+
+def _pci_info(bus_id: str) -> Any:
+    info = real.nvmlPciInfo_t()
+    info.busId = bus_id.encode()
+    info.busIdLegacy = bus_id.encode()[:15]
+    return info
+
+
 def _error(code: int) -> real.NVMLError:
     return real.NVMLError(code)
 
@@ -361,26 +378,18 @@ class FakeNvml:
         return self._text(self._gpu(handle).name)
 
     def _nvmlDeviceGetPciInfo(self, handle: Any) -> Any:
-        gpu = self._gpu(handle)
-        info = real.nvmlPciInfo_t()
-        info.busId = gpu.bus_id.encode()
-        info.busIdLegacy = gpu.bus_id.encode()[:15]
-        return info
+        return _pci_info(self._gpu(handle).bus_id)
 
     def _nvmlDeviceGetMemoryInfo(self, handle: Any, version: Any = None) -> Any:
-        gpu = self._gpu(handle)
-        if gpu.memory_total is None:
-            raise _error(NOT_SUPPORTED)
-        return real.c_nvmlMemory_t(total=gpu.memory_total, free=gpu.memory_total, used=0)
+        total = _known(self._gpu(handle).memory_total)
+        return real.c_nvmlMemory_t(total=total, free=total, used=0)
 
     def _nvmlDeviceGetCudaComputeCapability(self, handle: Any) -> tuple[int, int]:
         return self._gpu(handle).compute_capability
 
     def _nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
-        gpu = self._gpu(device)
-        if gpu.mig_mode is None:
-            raise _error(NOT_SUPPORTED)
-        return [gpu.mig_mode, gpu.mig_mode]
+        mode = _known(self._gpu(device).mig_mode)
+        return [mode, mode]
 
     def _nvmlDeviceGetMaxMigDeviceCount(self, device: Any) -> int:
         gpu = self._gpu(device)
@@ -455,37 +464,26 @@ class FakeNvml:
         info.sliceCount = SLICES_OF_ENUM.get(profile, 1)
         return info
 
-    def _fill_fabric(self, device: Any, gpuFabricInfo: Any) -> int:
-        gpu = self._gpu(device)
-        if gpu.fabric is None:
-            raise _error(NOT_SUPPORTED)
+    def _nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
+        fabric = _known(self._gpu(device).fabric)
         struct = getattr(gpuFabricInfo, "_obj", gpuFabricInfo)  # byref(...) or the struct
-        ctypes.memmove(struct.clusterUuid, gpu.fabric.cluster_uuid, 16)
-        struct.cliqueId = gpu.fabric.clique_id
-        struct.state = gpu.fabric.state
-        struct.status = gpu.fabric.status
+        ctypes.memmove(struct.clusterUuid, fabric.cluster_uuid, 16)
+        struct.cliqueId = fabric.clique_id
+        struct.state = fabric.state
+        struct.status = fabric.status
         return real.NVML_SUCCESS
 
-    def _nvmlDeviceGetGpuFabricInfoV(self, device: Any, gpuFabricInfo: Any) -> int:
-        return self._fill_fabric(device, gpuFabricInfo)
-
-    def _nvmlDeviceGetGpuFabricInfo(self, device: Any, gpuFabricInfo: Any) -> int:
-        return self._fill_fabric(device, gpuFabricInfo)
+    _nvmlDeviceGetGpuFabricInfo = _nvmlDeviceGetGpuFabricInfoV
 
     # ------------------------------------------------------------- topology
 
     def _nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
-        gpu = self._gpu(handle)
-        if gpu.minor is None:
-            raise _error(NOT_SUPPORTED)
-        return gpu.minor
+        return _known(self._gpu(handle).minor)
 
     def _nvmlDeviceGetCpuAffinity(self, handle: Any, cpuSetSize: int) -> Any:
-        gpu = self._gpu(handle)
-        if gpu.cpus is None:
-            raise _error(NOT_SUPPORTED)
+        cpus = _known(self._gpu(handle).cpus)
         words = (ctypes.c_ulonglong * cpuSetSize)()
-        for cpu in gpu.cpus:
+        for cpu in cpus:
             if cpu // 64 < cpuSetSize:
                 words[cpu // 64] |= 1 << (cpu % 64)
         return words
@@ -505,10 +503,7 @@ class FakeNvml:
 
     def _link_field(self, device: Any, link: int, name: str) -> Any:
         found = self._link(device, link)
-        value = None if found is None else getattr(found, name)
-        if value is None:
-            raise _error(NOT_SUPPORTED)
-        return value
+        return _known(None if found is None else getattr(found, name))
 
     def _nvmlDeviceGetNvLinkVersion(self, device: Any, link: int) -> int:
         return int(self._link_field(device, link, "version"))
@@ -517,11 +512,7 @@ class FakeNvml:
         return int(self._link_field(handle, link, "remote_type"))
 
     def _nvmlDeviceGetNvLinkRemotePciInfo(self, device: Any, link: int) -> Any:
-        bus_id = self._link_field(device, link, "remote_bus_id")
-        info = real.nvmlPciInfo_t()
-        info.busId = bus_id.encode()
-        info.busIdLegacy = bus_id.encode()[:15]
-        return info
+        return _pci_info(self._link_field(device, link, "remote_bus_id"))
 
     def _pair(self, device1: Any, device2: Any, table: dict[tuple[int, int], int]) -> int:
         self._gpu(device1)
