@@ -222,6 +222,43 @@ def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
         followed.join(5)
 
 
+def test_back_from_an_outage_one_list_then_the_watch_after_a_spread_wait(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that was away may have restarted and forgotten every version: the watch
+    lists (one request that also shows the object) instead of a resume answered 410, and
+    opens the watch after a wait drawn at random, only when coming back from failures."""
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.05)
+    waits: list[float] = []
+
+    def stream_wait() -> float:
+        waits.append(0.01)
+        return 0.01
+
+    monkeypatch.setattr(watch, "stream_wait", stream_wait)
+    seen = Seen()
+    followed = watch.follow(
+        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
+    )
+    try:
+        eventually(lambda: api.open_watches == 1, "the watch")
+        assert waits == []  # the first list is followed by its watch at once
+        with api.down():
+            api.compact()  # as a restarted server: every version seen so far is gone
+            api.delete("Node", "n1")
+            time.sleep(0.5)  # let a reconnect meet the closed port (not a timing assertion)
+            api.clear_requests()
+        eventually(lambda: api.open_watches == 1, "the watch back")
+        eventually(lambda: seen.labels()[-1] is None, "the deletion seen by the list")
+        sent = ["watch" if "watch=" in r.query else r.method for r in api.requests]
+        assert sent == ["GET", "watch"], sent  # the list, then the watch from its version
+        assert api.count("GET", "/api/v1/nodes/n1") == 0  # no read besides the list
+        assert waits == [0.01]
+    finally:
+        watch.unfollow(followed, seen)
+        followed.join(5)
+
+
 @pytest.mark.parametrize("status", [403, 405])
 def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
     api: FakeApiServer,
@@ -345,6 +382,34 @@ def test_a_deleted_nodefeature_is_created_again_long_before_the_interval(
         assert api.count("POST") == 2
         # what the watch saw stands for a read: the repair is the create alone
         assert api.count("GET", published["metadata"]["name"]) == reads
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
+def test_after_an_outage_a_node_sends_one_list_one_create_and_one_watch(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """The object deleted while the server was away (as NFD's reinstall does): once it is
+    back, the list that restarts the watch is the check of the object, so the repair is
+    the create alone; no resume answered 410, no read of the object."""
+    gfd = daemon(api, tmp_path, "--use-node-feature-api")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        name = api.objects("NodeFeature")[0]["metadata"]["name"]
+        with api.down():
+            api.compact()
+            api.delete("NodeFeature", name, "default")
+            gfd.wait_for(f"watch of NodeFeature default/{name} interrupted; reconnecting")
+            api.clear_requests()
+        gfd.wait_until(lambda: len(api.objects("NodeFeature")) == 1, "the repair", PATIENCE)
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch back", PATIENCE)
+        requests = api.requests
+        sent = sorted("watch" if "watch=" in r.query else r.method for r in requests)
+        assert sent == ["GET", "POST", "watch"], [(r.method, r.path, r.query) for r in requests]
+        (listed,) = [r for r in requests if r.method == "GET" and "watch=" not in r.query]
+        assert "fieldSelector" in listed.query  # the list, not a read of the object
         assert gfd.stop(signal.SIGTERM) == 0
     finally:
         gfd.kill()

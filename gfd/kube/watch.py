@@ -11,12 +11,11 @@ thread-safe), and tells its followers what the object is now: on start and after
 and on every event.  The followers decide whether that undoes what gfd published and, if
 so, wake the agent's loop.
 
-The protocol is the API server's own (what client-go's reflector does): a list with the field
-selector (paged, at most :data:`MAX_OBJECTS` objects) gives the objects and a
-``resourceVersion``; a watch from there with
-``allowWatchBookmarks`` streams the changes; when the stream ends (the server's timeout,
-the server going away) the watch is resumed from the last version seen; when that version
-is too old (410 Gone) the object is listed once more.
+The protocol is the API server's own (client-go's reflector): a list with the field selector
+(paged, at most :data:`MAX_OBJECTS` objects) gives the objects and a ``resourceVersion``; a
+watch from there with ``allowWatchBookmarks`` streams the changes; a stream the server ends
+is resumed from the last version seen, listed again once if that is too old (410 Gone); a
+server that did not answer (it may have restarted) is listed again at once.
 
 The stream is a channel from the API server and bounded as such:
 
@@ -71,6 +70,10 @@ EVENTS_PER_SECOND = 10.0
 #: the first wait before reconnecting after a failure, and the longest
 RECONNECT_INITIAL_SECONDS = 1.0
 RECONNECT_MAX_SECONDS = 30.0
+#: the longest wait, drawn at random, between a list made after failures and its watch: the
+#: watch starts from the list's version (nothing is missed), and a fleet back from an outage
+#: does not add every node's watch to the second of its list and of the write it called for
+STREAM_SPREAD_SECONDS = 5.0
 #: a stream that lasted this long was healthy: the next failure waits the shortest time again
 HEALTHY_STREAM_SECONDS = 60.0
 #: statuses that mean "you may not watch this": give up and re-read periodically ...
@@ -100,6 +103,10 @@ def reconnect_wait(failures: int) -> float:
     the whole of the last wait, not bunched in its upper half)."""
     base = min(RECONNECT_MAX_SECONDS, RECONNECT_INITIAL_SECONDS * 2 ** max(0, failures - 1))
     return float(random.uniform(0, base))
+
+
+def stream_wait() -> float:
+    return float(random.uniform(0, STREAM_SPREAD_SECONDS))
 
 
 class _EventBudget:
@@ -262,6 +269,8 @@ class CollectionWatch:
                 if self.resource_version is None:
                     self._list()
                     listed = True
+                    if failures and self._stopping.wait(stream_wait()):
+                        return
                 self._stream()
                 listed = False
             except Gone:
