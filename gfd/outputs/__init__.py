@@ -6,13 +6,12 @@ file and stdout paths never pay for the client."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from gfd.output_kinds import output_kind_of
 
 if TYPE_CHECKING:
-    from gfd.kube.watch import OwnedObject
     from gfd.settings import Settings
     from gfd.snapshot import Snapshot
 
@@ -55,25 +54,6 @@ class Output:
 
     def cleanup(self) -> None:
         """``--cleanup``: remove everything this labeller published for this node."""
-
-
-class WatchedOutput(Output):
-    """An API output that watches what it published (gfd.kube.watch) instead of re-reading it
-    every ``verify_interval``; where the server refuses the watch it re-reads again."""
-
-    _watched: OwnedObject
-
-    def watch(self, wake: Callable[[], None]) -> None:
-        """``wake()`` when a change undoes what was published."""
-        self.verify_interval = None
-        self._watched.start(wake, self._watch_refused)
-
-    def unwatch(self) -> None:
-        self._watched.stop()
-        self._watch_refused()
-
-    def _watch_refused(self) -> None:
-        self.verify_interval = type(self).verify_interval  # the periodic re-read again
 
 
 def make_output(settings: Settings) -> Output:

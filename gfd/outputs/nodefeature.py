@@ -26,10 +26,9 @@ from gfd.kube.client import (
     retry_budget,
     string_map,
 )
-from gfd.kube.watch import OwnedObject, watch_client
 from gfd.labels.features import node_features
 from gfd.observability import get_logger
-from gfd.outputs import WatchedOutput
+from gfd.outputs.watched import WatchedOutput
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -107,7 +106,14 @@ class NodeFeatureOutput(WatchedOutput):
         # and the version gfd's own last write made (its own event undoes nothing)
         self._desired: dict[str, str] | None = None
         self._written: str | None = None
-        self._watched = _owned_object(self, settings)
+        self._follow(
+            settings,
+            self._client,
+            self._collection,
+            self.object_name,
+            f"NodeFeature {self.namespace}/{self.object_name}",
+            self._undone,
+        )
 
     # ------------------------------------------------------------- the watch
 
@@ -316,22 +322,6 @@ class NodeFeatureOutput(WatchedOutput):
                 },
             ]
         return self._owner_references
-
-
-def _owned_object(output: NodeFeatureOutput, settings: Settings) -> OwnedObject:
-    client = output._client
-    return OwnedObject(
-        lambda: watch_client(
-            settings.kubeconfig,
-            settings.kube_api_qps,
-            settings.kube_api_burst,
-            client.rate_limiter,
-        ),
-        output._collection,
-        output.object_name,
-        f"NodeFeature {output.namespace}/{output.object_name}",
-        output._undone,
-    )
 
 
 def _version(obj: JSON) -> str | None:

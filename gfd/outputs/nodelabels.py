@@ -37,10 +37,9 @@ from gfd.kube.client import (
     retry_budget,
     string_map,
 )
-from gfd.kube.watch import OwnedObject, watch_client
 from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
-from gfd.outputs import WatchedOutput
+from gfd.outputs.watched import WatchedOutput
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -126,7 +125,14 @@ class NodeLabelsOutput(WatchedOutput):
         # the labels last published or verified (those gfd may own): what the watch compares
         self._desired: dict[str, str] | None = None
         self._written: str | None = None  # the node's version after gfd's own last patch
-        self._watched = _owned_object(self, settings)
+        self._follow(
+            settings,
+            self._client,
+            "/api/v1/nodes",
+            self.node_name,
+            f"Node {self.node_name}",
+            self._undone,
+        )
 
     # ------------------------------------------------------------- the watch
 
@@ -287,19 +293,3 @@ class NodeLabelsOutput(WatchedOutput):
         if annotations.get(MANAGED_LABELS_ANNOTATION) != (managed_labels_value(desired) or None):
             problems.append(f"annotation {MANAGED_LABELS_ANNOTATION} differs")
         return problems
-
-
-def _owned_object(output: NodeLabelsOutput, settings: Settings) -> OwnedObject:
-    client = output._client
-    return OwnedObject(
-        lambda: watch_client(
-            settings.kubeconfig,
-            settings.kube_api_qps,
-            settings.kube_api_burst,
-            client.rate_limiter,
-        ),
-        "/api/v1/nodes",
-        output.node_name,
-        f"Node {output.node_name}",
-        output._undone,
-    )
