@@ -14,6 +14,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,9 @@ def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
     return str(api.write_kubeconfig(tmp_path / "kube.cfg"))
 
 
-@pytest.fixture
-def node_watch(api: FakeApiServer, kubeconfig: str) -> Iterator[tuple[watch.ObjectWatch, Seen]]:
+@contextmanager
+def following(kubeconfig: str) -> Iterator[tuple[watch.ObjectWatch, Seen]]:
+    """Node n1 watched for the block, and the watch ended and joined after it."""
     seen = Seen()
     followed = watch.follow(
         lambda: watch.watch_client(kubeconfig, -1, 0),
@@ -91,6 +93,12 @@ def node_watch(api: FakeApiServer, kubeconfig: str) -> Iterator[tuple[watch.Obje
     finally:
         watch.unfollow(followed, seen)
         followed.join(5)
+
+
+@pytest.fixture
+def node_watch(kubeconfig: str) -> Iterator[tuple[watch.ObjectWatch, Seen]]:
+    with following(kubeconfig) as watched:
+        yield watched
 
 
 def watch_queries(api: FakeApiServer) -> list[dict[str, str]]:
@@ -124,11 +132,7 @@ def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(
 ) -> None:
     monkeypatch.setattr(watch, "WATCH_SECONDS", 1)  # the server ends each stream after ~1 s
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.05)
-    seen = Seen()
-    followed = watch.follow(
-        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
-    )
-    try:
+    with following(kubeconfig) as (_followed, seen):
         eventually(lambda: api.open_watches == 1, "the watch")
         changed = api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].update(a="3"))
         eventually(lambda: len(watch_queries(api)) >= 3, "two resumed streams")
@@ -136,8 +140,6 @@ def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(
         resumed = watch_queries(api)[-1]["resourceVersion"]
         assert resumed == changed["metadata"]["resourceVersion"]
         assert seen.labels()[-1] == {"a": "3"}
-    finally:
-        watch.unfollow(followed, seen)
 
 
 def test_gone_relists_once_and_bookmarks_move_the_version(
@@ -174,11 +176,7 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         return min(draw(failures), 0.05)
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
-    seen = Seen()
-    followed = watch.follow(
-        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
-    )
-    try:
+    with following(kubeconfig) as (followed, _seen):
         eventually(lambda: api.open_watches == 1, "the watch")
         before = followed.resource_version
         api.compact()  # a resume would now be answered 410
@@ -188,9 +186,6 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         assert lists(api) == 2
         # the version held before the outage opened the first stream and no other
         assert [q["resourceVersion"] for q in watch_queries(api)].count(str(before)) == 1
-    finally:
-        watch.unfollow(followed, seen)
-        followed.join(5)
 
 
 def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
@@ -206,20 +201,13 @@ def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
     api.fail(503, count=None, method="GET")
-    seen = Seen()
-    followed = watch.follow(
-        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
-    )
-    try:
+    with following(kubeconfig) as (_followed, _seen):
         eventually(lambda: len(waits) >= 3, "three failed lists")
         api.clear_faults()
         eventually(lambda: api.open_watches == 1, "the watch")
         failed = [r for r in api.requests if r.status == 503]
         assert len(failed) == len(waits)
         assert waits == list(range(1, len(waits) + 1))  # the bound doubles with each
-    finally:
-        watch.unfollow(followed, seen)
-        followed.join(5)
 
 
 def test_back_from_an_outage_one_list_then_the_watch_after_a_spread_wait(
@@ -236,11 +224,7 @@ def test_back_from_an_outage_one_list_then_the_watch_after_a_spread_wait(
         return 0.01
 
     monkeypatch.setattr(watch, "stream_wait", stream_wait)
-    seen = Seen()
-    followed = watch.follow(
-        lambda: watch.watch_client(kubeconfig, -1, 0), "/api/v1/nodes", "n1", "n", seen, seen
-    )
-    try:
+    with following(kubeconfig) as (_followed, seen):
         eventually(lambda: api.open_watches == 1, "the watch")
         assert waits == []  # the first list is followed by its watch at once
         with api.down():
@@ -254,9 +238,6 @@ def test_back_from_an_outage_one_list_then_the_watch_after_a_spread_wait(
         assert sent == ["GET", "watch"], sent  # the list, then the watch from its version
         assert api.count("GET", "/api/v1/nodes/n1") == 0  # no read besides the list
         assert waits == [0.01]
-    finally:
-        watch.unfollow(followed, seen)
-        followed.join(5)
 
 
 @pytest.mark.parametrize("status", [403, 405])
