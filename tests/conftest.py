@@ -7,15 +7,16 @@
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from gfd.observability import use_structlog
+from gfd.observability import configure_logging, use_structlog
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import Daemon
 
@@ -72,3 +73,17 @@ def api(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
 @pytest.fixture
 def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
     return str(api.write_kubeconfig(tmp_path / "kubeconfig"))
+
+
+@pytest.fixture
+def log_events(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[str], list[Any]]]:
+    """The agent's JSON log records with a given event name, as the process tests read."""
+    configure_logging("json", "debug")
+
+    def events(name: str) -> list[Any]:
+        err = capsys.readouterr().err
+        records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
+        return [record for record in records if record.get("event") == name]
+
+    yield events
+    configure_logging(None, "info")

@@ -3,9 +3,8 @@ failed passes, the Agent's waits scripted (tests/loop.py); real processes: test_
 
 from __future__ import annotations
 
-import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,6 @@ import pytest
 from gfd import discovery
 from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
-from gfd.observability import configure_logging
 from gfd.outputs.file import split_features_file
 from gfd.settings import Settings, resolve
 from tests.fakes.fake_nvml import FakeNvml
@@ -26,20 +24,6 @@ from tests.process import ROOT
 DGX = "examples/snapshots/dgx-a100.yaml"
 TWO_MODELS = "examples/snapshots/two-models.yaml"
 VARIED = Path(ROOT) / "examples" / "snapshots" / "dgx-a100-mig-varied.yaml"
-
-
-@pytest.fixture
-def log_events(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[str], list[Any]]]:
-    """The agent's JSON log records with a given event name, as the process tests read."""
-    configure_logging("json", "debug")
-
-    def events(name: str) -> list[Any]:
-        err = capsys.readouterr().err
-        records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-        return [record for record in records if record.get("event") == name]
-
-    yield events
-    configure_logging(None, "info")
 
 
 def settings(**cli: Any) -> Settings:

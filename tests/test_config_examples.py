@@ -5,9 +5,8 @@ like one that works).  Also: a config entry that applies to nothing is named, on
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ import yaml
 from gfd import labels as labelling
 from gfd.agent import Agent
 from gfd.config import Config, ReplicatedResource, ResourcePattern, Sharing, wildcard_regex
-from gfd.observability import configure_logging
 from gfd.settings import parse_config_text, resolve
 from tests.helpers import gpu, mig, node
 from tests.loop import drive
@@ -161,20 +159,6 @@ def test_a_config_that_applies_everywhere_names_nothing() -> None:
         sharing=_shared("nvidia.com/a100", "nvidia.com/gpu"),
     )
     assert labelling.build(snapshot, "none", config, None).unused == ()
-
-
-@pytest.fixture
-def log_events(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[str], list[Any]]]:
-    """The agent's JSON log records with a given event name."""
-    configure_logging("json", "debug")
-
-    def events(name: str) -> list[Any]:
-        err = capsys.readouterr().err
-        records = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
-        return [record for record in records if record.get("event") == name]
-
-    yield events
-    configure_logging(None, "info")
 
 
 def test_an_entry_that_applies_to_nothing_is_warned_once_per_change(

@@ -250,23 +250,14 @@ def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
 ) -> None:
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
     api.refuse_watches(status)
-    seen = Seen()
-    followed = watch.follow(
-        lambda: watch.watch_client(kubeconfig, -1, 0),
-        "/api/v1/nodes",
-        "n1",
-        "Node n1",
-        seen,
-        seen.refused,
-    )
-    followed.join(PATIENCE)
-    assert not followed._thread or not followed._thread.is_alive()
-    assert seen.refusals == 1 and followed.refused
-    lines = [line for line in capsys.readouterr().err.splitlines() if "cannot watch" in line]
-    assert len(lines) == 1 and str(status) in lines[0], lines
-    # a few tries (a starting server refuses for a moment), then never again
-    assert len(watch_queries(api)) == watch.REFUSALS_BEFORE_GIVING_UP
-    watch.unfollow(followed, seen)
+    with following(kubeconfig) as (followed, seen):
+        followed.join(PATIENCE)
+        assert not followed._thread or not followed._thread.is_alive()
+        assert seen.refusals == 1 and followed.refused
+        lines = [line for line in capsys.readouterr().err.splitlines() if "cannot watch" in line]
+        assert len(lines) == 1 and str(status) in lines[0], lines
+        # a few tries (a starting server refuses for a moment), then never again
+        assert len(watch_queries(api)) == watch.REFUSALS_BEFORE_GIVING_UP
 
 
 def test_a_refusal_after_the_watch_worked_is_a_server_starting_and_retried(
