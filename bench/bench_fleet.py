@@ -25,7 +25,9 @@ gfd's counters.  Phases, in order:
    requests and writes per node until all have published;
 4. outage: the API server killed for 30 s, every NodeFeature deleted from etcd meanwhile;
    after it is back, the fleet's peak requests per second (1 s and 5 s windows) and the
-   seconds until every node's object is right again;
+   seconds until every node's object is right again.  Repeated (``--outages``, 3 by
+   default), because at ten nodes one outage is one random draw of who comes back when:
+   the table gives the median of the repeats and their range;
 5. another client's plain GET loop (latency p50/p99) with only gfd's fleet, only
    upstream's, and neither running.
 """
@@ -329,9 +331,10 @@ class Figures:
     cpu: dict[str, float] = field(default_factory=dict)
     repair: dict[str, tuple[float, float, int]] = field(default_factory=dict)
     rollout: dict[str, tuple[float, float]] = field(default_factory=dict)
-    outage_peak: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    outage_recovery: dict[str, float] = field(default_factory=dict)
+    outage_peak: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    outage_recovery: dict[str, list[float]] = field(default_factory=dict)
     latency: dict[str, tuple[float, float]] = field(default_factory=dict)
+    floor: float = 0.0
     notes: list[str] = field(default_factory=list)
 
 
@@ -417,10 +420,11 @@ def outage(fleet: Fleet, figures: Figures, down: float, after: float) -> None:
     one, five = peaks(records, back_wall, 1.0), peaks(records, back_wall, 5.0)
     spread = peaks(records, back_wall, 1.0, nodes=True)
     for side in SIDES:
-        figures.outage_peak[side] = (one[side], five[side], spread[side])
+        figures.outage_peak.setdefault(side, []).append((one[side], five[side], spread[side]))
         times = [recovered.get(node.name) for node in fleet.side(side)]
         done = [t for t in times if t is not None]
-        figures.outage_recovery[side] = max(done) if len(done) == len(times) else float("inf")
+        slowest = max(done) if len(done) == len(times) else float("inf")
+        figures.outage_recovery.setdefault(side, []).append(slowest)
 
 
 def get_loop(plane: ControlPlane, seconds: float) -> tuple[float, float]:
@@ -469,7 +473,7 @@ def fleet_of(plane: ControlPlane, n: int, workdir: Path, reference: Path) -> Fle
 
 
 def run(args: argparse.Namespace) -> Figures:
-    figures = Figures()
+    figures = Figures(floor=interpreter_floor_mb())
     server = servers.CURRENT
     with tempfile.TemporaryDirectory(prefix="gfd-fleet-") as tmp:
         workdir = Path(tmp)
@@ -523,10 +527,28 @@ def phases(fleet: Fleet, figures: Figures, args: argparse.Namespace) -> None:
     time.sleep(5)
     say("roll-out")
     rollout(fleet, figures, args.settle, args.spread)
-    say("outage")
-    outage(fleet, figures, 30.0, args.after)
+    for repeat in range(args.outages):
+        say(f"outage {repeat + 1} of {args.outages}")
+        outage(fleet, figures, 30.0, args.after)
     say("GET loop")
     under_load(fleet, figures, args.loop)
+
+
+def spread_of(values: list[float] | list[int], form: str) -> str:
+    """``median (lowest-highest)`` of repeated figures, each in ``form``."""
+    middle = form.format(statistics.median(values))
+    return f"{middle} ({form.format(min(values))}-{form.format(max(values))})"
+
+
+def interpreter_floor_mb() -> float:
+    """RSS of this interpreter with only the kubernetes client imported: the least any
+    Python process that uses that client can hold, gfd's code and data not yet counted."""
+    probe = "import kubernetes, pathlib; print(pathlib.Path('/proc/self/status').read_text())"
+    status = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    line = next(x for x in status.splitlines() if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
 
 
 def report(figures: Figures) -> None:
@@ -546,18 +568,22 @@ def report(figures: Figures) -> None:
     )
     g4, u4 = figures.rollout["gfd"], figures.rollout["upstream"]
     row("roll-out: requests / writes", f"{g4[0]:.1f} / {g4[1]:.1f}", f"{u4[0]:.1f} / {u4[1]:.1f}")
-    g5, u5 = figures.outage_peak["gfd"], figures.outage_peak["upstream"]
+    repeats = len(figures.outage_recovery["gfd"])
+    for i, what in enumerate(("peak requests in 1 s", "peak requests in 5 s", "nodes in 1 s")):
+        row(
+            f"after a 30 s outage ({repeats}x): fleet {what}, median (range)",
+            *(spread_of([p[i] for p in figures.outage_peak[side]], "{:.0f}") for side in SIDES),
+        )
     row(
-        "after a 30 s outage: fleet peak requests in 1 s / in 5 s / nodes in 1 s",
-        f"{g5[0]} / {g5[1]} / {g5[2]}",
-        f"{u5[0]} / {u5[1]} / {u5[2]}",
-    )
-    row(
-        "after a 30 s outage: s until every object is right",
-        f"{figures.outage_recovery['gfd']:.1f}",
-        f"{figures.outage_recovery['upstream']:.1f}",
+        f"after a 30 s outage ({repeats}x): s until every object is right, median (range)",
+        *(spread_of(figures.outage_recovery[side], "{:.1f}") for side in SIDES),
     )
     row("RSS, MB (median)", f"{figures.rss['gfd']:.1f}", f"{figures.rss['upstream']:.1f}")
+    row(
+        "RSS floor: the interpreter with the kubernetes client imported, MB",
+        f"{figures.floor:.1f}",
+        "-",
+    )
     row("CPU s / hour (median)", f"{figures.cpu['gfd']:.1f}", f"{figures.cpu['upstream']:.1f}")
     print()
     print("| another client's GET loop | p50 ms | p99 ms |")
@@ -575,6 +601,7 @@ def main() -> None:
     parser.add_argument("--settle", type=float, default=30.0, help="roll-out window, s")
     parser.add_argument("--spread", type=float, default=60.0, help="roll-out duration, s")
     parser.add_argument("--after", type=float, default=90.0, help="window after the outage, s")
+    parser.add_argument("--outages", type=int, default=3, help="outages, each one measured")
     parser.add_argument("--loop", type=float, default=20.0, help="each GET loop, s")
     parser.add_argument("--keep-logs", default="", help="copy every node's log here")
     parser.add_argument("--verbose", action="store_true")
