@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gfd import observability
 from gfd.kube import watch
 from gfd.kube.ratelimit import RateLimiter
 from gfd.settings import resolve
@@ -186,6 +187,36 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         assert lists(api) == 2
         # the version held before the outage opened the first stream and no other
         assert [q["resourceVersion"] for q in watch_queries(api)].count(str(before)) == 1
+
+
+def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
+    api: FakeApiServer,
+    kubeconfig: str,
+    monkeypatch: pytest.MonkeyPatch,
+    log_events: Callable[[str], list[Any]],
+) -> None:
+    """A stream that served long enough before it broke ends the last run of failures:
+    the next outage is reported again in its own line and starts from the shortest wait,
+    rather than from where the previous outage left off, silent."""
+    monkeypatch.setattr(watch, "HEALTHY_STREAM_SECONDS", 0.3)
+    monkeypatch.setattr(observability, "COALESCE_SECONDS", 0.0)  # the watch's own reporting
+    waits: list[int] = []
+
+    def counted(failures: int) -> float:
+        waits.append(failures)
+        return 0.02
+
+    monkeypatch.setattr(watch, "reconnect_wait", counted)
+    interrupted = "watch of Node n1 interrupted; reconnecting"
+    with following(kubeconfig):
+        for outage in range(2):
+            eventually(lambda: api.open_watches == 1, "the watch")
+            time.sleep(0.5)  # the stream serves past the (shortened) healthy mark
+            waits.clear()
+            with api.down():
+                eventually(lambda: len(waits) >= 3, "three attempts refused while down")
+            assert waits[:3] == [1, 2, 3], (outage, waits)
+            assert len(log_events(interrupted)) == 1, outage
 
 
 def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(

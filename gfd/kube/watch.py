@@ -3,18 +3,14 @@ the objects of a collection a field selector picks (this node's ResourceSlices) 
 a change is seen within moments and nothing is re-read at steady state.
 
 A :class:`CollectionWatch` holds the objects its field selector picks, by name;
-:class:`ObjectWatch` is the same watch narrowed to one object by name.  One
-:class:`ObjectWatch` per object (its NodeFeature, its Node), shared by everything that
-follows that object (the node-label output and the per-node config both follow the Node).
-It runs in a thread of its own, with a client of its own (the API client is not
-thread-safe), and tells its followers what the object is now: on start and after a relist,
-and on every event.  The followers decide whether that undoes what gfd published and, if
-so, wake the agent's loop.
+:class:`ObjectWatch` is the same watch narrowed to one object (its NodeFeature, its Node),
+shared by everything that follows that object.  It runs in a thread, with a client of its
+own (the API client is not thread-safe), and tells its followers what the object is now,
+after each list and on every event; they decide whether that undoes what gfd published.
 
-The protocol is the API server's own (client-go's reflector): a list with the field selector
-(paged, at most :data:`MAX_OBJECTS` objects) gives the objects and a ``resourceVersion``; a
-watch from there with ``allowWatchBookmarks`` streams the changes; a stream the server ends
-is resumed from the last version seen, listed again once if that is too old (410 Gone); a
+The protocol is client-go's reflector's: a paged list gives the objects and a
+``resourceVersion``; a watch from there with ``allowWatchBookmarks`` streams the changes; a
+stream the server ends is resumed from the last version (listed once more on 410 Gone); a
 server that did not answer (it may have restarted) is listed again at once.
 
 The stream is a channel from the API server and bounded as such:
@@ -27,13 +23,11 @@ The stream is a channel from the API server and bounded as such:
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
 - anything that is not an event of an object the selector picks ends the stream.
 
-A stream that ends early or fails is reconnected after a wait drawn at random up to a bound
-that doubles up to :data:`RECONNECT_MAX_SECONDS` (as client-go's reflector), so that a fleet
-whose API server came back does not reconnect in one second; every request also takes a token of the
-client-side rate limit (``--kube-api-qps``/``--kube-api-burst``) the outputs use.  A watch
-the server refuses (403: RBAC without ``watch`` or ``list``; 405) :data:`REFUSALS_BEFORE_GIVING_UP`
-times in a row is given up with one line, and the followers go back to re-reading the
-object periodically (fewer refusals are a server that is starting: retried as failures).
+A failed stream is reconnected after :func:`reconnect_wait` (client-go's reflector's doubling,
+drawn at random so that a fleet does not come back in one second), each request a token of
+the outputs' rate limit (``--kube-api-qps``/``--kube-api-burst``).  A watch refused (403, 405)
+:data:`REFUSALS_BEFORE_GIVING_UP` times in a row is given up with one line, and its followers
+re-read the object periodically.
 """
 
 from __future__ import annotations
@@ -74,7 +68,8 @@ RECONNECT_MAX_SECONDS = 30.0
 #: watch starts from the list's version (nothing is missed), and a fleet back from an outage
 #: does not add every node's watch to the second of its list and of the write it called for
 STREAM_SPREAD_SECONDS = 5.0
-#: a stream that lasted this long was healthy: the next failure waits the shortest time again
+#: a stream open this long was healthy: however it ends, the next failure starts a new run
+#: (its wait from the shortest bound, its line said again)
 HEALTHY_STREAM_SECONDS = 60.0
 #: statuses that mean "you may not watch this": give up and re-read periodically ...
 REFUSED_STATUSES = frozenset({403, 405})
@@ -163,6 +158,7 @@ class CollectionWatch:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._response: Any = None
+        self._opened: float | None = None
         self._thread: threading.Thread | None = None
         self.refused = False
         #: the objects held, by name, once the first list answered
@@ -264,7 +260,7 @@ class CollectionWatch:
         warned = False  # the failures since the last healthy stream were reported
         listed = False  # the last list was answered and no stream has run since
         while not self._stopping.is_set():
-            started = self._clock()
+            self._opened = None
             try:
                 if self.resource_version is None:
                     self._list()
@@ -285,6 +281,8 @@ class CollectionWatch:
                     raise
                 failures += 1
             except (KubeError, PublishError) as exc:
+                if self._served_healthy():
+                    failures, warned = 0, False  # a new outage: said again, waits from the start
                 failures += 1
                 if isinstance(exc, KubeError) and exc.status is None:
                     # no answer: most often a restarted server, which answers a resume 410
@@ -296,9 +294,8 @@ class CollectionWatch:
                     )
             else:
                 refusals = 0
-                if self._clock() - started >= HEALTHY_STREAM_SECONDS:
-                    failures = 0
-                    warned = False
+                if self._served_healthy():
+                    failures, warned = 0, False
                 else:
                     failures += 1  # ended early: never a tight loop against a flaky server
             if self._stopping.is_set():
@@ -326,12 +323,10 @@ class CollectionWatch:
             for item in items:
                 if isinstance(item, dict) and self._belongs(item) and self._keep(item):
                     objects[name_of(item)] = item
-            token = meta.get("continue") or ""
-            if not isinstance(token, str) or not token:
+            token = cont if isinstance(cont := meta.get("continue"), str) else ""
+            if not token:
                 break
-        else:
-            raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
-        if len(objects) > MAX_OBJECTS:
+        if token or len(objects) > MAX_OBJECTS:  # pages left after the last one allowed
             raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
         self.objects = objects
         self.resource_version = version
@@ -360,7 +355,12 @@ class CollectionWatch:
         )
         _open_stream(self._client, f"{self._collection}?{query}", self._read_events)
 
+    def _served_healthy(self) -> bool:
+        opened = self._opened  # when this attempt's stream began to be read, if it did
+        return opened is not None and self._clock() - opened >= HEALTHY_STREAM_SECONDS
+
     def _read_events(self, response: Any) -> None:
+        self._opened = self._clock()
         budget = _EventBudget(self._clock)
         self._response = response
         buffer = b""

@@ -827,14 +827,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._record("GET", path, 200, None, None)
         self.close_connection = True
         with suppress(OSError):
+            # chunked, as kube-apiserver streams a watch: a stream that reaches its timeout
+            # ends with the last chunk; one cut by the server going away ends without it,
+            # which the client sees as a broken stream, not as an end
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self.wfile.flush()
             with self.state.lock:
                 self.state.open_watches += 1
             try:
                 self._stream_events(resource, namespace, wanted, since, bookmarks, deadline)
+                if not self.state.closing.is_set():
+                    self.wfile.write(b"0\r\n\r\n")
             finally:
                 with self.state.lock:
                     self.state.open_watches -= 1
@@ -878,7 +884,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if not lines:
                     state.changed.wait(0.05)
             for line in lines:
-                self.wfile.write(json.dumps(line).encode() + b"\n")
+                data = json.dumps(line).encode() + b"\n"
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
             if any(line["type"] == "ERROR" for line in lines):
                 return
