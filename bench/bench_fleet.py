@@ -207,10 +207,10 @@ def audit_requests(plane: ControlPlane, mark: int, since: float) -> list[dict[st
         ).timestamp()
         if received < since:
             continue
-        seen.setdefault(
-            event["auditID"],
-            {"user": user, "verb": event.get("verb"), "received": received},
-        )
+        code = (event.get("responseStatus") or {}).get("code")
+        record = {"user": user, "verb": event.get("verb"), "received": received, "code": code}
+        record = seen.setdefault(event["auditID"], record)
+        record["code"] = code if code is not None else record["code"]  # the last stage's
     return list(seen.values())
 
 
@@ -402,7 +402,9 @@ def rollout(fleet: Fleet, figures: Figures, settle: float, spread: float) -> Non
         figures.rollout[side] = (requests / n, writes / n)
 
 
-def outage(fleet: Fleet, figures: Figures, down: float, after: float) -> None:
+def outage(
+    fleet: Fleet, figures: Figures, down: float, after: float, keep: Path | None = None
+) -> None:
     plane = fleet.plane
     mark = plane.audit_mark()
     plane.stop_apiserver()
@@ -417,6 +419,10 @@ def outage(fleet: Fleet, figures: Figures, down: float, after: float) -> None:
     if remaining > 0:
         time.sleep(remaining)
     records = audit_requests(plane, mark, back_wall - down)
+    if keep is not None:  # every request of the outage, for a look at who came back when
+        keep.mkdir(parents=True, exist_ok=True)
+        name = f"outage-{len(figures.outage_recovery.get('gfd', [])) + 1}.json"
+        (keep / name).write_text(json.dumps({"back": back_wall, "requests": records}))
     one, five = peaks(records, back_wall, 1.0), peaks(records, back_wall, 5.0)
     spread = peaks(records, back_wall, 1.0, nodes=True)
     for side in SIDES:
@@ -529,7 +535,7 @@ def phases(fleet: Fleet, figures: Figures, args: argparse.Namespace) -> None:
     rollout(fleet, figures, args.settle, args.spread)
     for repeat in range(args.outages):
         say(f"outage {repeat + 1} of {args.outages}")
-        outage(fleet, figures, 30.0, args.after)
+        outage(fleet, figures, 30.0, args.after, Path(args.keep_logs) if args.keep_logs else None)
     say("GET loop")
     under_load(fleet, figures, args.loop)
 
