@@ -292,7 +292,10 @@ class TopologyReader:
         return tuple(links)
 
     def _bus_id(self, remote_pci: Any) -> str | None:
-        raw = getattr(remote_pci, "busId", None)
+        try:
+            raw = getattr(remote_pci, "busId", None)
+        except UnicodeDecodeError:  # current bindings decode the field strictly: no bus id
+            return None
         if isinstance(raw, bytes):
             raw = raw.decode("utf-8", "replace")
         if not isinstance(raw, str):
