@@ -199,6 +199,15 @@ BAD_INPUTS = [
     (["--snapshot-file", "/does/not/exist.yaml"], {}, "--snapshot-file: cannot read"),
     (["--no-such-flag"], {}, "No such option"),
     (["--oneshot=sometimes"], {}, "--oneshot 'sometimes'"),
+    # a host the socket layer cannot even encode, or a port of other digits than ASCII's
+    (["--metrics-address", "\u202eevil:9400"], {}, "--metrics-address '\\u202eevil:9400'"),
+    ([], {"GFD_METRICS_ADDRESS": "a b:9400"}, "GFD_METRICS_ADDRESS='a b:9400'"),
+    (["--metrics-address", ":\uff19\uff14"], {}, "--metrics-address ':\uff19\uff14'"),
+    (
+        ["--config-file", '{cfg:flags:\n  gfd:\n    metricsAddress: "h\u00e9:1"\n}'],
+        {},
+        "flags.gfd.metricsAddress: 'h\u00e9:1'",
+    ),
 ]
 
 
