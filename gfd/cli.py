@@ -248,7 +248,9 @@ def _dump_partitions(settings: Settings, preloaded: Snapshot | None) -> int:
         return _fail(str(exc), EXIT_USAGE)
     if found.topology is None and settings.config.partitions is None:
         get_logger().warning("the snapshot has no topology section; the table is empty")
-    sys.stdout.write(partition_table.dumps(table, pretty=True) + "\n")
+    problem = write_stdout(partition_table.dumps(table, pretty=True) + "\n")
+    if problem:
+        return _fail(f"cannot write the partition table to stdout: {problem}", EXIT_RUNTIME)
     return 0
 
 

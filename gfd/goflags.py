@@ -39,12 +39,15 @@ def _long(param: Any) -> str:
     return str(max(param.opts, key=len))
 
 
-def _bool_words(flag: str, value: str, negated: bool, param: Any) -> list[str]:
+def _truth(flag: str, value: str) -> bool:
     try:
-        chosen = parse_bool(value) != negated
+        return parse_bool(value)
     except ValueError as exc:
         raise UsageError(f"{flag} {describe(value)}: {exc}") from None
-    if chosen:
+
+
+def _bool_words(flag: str, value: str, negated: bool, param: Any) -> list[str]:
+    if _truth(flag, value) != negated:
         return [_long(param)]
     return [param.secondary_opts[0]] if param.secondary_opts else []
 
@@ -74,8 +77,10 @@ def to_click(args: Sequence[str], params: Sequence[Any]) -> list[str]:
         name, sep, value = arg[dashes:].partition("=")
         if not name or name[0] in "-=":
             raise UsageError(f"bad flag syntax: {arg}")
-        if name in _ANSWERED and not sep:
-            result.append(_ANSWERED[name])
+        if name in _ANSWERED and (not sep or name not in names):
+            # urfave/cli's help and version flags are booleans: -h=1 asks, -h=false does not
+            if not sep or _truth(arg.partition("=")[0], value):
+                result.append(_ANSWERED[name])
             continue
         known = names.get(name)
         if known is None:

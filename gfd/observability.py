@@ -24,6 +24,7 @@ from collections.abc import MutableMapping
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from gfd import logsink
+from gfd.echo import printable
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -157,8 +158,23 @@ def redact(_logger: Any, _method: str, record: MutableMapping[str, Any]) -> Any:
     return _redacted(dict(record), redaction.redact)
 
 
+def _printable(value: Any) -> Any:
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, list | tuple):
+        return [_printable(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _printable(item) for key, item in value.items()}
+    return value
+
+
 def render(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
-    """structlog's JSONRenderer, or its ConsoleRenderer where the settings ask for it."""
+    """structlog's JSONRenderer, or its ConsoleRenderer where the settings ask for it.
+
+    JSON escapes every control character itself; the console renderer writes a value as it
+    is unless it holds a space, a quote or a line break, so a value that reached a field
+    unclipped (a name from a directory, an answer of the driver) could carry a terminal
+    escape to whoever reads the log: every value but a traceback is shown escaped first."""
     renderer = _config["renderer"]
     if renderer is None:
         import structlog
@@ -167,11 +183,21 @@ def render(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
         tty = stream is not None and stream.isatty()
         log_format = _config["format"]
         if log_format == "console" or (log_format is None and tty):
-            renderer = structlog.dev.ConsoleRenderer(colors=tty)
+            renderer = _escaping(structlog.dev.ConsoleRenderer(colors=tty))
         else:
             renderer = structlog.processors.JSONRenderer(default=repr)
         _config["renderer"] = renderer
     return renderer(logger, method, record)
+
+
+def _escaping(console: Any) -> Any:
+    def render_escaped(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
+        shown = {
+            key: item if key == "exception" else _printable(item) for key, item in record.items()
+        }
+        return console(logger, method, shown)
+
+    return render_escaped
 
 
 def use_structlog() -> Any:

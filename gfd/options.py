@@ -68,6 +68,9 @@ class Option:
     aliases: tuple[str, ...] = ()
     #: a path-valued option with a config key: what the config file may name (gfd.pathpolicy)
     config_paths: PathRule | None = None
+    #: a duration or a number: its variable set empty leaves it unset, as urfave/cli's
+    #: duration, float and int flags do (a boolean's is false, a string's is "")
+    empty_env_unset: bool = False
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -118,6 +121,7 @@ OPTIONS: tuple[Option, ...] = (
         60.0,
         parse_interval,
         "time between passes: 60s, 1m30s, 500ms, seconds, or infinite",
+        empty_env_unset=True,
     ),
     Option(
         "expiry_horizon",
@@ -129,6 +133,7 @@ OPTIONS: tuple[Option, ...] = (
         "how far ahead the features file's NFD expiry-time lies, renewed when half has passed "
         "(a duration, or never; default: max(1h, 4 x --sleep-interval) for the daemon, "
         "never with --oneshot or an infinite interval)",
+        empty_env_unset=True,
     ),
     Option(
         "output_file",
@@ -285,6 +290,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_KUBE_API_QPS,
         parse_qps,
         "requests per second to the API server (client-side limit; 0: 5, negative: no limit)",
+        empty_env_unset=True,
     ),
     Option(
         "kube_api_burst",
@@ -294,6 +300,7 @@ OPTIONS: tuple[Option, ...] = (
         DEFAULT_KUBE_API_BURST,
         parse_burst,
         "requests the API client may send at once before --kube-api-qps applies (0: 10)",
+        empty_env_unset=True,
     ),
     Option(
         "use_node_labels",

@@ -273,6 +273,8 @@ def _from_env(option: Option, environ: Mapping[str, str]) -> tuple[str | None, A
     for env in option.envs:
         if env in environ:
             raw = environ[env]
+            if option.empty_env_unset and raw == "":
+                return None, None  # urfave/cli: such a variable set empty is not set
             if option.is_bool and raw == "":
                 return env, False  # urfave/cli: a variable set empty turns a boolean off
             try:

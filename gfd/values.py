@@ -5,6 +5,7 @@ typed value or raises ValueError with a short reason.  A leaf module: the option
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Callable
@@ -82,15 +83,33 @@ def parse_horizon(value: Any) -> float:
     return math.inf if seconds is None else seconds
 
 
+_DNS_LABEL = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
+
+
+def is_host(text: str) -> bool:
+    """True for an IP address or a DNS name (labels of letters, digits and inner hyphens,
+    at most 253 characters): what a socket or a URL can be given as a host."""
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        pattern = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*\.?"
+        return len(text) <= 253 and re.fullmatch(pattern, text) is not None
+    return True
+
+
 def split_address(text: str) -> tuple[str, int]:
     """``host:port`` → (host, port); an empty host means every interface; ``[::1]:9`` is IPv6.
 
     Raises ValueError with the reason."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
         raise ValueError("expected host:port (e.g. :8080 or 0.0.0.0:8080), or empty for off")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
+    if host and not is_host(host):
+        # the socket layer would refuse it only when it listens (a host it cannot even
+        # encode with an exception of its own), after the value was taken
+        raise ValueError("the host is not an IP address or a DNS name")
     return host, int(port)
 
 

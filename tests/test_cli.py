@@ -132,6 +132,8 @@ def test_one_dash_long_flags_are_upstreams_not_short_options(tmp_path: Path) -> 
         ([], {"GFD_ONESHOT": "1", "GFD_NO_TIMESTAMP": "t"}),
         (["--no-timestamp"], {"GFD_ONESHOT": "True"}),
         (["--oneshot", "--timestamp=false"], {}),  # gfd's own negation, with a value
+        # urfave/cli's help and version flags are booleans too: =false asks for nothing
+        (["-oneshot", "-no-timestamp", "-h=false", "-help=0", "-v=F"], {}),
     ],
 )
 def test_gos_boolean_words_in_flags_and_variables(args: list[str], env: dict[str, str]) -> None:
@@ -149,6 +151,8 @@ def test_gos_boolean_words_in_flags_and_variables(args: list[str], env: dict[str
         (["-o", "a", "--output-file", "b"], "cannot use two forms of the same flag: -o and"),
         (["-oneshot=tRuE"], "-oneshot 'tRuE'"),
         (["--mig-strategy=MIXED"], "--mig-strategy 'MIXED'"),
+        (["-v=maybe"], "-v 'maybe'"),
+        (["-h=tRuE"], "-h 'tRuE'"),
     ],
 )
 def test_what_upstreams_grammar_refuses_is_refused(args: list[str], named: str) -> None:
@@ -165,6 +169,9 @@ def test_version_and_help() -> None:
     assert help_text.returncode == 0
     for flag in ("--mig-strategy", "--sleep-interval", "--use-node-labels", "GFD_ONESHOT"):
         assert flag in help_text.stdout
+    for asked in (["-h=1"], ["-help=T"], ["--help=true"]):  # Go's words, as upstream takes
+        assert run_gfd_here(*asked).stdout == help_text.stdout, asked
+    assert run_gfd_here("-v=true").stdout == version.stdout
 
 
 def _bad_config(tmp_path: Path, text: str) -> str:
@@ -199,6 +206,15 @@ BAD_INPUTS = [
     (["--snapshot-file", "/does/not/exist.yaml"], {}, "--snapshot-file: cannot read"),
     (["--no-such-flag"], {}, "No such option"),
     (["--oneshot=sometimes"], {}, "--oneshot 'sometimes'"),
+    # a host the socket layer cannot even encode, or a port of other digits than ASCII's
+    (["--metrics-address", "\u202eevil:9400"], {}, "--metrics-address '\\u202eevil:9400'"),
+    ([], {"GFD_METRICS_ADDRESS": "a b:9400"}, "GFD_METRICS_ADDRESS='a b:9400'"),
+    (["--metrics-address", ":\uff19\uff14"], {}, "--metrics-address ':\uff19\uff14'"),
+    (
+        ["--config-file", '{cfg:flags:\n  gfd:\n    metricsAddress: "h\u00e9:1"\n}'],
+        {},
+        "flags.gfd.metricsAddress: 'h\u00e9:1'",
+    ),
 ]
 
 

@@ -108,6 +108,34 @@ def test_old_bindings_returning_bytes(settings: Settings) -> None:
     assert (found.gpus[0].uuid, found.gpus[0].name) == ("GPU-b", "Tesla T4")
 
 
+@pytest.mark.parametrize("bytes_strings", [False, True], ids=["current-bindings", "old-bindings"])
+@pytest.mark.parametrize(
+    ("field", "raw"),
+    [
+        ("name", b"NVIDIA A100\xff\xfe-SXM4"),
+        ("uuid", b"GPU-\xc3("),
+        ("bus_id", b"00000000:07:00.\xff"),
+        ("driver_version", b"550.\x8054.15"),
+    ],
+)
+def test_driver_strings_that_are_not_utf8_get_replacement_characters(
+    settings: Settings, field: str, raw: bytes, bytes_strings: bool
+) -> None:
+    """Current bindings decode strictly and raise UnicodeDecodeError; upstream labels
+    whatever bytes the driver wrote, and old bindings' bytes are read with replacements."""
+    gpu = plain_gpu(**({} if field == "driver_version" else {field: raw}))
+    version = raw if field == "driver_version" else "550.54.15"
+    fake = FakeNvml([gpu], driver_version=version, bytes_strings=bytes_strings)
+    found = discover(settings, nvml=fake.module)
+    read = {
+        "name": found.gpus[0].name,
+        "uuid": found.gpus[0].uuid,
+        "bus_id": found.gpus[0].pci_bus_id,
+        "driver_version": found.driver and found.driver.version,
+    }
+    assert read[field] == raw.decode("utf-8", "replace")
+
+
 @pytest.mark.parametrize(
     ("nvml_form", "sysfs_form"),
     [

@@ -60,6 +60,9 @@ if os.environ.get("FAKE_NVML_SNAPSHOT"):
         real_init()
 
     fake.module.nvmlInit = nvmlInit
+    raw_name = os.environ.get("FAKE_NVML_NAME_HEX")  # every GPU's name as the driver wrote it
+    for gpu in fake.gpus if raw_name else ():
+        gpu.name = bytes.fromhex(raw_name)
     sys.modules["pynvml"] = fake.module
 '''
 
@@ -218,6 +221,22 @@ def test_gpu_lost_fails_the_oneshot_pass(fake_node: dict[str, Any], tmp_path: Pa
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
     assert "NVML error on GPU 1 in " in result.stderr and "GPU is lost" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "action", [["--dump-snapshot"], ["--oneshot", "--no-timestamp"]], ids=["dump", "oneshot"]
+)
+def test_a_gpu_name_that_is_not_utf8_is_read_not_a_traceback(
+    fake_node: dict[str, Any], action: list[str]
+) -> None:
+    env = {**fake_node["env"], "FAKE_NVML_NAME_HEX": b"NVIDIA A100\xff\x1b[2J".hex()}
+    result = run_gfd(*action, *fake_node["flags"], env=env)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    if action == ["--dump-snapshot"]:
+        assert snapshot_io.loads(result.stdout).gpus[0].name == "NVIDIA A100\ufffd\x1b[2J"
+    else:
+        assert "nvidia.com/gpu.product=NVIDIA-A1002J\n" in result.stdout
 
 
 def test_dump_snapshot_records_a_lost_gpu(fake_node: dict[str, Any], tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gfd.discovery import sysfs
+from gfd.discovery.gpu_links import read_numa_node, read_pcie_root
 from gfd.snapshot import Vgpu, VgpuDevice
 
 from .fakes.fake_sysfs import (
@@ -47,6 +48,21 @@ def test_pci_class_unknown(tree: FakeSysfs) -> None:
     assert sysfs.read_pci_class(root(tree), "0000:08:00.0") is None  # not hex
     assert sysfs.read_pci_class(root(tree), "0000:09:00.0") is None  # no device
     assert sysfs.read_pci_class(root(tree), "") is None
+
+
+@pytest.mark.parametrize("bus_id", ["../escape", "..", "."])
+def test_a_bus_id_is_never_followed_out_of_the_devices_directory(
+    tree: FakeSysfs, bus_id: str
+) -> None:
+    """A bus id is what NVML answers: a path outside bus/pci/devices is never read, though
+    a class and a NUMA node lie there to be read."""
+    for planted in (tree.devices.parent / "escape", tree.devices, tree.devices.parent):
+        planted.mkdir(parents=True, exist_ok=True)
+        (planted / "class").write_text("0x030200\n")
+        (planted / "numa_node").write_text("1\n")
+    assert sysfs.read_pci_class(root(tree), bus_id) is None
+    assert read_numa_node(root(tree), bus_id) is None
+    assert read_pcie_root(root(tree), bus_id) is None
 
 
 # ------------------------------------------------------------------ config space parsing

@@ -456,17 +456,34 @@ def assert_one_runtime_line(result: subprocess.CompletedProcess[str], *words: st
         assert word in lines[0]
 
 
+#: every action whose output is stdout
+STDOUT_ACTIONS = ["--dump-snapshot", "--oneshot", "--dump-partitions"]
+#: a snapshot each of them writes without a warning (it has a topology section)
+WITH_TOPOLOGY = str(Path(ROOT) / "examples" / "snapshots" / "dgx1-v100-cube-mesh.yaml")
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
-@pytest.mark.parametrize("action", ["--dump-snapshot", "--oneshot"])
+@pytest.mark.parametrize("action", STDOUT_ACTIONS)
 def test_stdout_on_dev_full(action: str) -> None:
     with open("/dev/full", "w") as full:
-        result = run_gfd(action, "--snapshot-file", str(SNAPSHOT), stdout=full)
+        result = run_gfd(action, "--snapshot-file", WITH_TOPOLOGY, stdout=full)
     assert_one_runtime_line(result, "stdout")
 
 
-@pytest.mark.parametrize("action", ["--dump-snapshot", "--oneshot"])
+@pytest.mark.parametrize("action", STDOUT_ACTIONS)
 def test_stdout_closed(action: str) -> None:
-    assert_one_runtime_line(closed_stdout(action, "--snapshot-file", str(SNAPSHOT)), "stdout")
+    assert_one_runtime_line(closed_stdout(action, "--snapshot-file", WITH_TOPOLOGY), "stdout")
+
+
+@pytest.mark.parametrize("action", STDOUT_ACTIONS)
+def test_stdout_whose_reader_has_gone(action: str) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write gets EPIPE
+    try:
+        result = run_gfd(action, "--snapshot-file", WITH_TOPOLOGY, stdout=write_end)
+    finally:
+        os.close(write_end)
+    assert_one_runtime_line(result, "stdout")
 
 
 def test_file_output_with_stdout_closed_is_fine(tmp_path: Path) -> None:

@@ -66,12 +66,18 @@ def test_config_swapped_for_a_special_file_fails_the_reload(
     assert daemon.stop(signal.SIGTERM) == 0
 
 
-IMPOSSIBLE_INTERVALS = ["3000000h", "9999999999", ".nan", ".inf"]
+#: (key under flags.gfd, value) a reload must refuse: intervals past any timer, and hosts
+#: the socket layer cannot even encode (it would fail only when it listens, with an
+#: exception of its own)
+IMPOSSIBLE_VALUES = [
+    *(("sleepInterval", interval) for interval in ["3000000h", "9999999999", ".nan", ".inf"]),
+    *(("metricsAddress", f'"{host}:9400"') for host in ["\\u202eevil", "\\e[31m", "a b"]),
+]
 
 
-def test_sighup_into_an_impossible_interval_keeps_the_daemon(tmp_path: Path, daemons: Any) -> None:
-    """One daemon is sent each impossible interval in turn (each reload waited for before
-    the next file is written): every one fails, and it keeps running on what was in force."""
+def test_sighup_into_an_impossible_value_keeps_the_daemon(tmp_path: Path, daemons: Any) -> None:
+    """One daemon is sent each impossible value in turn (each reload waited for before the
+    next file is written): every one fails, and it keeps running on what was in force."""
     config = tmp_path / "config.yaml"
     config.write_text("version: v1\n")
     out = tmp_path / "gfd"
@@ -79,13 +85,13 @@ def test_sighup_into_an_impossible_interval_keeps_the_daemon(tmp_path: Path, dae
         "--output-file", str(out), "--snapshot-file", str(DGX), "--config-file", str(config),
     )  # fmt: skip
     daemon.wait_for("pass finished")
-    for interval in IMPOSSIBLE_INTERVALS:
-        config.write_text(f"version: v1\nflags:\n  gfd:\n    sleepInterval: {interval}\n")
+    for key, value in IMPOSSIBLE_VALUES:
+        config.write_text(f"version: v1\nflags:\n  gfd:\n    {key}: {value}\n")
         daemon.process.send_signal(signal.SIGHUP)
         failure = daemon.wait_for("reload failed; keeping the settings in force")[0]
-        assert "sleepInterval" in failure["error"], interval
-        assert daemon.process.poll() is None, interval
-        assert out.exists(), interval
+        assert key in failure["error"], value
+        assert daemon.process.poll() is None, value
+        assert out.exists(), value
     assert daemon.stop(signal.SIGTERM) == 0
 
 

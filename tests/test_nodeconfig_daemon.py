@@ -145,6 +145,23 @@ def test_at_start_a_label_naming_nothing_usable_is_exit_2_with_one_line(
     assert api.count("PATCH") == 0
 
 
+def test_an_entry_name_reaches_a_console_log_line_escaped(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
+    """Whoever fills the directory names its entries: on the console format (a terminal
+    reads it) a name is shown escaped, never as a terminal escape."""
+    root = config_dir(tmp_path, {"\x1b[2J\u202eevil": SINGLE})
+    relabel(api, None)
+    done = run_gfd(
+        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE, "--log-format", "console",
+        env={**start_env(kubeconfig, root), "FALLBACK_STRATEGIES": "single"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if "node config chosen" in line]
+    assert "\\x1b[2J\\u202eevil" in line
+    assert "\x1b" not in done.stderr and "\u202e" not in done.stderr
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
 def test_an_entry_that_is_not_a_regular_file_is_refused_without_waiting(
     api: FakeApiServer, kubeconfig: str, tmp_path: Path, kind: str

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import pytest
 
 from gfd import snapshot as snapshot_io
@@ -295,14 +297,23 @@ def test_topology_calls_that_raise_or_answer_garbage_never_fail_discovery(
     assert snapshot_io.loads(snapshot_io.dumps(found)) == found
 
 
-def test_garbage_remote_bus_ids_and_affinity_are_left_out(tmp_path: Path) -> None:
+def _not_utf8_bus_id() -> Any:
+    info = pynvml.nvmlPciInfo_t()  # reading busId decodes it strictly, as pynvml does
+    info.busId = b"00000000:07:00.\xff"
+    return info
+
+
+@pytest.mark.parametrize(
+    "remote_pci",
+    [lambda: type("Pci", (), {"busId": "z" * 1_000_000})(), _not_utf8_bus_id],
+    ids=["huge", "not-utf8"],
+)
+def test_garbage_remote_bus_ids_and_affinity_are_left_out(
+    tmp_path: Path, remote_pci: Callable[[], Any]
+) -> None:
     snap = snapshot_io.load(str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"))
     fake = FakeNvml.from_snapshot(snap)
-
-    class Pci:
-        busId = "z" * 1_000_000
-
-    fake.module.nvmlDeviceGetNvLinkRemotePciInfo = lambda *a: Pci()
+    fake.module.nvmlDeviceGetNvLinkRemotePciInfo = lambda *a: remote_pci()
     fake.module.nvmlDeviceGetCpuAffinity = lambda *a: [1] * 1_000_000
     overrides = build_from_snapshot(tmp_path, snap)
     found = discover(replace(Settings(), **overrides), nvml=fake.module)

@@ -85,6 +85,26 @@ def test_env_booleans(raw: str, value: bool) -> None:
     assert resolve({}, {"GFD_ONESHOT": raw, **NODE}).oneshot is value
 
 
+# urfave/cli ignores a duration or number variable set empty: the flag keeps its default
+# and is not set, so the config file's value applies (vendor/github.com/urfave/cli/v2 at
+# v2.27.7: flag_generic.go:82-90, flag_float64.go:51-61, flag_int.go:52-63)
+@pytest.mark.parametrize(
+    ("variable", "key", "value"),
+    [
+        ("GFD_SLEEP_INTERVAL", "sleep_interval", 300.0),
+        ("GFD_EXPIRY_HORIZON", "expiry_horizon", 7200.0),
+        ("KUBE_API_QPS", "kube_api_qps", 5.0),
+        ("KUBE_API_BURST", "kube_api_burst", 10),
+    ],
+)
+def test_a_duration_or_number_variable_set_empty_is_not_set(
+    tmp_path: Path, variable: str, key: str, value: float
+) -> None:
+    config = write(tmp_path, "version: v1\nflags:\n  gfd: {sleepInterval: 5m, expiryHorizon: 2h}\n")
+    settings = resolve({}, {variable: "", "GFD_CONFIG_FILE": config, **NODE})
+    assert getattr(settings, key) == value
+
+
 @pytest.mark.parametrize("raw", ["maybe", "2", "on", "tRuE"])
 def test_bad_env_boolean_names_the_variable(raw: str) -> None:
     with pytest.raises(UsageError, match=f"GFD_NO_TIMESTAMP={raw!r}"):

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gfd.discovery.sysfs import read_attribute
+from gfd.discovery.sysfs import device_path, read_attribute
 from gfd.echo import clip
 from gfd.observability import get_logger
 from gfd.snapshot import (
@@ -122,10 +122,8 @@ def cpu_list(words: Sequence[int]) -> str | None:
 
 def read_numa_node(sysfs_root: str, bus_id: str) -> int | None:
     """``<root>/bus/pci/devices/<bus id>/numa_node``; None when absent, unreadable or -1."""
-    if not bus_id:
-        return None
-    path = os.path.join(sysfs_root, "bus", "pci", "devices", bus_id, "numa_node")
-    text = read_attribute(path, limit=32)
+    path = device_path(sysfs_root, bus_id, "numa_node")
+    text = None if path is None else read_attribute(path, limit=32)
     if text is None or not text.isascii() or not text.lstrip("-").isdigit():
         return None
     node = int(text)
@@ -141,9 +139,9 @@ def read_pcie_root(sysfs_root: str, bus_id: str) -> str | None:
     topology.go``, ``getPCIERootComplexID`` and ``parsePCIEID``, commit a7a1b76b), and the
     scheduler places a GPU and an RDMA NIC under one root by comparing these strings.
     None when the link does not resolve or names no root."""
-    if not bus_id or "/" in bus_id or bus_id in (".", ".."):
+    path = device_path(sysfs_root, bus_id)
+    if path is None:
         return None
-    path = os.path.join(sysfs_root, "bus", "pci", "devices", bus_id)
     try:
         resolved = os.path.realpath(path, strict=True)
         root = os.path.realpath(sysfs_root)
@@ -292,7 +290,10 @@ class TopologyReader:
         return tuple(links)
 
     def _bus_id(self, remote_pci: Any) -> str | None:
-        raw = getattr(remote_pci, "busId", None)
+        try:
+            raw = getattr(remote_pci, "busId", None)
+        except UnicodeDecodeError:  # current bindings decode the field strictly: no bus id
+            return None
         if isinstance(raw, bytes):
             raw = raw.decode("utf-8", "replace")
         if not isinstance(raw, str):

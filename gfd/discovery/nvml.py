@@ -19,7 +19,7 @@ import ctypes
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -147,6 +147,19 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
+def read_text(read: Callable[[], Any]) -> str:
+    """The string ``read`` gets from the bindings, as :func:`as_text` gives it.
+
+    Current bindings decode what the driver wrote as strict UTF-8, so bytes that are not
+    UTF-8 raise UnicodeDecodeError out of the call (or out of a struct's field); the bytes
+    it carries are the whole answer, and they get the replacement characters that old
+    bindings' answers get, as upstream labels whatever bytes the driver gives."""
+    try:
+        return as_text(read())
+    except UnicodeDecodeError as exc:
+        return as_text(bytes(exc.object))
+
+
 def normalize_bus_id(bus_id: str) -> str:
     """NVML's ``00000000:07:00.0`` in the sysfs form ``0000:07:00.0`` (lower case).
 
@@ -226,10 +239,13 @@ class _NvmlReader:
         self._current = name
         return getattr(self._nvml, name)(*args)
 
+    def _text(self, name: str, *args: Any) -> str:
+        return read_text(lambda: self._call(name, *args))
+
     def read(self) -> NvmlReading:
         try:
             driver = Driver(
-                version=as_text(self._call("nvmlSystemGetDriverVersion")),
+                version=self._text("nvmlSystemGetDriverVersion"),
                 cuda=int(self._call("nvmlSystemGetCudaDriverVersion")),
             )
             count = int(self._call("nvmlDeviceGetCount"))
@@ -261,14 +277,14 @@ class _NvmlReader:
 
     def _gpu(self, index: int) -> Gpu | None:
         handle = self._call("nvmlDeviceGetHandleByIndex", index)
-        name = as_text(self._call("nvmlDeviceGetName", handle))
+        name = self._text("nvmlDeviceGetName", handle)
         if is_skipped_device(name):
             # like go-nvlib's VisitDevices: a DGX Station's display adapter is not a GPU
             _log().debug("skipping display device", index=index, name=name)
             return None
-        uuid_text = as_text(self._call("nvmlDeviceGetUUID", handle))
+        uuid_text = self._text("nvmlDeviceGetUUID", handle)
         pci = self._call("nvmlDeviceGetPciInfo", handle)
-        self._bus_id = normalize_bus_id(as_text(pci.busId))
+        self._bus_id = normalize_bus_id(read_text(lambda: pci.busId))
         total_bytes = self._total_memory(handle)
         major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)
         return Gpu(

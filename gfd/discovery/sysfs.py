@@ -80,11 +80,20 @@ class ConfigSpaceTooShortError(Exception):
 # ------------------------------------------------------------------------ PCI class
 
 
+def device_path(sysfs_root: str, bus_id: str, *rest: str) -> str | None:
+    """``<root>/bus/pci/devices/<bus id>/<rest>``; None for a bus id that is not one entry
+    of that directory (empty, holding ``/``, ``.`` or ``..``): a bus id is what NVML
+    answers, and it never leads a read out of the devices directory."""
+    if not bus_id or "/" in bus_id or bus_id in (".", ".."):
+        return None
+    return os.path.join(sysfs_root, PCI_DEVICES, bus_id, *rest)
+
+
 def read_pci_class(sysfs_root: str, bus_id: str) -> int | None:
     """``<root>/bus/pci/devices/<bus id>/class`` as an int (e.g. 0x030200); None if unknown."""
-    if not bus_id:
+    path = device_path(sysfs_root, bus_id, "class")
+    if path is None:
         return None
-    path = os.path.join(sysfs_root, PCI_DEVICES, bus_id, "class")
     try:
         return int(read_regular(path, ATTRIBUTE_MAX_BYTES).decode("ascii").strip(), 16)
     except UnreadableFileError as exc:

@@ -35,9 +35,7 @@ gfd does not speak, a plugin that needs a terminal) is a usage error at start.
 from __future__ import annotations
 
 import base64
-import ipaddress
 import os
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +50,7 @@ from gfd.kube.credential_source import (
 )
 from gfd.kube.exec_plugin import ExecPlugin, check_key_pair
 from gfd.kubeconfig_paths import kubeconfig_files
+from gfd.values import is_host
 
 # ----------------------------------------------------------------- loading
 
@@ -139,15 +138,11 @@ def _check_service_address(environ: Mapping[str, str]) -> None:
     port = environ.get("KUBERNETES_SERVICE_PORT")
     if host is None or port is None:
         return  # the client's own message: not in a pod
-    name = r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?"
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if len(host) > 253 or not re.fullmatch(rf"{name}(\.{name})*\.?", host):
-            raise CredentialError(
-                f"environment variable KUBERNETES_SERVICE_HOST {clip(host, 60)!r}: not an "
-                "IP address or a DNS name"
-            ) from None
+    if not is_host(host):
+        raise CredentialError(
+            f"environment variable KUBERNETES_SERVICE_HOST {clip(host, 60)!r}: not an "
+            "IP address or a DNS name"
+        )
     if not (port.isascii() and port.isdigit() and len(port) <= 5 and 0 < int(port) < 65536):
         raise CredentialError(
             f"environment variable KUBERNETES_SERVICE_PORT {clip(port, 60)!r}: not a port "

@@ -150,7 +150,7 @@ class FakeNvLink:
     active: bool = True
     version: int | None = None  # the raw value nvmlDeviceGetNvLinkVersion returns
     remote_type: int | None = None  # NVML_NVLINK_DEVICE_TYPE_*
-    remote_bus_id: str | None = None  # NVML form
+    remote_bus_id: str | bytes | None = None  # NVML form
 
 
 # NVLink generation -> what a real driver's nvmlDeviceGetNvLinkVersion returns: the
@@ -180,9 +180,10 @@ TOPOLOGY_LEVEL = {
 
 @dataclass
 class FakeGpu:
-    uuid: str
-    name: str
-    bus_id: str  # NVML form: 00000000:07:00.0
+    # strings as the driver writes them: bytes stand for what may not be UTF-8
+    uuid: str | bytes
+    name: str | bytes
+    bus_id: str | bytes  # NVML form: 00000000:07:00.0
     memory_total: int | None  # bytes; None: GetMemoryInfo answers NOT_SUPPORTED
     compute_capability: tuple[int, int] = (8, 0)
     mig_mode: int | None = None  # None: NOT_SUPPORTED; else current mode (0 or 1)
@@ -235,10 +236,11 @@ def _known(value: T | None) -> T:
     return value
 
 
-def _pci_info(bus_id: str) -> Any:
-    info = real.nvmlPciInfo_t()
-    info.busId = bus_id.encode()
-    info.busIdLegacy = bus_id.encode()[:15]
+def _pci_info(bus_id: str | bytes) -> Any:
+    raw = bus_id if isinstance(bus_id, bytes) else bus_id.encode()
+    info = real.nvmlPciInfo_t()  # the real struct: reading busId decodes it as pynvml does
+    info.busId = raw
+    info.busIdLegacy = raw[:15]
     return info
 
 
@@ -258,7 +260,7 @@ class FakeNvml:
         self,
         gpus: Iterable[FakeGpu] = (),
         *,
-        driver_version: str = "550.54.15",
+        driver_version: str | bytes = "550.54.15",
         cuda_version: int = 12040,
         library_missing: bool = False,
         init_error: int | None = None,
@@ -317,8 +319,12 @@ class FakeNvml:
         call.__name__ = call.__qualname__ = name
         return call
 
-    def _text(self, value: str) -> str | bytes:
-        return value.encode() if self.bytes_strings else value
+    def _text(self, value: str | bytes) -> str | bytes:
+        raw = value if isinstance(value, bytes) else value.encode()
+        if self.bytes_strings:
+            return raw
+        # current bindings decode the driver's bytes strictly, as this does
+        return str(real.convertStrBytes(lambda: raw)())
 
     def _gpu(self, handle: Any, *, mig_ok: bool = False) -> FakeGpu:
         if not isinstance(handle, _DeviceHandle):
