@@ -227,8 +227,14 @@ PLUGINS = {
         "failed with exit status 5: ...",
     ),
     "token-on-stderr": (
-        f"if [ -e ran ]; then echo 'my token was {EXEC_TOKEN}' >&2; exit 1; fi\ntouch ran\n"
-        f"echo '{exec_credential(EXEC_TOKEN, expirationTimestamp='2000-01-01T00:00:00Z')}'\n",
+        f"if [ -e ran ]; then echo 'my token was {EXEC_TOKEN}' >&2; exit 1; fi\n"
+        f"echo '{exec_credential(EXEC_TOKEN, expirationTimestamp='2000-01-01T00:00:00Z')}'\n"
+        "touch ran\n",  # after the credential: a second run finds it only once it was written
+        "failed with exit status 1: my token was ***",
+    ),
+    # a credential written by a run that fails all the same, and quoted on its stderr
+    "token-then-failure": (
+        f"echo '{exec_credential(EXEC_TOKEN)}'\necho 'my token was {EXEC_TOKEN}' >&2\nexit 1\n",
         "failed with exit status 1: my token was ***",
     ),
     "megabytes-on-stdout": (

@@ -139,6 +139,8 @@ class ExecPlugin(CredentialSource):
                 with interrupt.deferred():  # nor while it is being ended
                     _RUNNING.discard(process.pid)
                     _end_group(process)
+        if stdout:  # a credential written by a run that then fails is still never quoted
+            _remember_written(f"exec plugin {self.command}", stdout)
         if status is None:
             raise CredentialError(
                 f"{what}: no answer before the request's deadline; it was stopped"
@@ -210,6 +212,18 @@ class ExecPlugin(CredentialSource):
         header = f"Bearer {token}" if token else ""
         certificate = (cert, key) if cert and key else None
         return header, certificate, _expiry(status.get("expirationTimestamp"), what)
+
+
+def _remember_written(source: str, stdout: bytes) -> None:
+    """Hold the token and key of whatever ExecCredential ``stdout`` holds, whether or not the
+    run that wrote it succeeds: its stderr, a later run's or a log line may quote them."""
+    try:
+        status = json.loads(stdout).get("status")
+    except (ValueError, RecursionError, AttributeError):
+        return
+    if isinstance(status, dict):
+        found = (status.get("token"), status.get("clientKeyData"))
+        redaction.remember(source, *(value for value in found if isinstance(value, str)))
 
 
 def _cluster_info(cluster: Mapping[str, Any] | None) -> dict[str, Any]:
