@@ -24,7 +24,7 @@ from gfd import observability
 from gfd.kube import watch
 from gfd.kube.ratelimit import RateLimiter
 from gfd.settings import resolve
-from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import ROOT, Daemon
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
@@ -306,6 +306,34 @@ def test_a_refusal_after_the_watch_worked_is_a_server_starting_and_retried(
     api.refuse_watches(None)
     eventually(lambda: api.open_watches == 1, "the watch back")
     assert not followed.refused and seen.refusals == 0
+
+
+CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [b"zz\r\n{}\r\n", b"5;" + b"x" * 100_000 + b"\r\n", b"ffffffffffffffff\r\n{}\r\n"],
+    ids=["not-hex", "endless-size-line", "size-beyond-the-data"],
+)
+def test_a_watch_stream_whose_chunks_are_malformed_is_one_line_and_reconnected(
+    api: FakeApiServer,
+    kubeconfig: str,
+    monkeypatch: pytest.MonkeyPatch,
+    log_events: Callable[[str], list[Any]],
+    framing: bytes,
+) -> None:
+    """The stream's transfer framing is the server's too: a chunk size that is not a number,
+    never ends or promises more than comes breaks the stream with one line, the object
+    held is kept, and the watch comes back once the server streams properly."""
+    monkeypatch.setattr(watch, "reconnect_wait", lambda failures: 0.05)
+    api.inject(Fault(raw=CHUNKED + framing, count=2, watch=True))
+    with following(kubeconfig) as (_followed, seen):
+        eventually(lambda: api.open_watches == 1, "the watch past the faults")
+        told = seen.labels()
+        assert told and all(labels == {"a": "1"} for labels in told)  # never told it went
+    lines = log_events("watch of Node n1 interrupted; reconnecting")
+    assert len(lines) == 1 and "Traceback" not in str(lines)
 
 
 def test_reconnect_waits_double_up_to_the_cap_and_are_spread() -> None:

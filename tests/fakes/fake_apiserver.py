@@ -123,6 +123,7 @@ class Fault:
     hang: bool = False  # read the request, then never answer
     huge: int | None = None  # answer 200 with this many bytes
     declare_length: bool = True  # with ``huge``: send Content-Length (else: until close)
+    raw: bytes | None = None  # answer with these bytes as they are, status line and all
     echo_authorization: bool = False  # with ``status``: the message quotes the credentials
     watch: bool | None = None  # only watch requests (True) or only the others (False)
 
@@ -721,6 +722,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self._record(method, path, 200, content_type, body)
             self._send_huge(fault.huge, fault.declare_length)
             self.close_connection = True
+            return True
+        if fault.raw is not None:
+            if record:
+                self._record(method, path, 200, content_type, body)
+            self.close_connection = True
+            with suppress(OSError):
+                self.wfile.write(fault.raw)
             return True
         if fault.body is not None:
             status = fault.status or 200
