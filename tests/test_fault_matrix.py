@@ -40,6 +40,7 @@ from gfd.documents import MAX_DOCUMENT_BYTES
 from gfd.files import LIBRARY_MAX_BYTES
 from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
+from tests.fakes.fake_apiserver import TOKEN as KUBECONFIG_TOKEN
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import (
     LONGEST_LINE,
@@ -455,7 +456,22 @@ WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
     "flood": lambda: Fault(status=200, body=_flood(), watch=True, count=None),
     "closed": lambda: Fault(drop=True, watch=True, count=None),
     "missing": lambda: Fault(status=404, watch=True, count=None),
+    # the credential echoed where a cut to an excerpt would keep its start, beside control
+    # characters that would forge a log line: in an ERROR event, its type, the status line
+    "echoing-error": lambda: Fault(status=200, body=_echoing("ERROR"), watch=True, count=None),
+    "echoing-type": lambda: Fault(
+        status=200, body=_echoing("x" * 14 + KUBECONFIG_TOKEN), watch=True, count=None
+    ),
+    "echoing-status": lambda: Fault(
+        status=503, reason="x" * 54 + KUBECONFIG_TOKEN, watch=True, count=None
+    ),
 }
+
+
+def _echoing(kind: str) -> bytes:
+    message = "\x1b[31m\nforged line\n" + "." * 75 + KUBECONFIG_TOKEN
+    status = {"code": 500, "message": message, "metadata": {"name": "n1", "resourceVersion": "9"}}
+    return (json.dumps({"type": kind, "object": status}) + "\n").encode()
 
 
 @pytest.mark.parametrize("fault", sorted(WATCH_FAULTS))
@@ -473,7 +489,8 @@ def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApi
         with api.down():  # ends the stream in progress: the next ones meet the fault
             daemon.wait_until(lambda: api.open_watches == 0, "the stream to end")
         interrupted = daemon.wait_for("watch of Node n1 interrupted; reconnecting", limit=60)
-        assert len(str(interrupted[0].get("error", ""))) <= LONGEST_LINE
+        error = str(interrupted[0].get("error", ""))
+        assert len(error) <= LONGEST_LINE and error.isprintable(), error
         daemon.wait_until(lambda: api.watch_requests() >= 3, "attempts against the fault")
         api.clear_faults()
         daemon.wait_until(lambda: api.open_watches == 1, "the watch back", limit=90)
@@ -485,6 +502,7 @@ def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApi
         daemon.kill()
     assert daemon.log().count("interrupted; reconnecting") == 1
     assert "Traceback" not in daemon.log()
+    assert KUBECONFIG_TOKEN[:6] not in daemon.log()  # not even the start of the credential
 
 
 @pytest.mark.parametrize("fault", ["hung", "stalled"])

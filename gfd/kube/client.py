@@ -167,10 +167,12 @@ def redact_url(url: str) -> str:
     return re.sub(r"(?<=://)[^/?#@]*@", "***@", url)
 
 
-def _quote(text: str) -> str:
-    """At most ~100 characters of something a server sent, on one line, printable
-    (credentials it echoed are taken out first, so that no part of one survives the cut)."""
-    return clip(one_line(redaction.redact(text)), MAX_QUOTED_CHARS)
+def quote_answer(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """At most ``limit`` characters of something a server sent, on one line, printable
+    (credentials it echoed are taken out first, so that no part of one survives the cut).
+    Every piece of an answer that reaches a message goes through here: a status line, a
+    Status object, a watch event's message or type."""
+    return clip(one_line(redaction.redact(text)), limit)
 
 
 #: a Status message is quoted by its two ends: its head names the object, its tail says
@@ -204,7 +206,7 @@ def _load_configuration(
         hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
         # a YAML error's own text quotes the offending line, which may hold a token
         text = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
-        detail = _quote(redact_url(text))
+        detail = quote_answer(redact_url(text))
         raise UsageError(
             f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
         ) from None
@@ -242,7 +244,7 @@ class KubeClient:
         self.server: str = redact_url(host)
         if not _is_http_url(host):
             raise UsageError(
-                f"{where}: the API server address {_quote(self.server)!r} is not an "
+                f"{where}: the API server address {quote_answer(self.server)!r} is not an "
                 "http:// or https:// URL"
             )
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
@@ -447,7 +449,9 @@ def _read_capped(response: Any, limit: int) -> bytes:
     try:
         encoding = str(response.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
-            raise bad_answer(f"a compressed answer ({_quote(encoding)}), which gfd never asks for")
+            raise bad_answer(
+                f"a compressed answer ({quote_answer(encoding)}), which gfd never asks for"
+            )
         declared = response.headers.get("Content-Length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             raise bad_answer(
@@ -472,7 +476,7 @@ def _decode_object(data: bytes) -> JSON:
     try:
         decoded = json.loads(data) if data else None
     except (ValueError, RecursionError):
-        raise bad_answer(f"an answer that is not JSON: {_quote(_text(data))!r}") from None
+        raise bad_answer(f"an answer that is not JSON: {quote_answer(_text(data))!r}") from None
     if not isinstance(decoded, dict):
         raise bad_answer(f"{type(decoded).__name__} where an object was expected")
     metadata = decoded.get("metadata")
@@ -493,14 +497,14 @@ def _error_from_answer(response: Any, status: int) -> KubeError:
         body = json.loads(data) if data else None
     except (ValueError, RecursionError):
         body = None
-        message = _quote(_text(data))
+        message = quote_answer(_text(data))
     if isinstance(body, dict):
         message = _quote_status(str(body.get("message") or ""))
-        reason = _quote(str(body.get("reason") or reason))
+        reason = quote_answer(str(body.get("reason") or reason))
     return KubeError(
         message,
         status=status,
-        reason=_quote(reason),
+        reason=quote_answer(reason),
         retry_after=_retry_after(response.headers.get("Retry-After")),
     )
 
@@ -539,15 +543,17 @@ def _short(exc: BaseException) -> str:
             return "no complete answer before the request's deadline"
         seen = seen.__cause__ or seen.__context__
     reason = getattr(exc, "reason", None)
-    return _quote(str(reason if reason is not None else exc) or type(exc).__name__)
+    return quote_answer(str(reason if reason is not None else exc) or type(exc).__name__)
 
 
 def _from_api_exception(exc: Any, server: str) -> KubeError:
     """The client raises ApiException itself only for TLS failures (status 0)."""
     status = exc.status or None
     if status is None:
-        return KubeError(f"cannot reach the API server at {server}: {_quote(str(exc.reason))}")
-    return KubeError(_quote(str(exc.reason or "")), status=int(status))
+        return KubeError(
+            f"cannot reach the API server at {server}: {quote_answer(str(exc.reason))}"
+        )
+    return KubeError(quote_answer(str(exc.reason or "")), status=int(status))
 
 
 # ----------------------------------------------------------------- the server address

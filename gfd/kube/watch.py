@@ -48,7 +48,7 @@ from urllib.parse import urlencode
 
 from gfd import interrupt, signals
 from gfd.errors import PublishError
-from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer, quote_answer
 from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 from gfd.observability import get_logger
 
@@ -391,7 +391,7 @@ class CollectionWatch:
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()
-            raise KubeError(str(obj.get("message") or "")[:100], status=_code(obj))
+            raise KubeError(quote_answer(str(obj.get("message") or "")), status=_code(obj))
         metadata = obj.get("metadata")
         version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if not isinstance(version, str) or not version:
@@ -400,7 +400,9 @@ class CollectionWatch:
             self.resource_version = version
             return
         if kind not in ("ADDED", "MODIFIED", "DELETED") or not self._belongs(obj):
-            raise bad_answer(f"a watch event of another kind or object ({str(kind)[:20]})")
+            raise bad_answer(
+                f"a watch event of another kind or object ({quote_answer(str(kind), 20)})"
+            )
         self._hold(obj, kind != "DELETED")
         self.resource_version = version
         self._tell()
@@ -460,7 +462,9 @@ def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -
             if status == 410:
                 raise Gone()
             if status != 200:
-                error = KubeError("", status=status, reason=str(response.reason or "")[:60])
+                error = KubeError(
+                    "", status=status, reason=quote_answer(str(response.reason or ""), 60)
+                )
                 if status in REFUSED_STATUSES:
                     raise Refused(error.describe())
                 raise error

@@ -74,6 +74,8 @@ _BY_PLURAL = {resource.plural: resource for resource in RESOURCES}
 _BY_KIND = {resource.kind: resource for resource in RESOURCES}
 
 MERGE_PATCH = "application/merge-patch+json"
+#: the token of the kubeconfig :func:`write_kubeconfig` writes when given no user
+TOKEN = "fake-token"
 _REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
@@ -125,6 +127,7 @@ class Fault:
     declare_length: bool = True  # with ``huge``: send Content-Length (else: until close)
     echo_authorization: bool = False  # with ``status``: the message quotes the credentials
     watch: bool | None = None  # only watch requests (True) or only the others (False)
+    reason: str | None = None  # with ``status``: this reason phrase on the status line
 
     def matches(self, method: str, path: str, watch: bool = False) -> bool:
         if self.watch is not None and self.watch != watch:
@@ -683,7 +686,8 @@ class _Handler(BaseHTTPRequestHandler):
                 message = f"injected fault {fault.status}"
                 if fault.echo_authorization:  # as a careless proxy or a hostile server does
                     message += f": credentials {self.headers.get('Authorization')!s} refused"
-                self._send(fault.status, status_object(fault.status, reason, message), headers)
+                answer = status_object(fault.status, reason, message)
+                self._send(fault.status, answer, headers, fault.reason)
                 return
 
         try:
@@ -798,9 +802,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return str(value)
         return None
 
-    def _send(self, code: int, body: JSON, headers: Mapping[str, str] | None = None) -> None:
+    def _send(
+        self,
+        code: int,
+        body: JSON,
+        headers: Mapping[str, str] | None = None,
+        reason: str | None = None,
+    ) -> None:
         payload = json.dumps(body).encode("utf-8")
-        self.send_response(code)
+        self.send_response(code, reason)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         for name, value in (headers or {}).items():
@@ -1084,7 +1094,7 @@ def write_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "fake", "cluster": {"server": server}}],
-        "users": [{"name": "fake", "user": user if user is not None else {"token": "fake-token"}}],
+        "users": [{"name": "fake", "user": user if user is not None else {"token": TOKEN}}],
         "contexts": [
             {
                 "name": "fake",
