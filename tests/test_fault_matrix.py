@@ -454,6 +454,8 @@ WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
         status=200, body=b'{"type": "ADDED", "object": [1]}\n', watch=True, count=None
     ),
     "flood": lambda: Fault(status=200, body=_flood(), watch=True, count=None),
+    # lines with nothing on them: no event, but as much work to read as one
+    "blank-lines": lambda: Fault(status=200, body=b" \r\n" * 65536, watch=True, count=None),
     "closed": lambda: Fault(drop=True, watch=True, count=None),
     "missing": lambda: Fault(status=404, watch=True, count=None),
     # the credential echoed where a cut to an excerpt would keep its start, beside control

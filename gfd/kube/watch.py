@@ -20,8 +20,9 @@ server that did not answer (it may have restarted) is listed again at once.
 The stream is a channel from the API server and bounded as such:
 
 - an event (one JSON line) is at most :data:`MAX_EVENT_BYTES`; a longer line ends the stream;
-- at most :data:`EVENT_BURST` events at once and :data:`EVENTS_PER_SECOND` after: a flood
-  ends the stream (one object, or one node's handful of slices: nobody edits them that fast);
+- at most :data:`EVENT_BURST` lines at once and :data:`EVENTS_PER_SECOND` after, blank ones
+  included: a flood ends the stream (one object, or one node's handful of slices: nobody
+  edits them that fast);
 - at most :data:`MAX_OBJECTS` objects held: more ends the stream;
 - a stream asks the server to end it after ``timeoutSeconds``; one still open
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
@@ -372,8 +373,10 @@ class CollectionWatch:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
+                    # a blank line counts too: the server never sends one, and a stream
+                    # of them would cost as much to read as events, for as long as it lasts
+                    budget.take()
                     if line.strip():
-                        budget.take()
                         self._event(line)
                 if len(buffer) > MAX_EVENT_BYTES:
                     raise bad_answer(f"a watch event of more than {MAX_EVENT_BYTES} bytes")
