@@ -1047,6 +1047,16 @@ LISTENER_FAULTS: dict[str, Callable[[Daemon], list[socket.socket]]] = {
     "malformed": lambda daemon: [_sent(_connect(daemon), b"\x16\x03\x01\x00\xff" * 100)],
     # connections reset by their peer at once
     "closed": lambda daemon: [_reset(_connect(daemon)) for _ in range(64)],
+    # requests the listener refuses: a method it does not serve, a version that is not
+    # HTTP's, words past the version
+    "refused": lambda daemon: [
+        _sent(_connect(daemon), request)
+        for request in (
+            b"ECHO<b>\x1b[31m" * 1000 + b" /metrics HTTP/1.0\r\n\r\n",
+            b"GET /metrics ECHO/1.0\r\n\r\n",
+            b"GET /ECHO HTTP/1.0 ECHO ECHO\r\n\r\n",
+        )
+    ],
 }
 
 
@@ -1064,15 +1074,22 @@ def _reset(connection: socket.socket) -> socket.socket:
 
 @pytest.mark.parametrize("fault", sorted(LISTENER_FAULTS))
 def test_the_metrics_listener_under_hostile_clients(served: Daemon, fault: str) -> None:
-    """Anyone who can reach the port: labelling goes on (passes keep finishing), the
-    listener answers again once the hostile connections are cut or time out, and SIGTERM
-    still ends the process with status 0."""
+    """Anyone who can reach the port: labelling goes on (passes keep finishing), nothing
+    of a request comes back in an answer, the listener answers again once the hostile
+    connections are cut or time out, and SIGTERM still ends the process with status 0."""
     connections = LISTENER_FAULTS[fault](served)
+    answers = b""
     try:
         served.wait_for("pass finished", count=3, limit=120)  # labelling goes on
     finally:
         for connection in connections:
+            with contextlib.suppress(OSError):  # what was answered by now, if anything
+                connection.setblocking(False)
+                answers += connection.recv(1 << 20)
             connection.close()
+    assert b"ECHO" not in answers  # nothing of a request is sent back
+    if fault == "refused":
+        assert b"501 Not Implemented" in answers and b"400 Bad Request" in answers
     served.wait_until(lambda: served.get("/healthz")[0] == 200, "the listener to answer")
     assert served.get("/healthz")[0] == 200
     assert served.stop(signal.SIGTERM) == 0
