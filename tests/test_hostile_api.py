@@ -78,9 +78,9 @@ def node_labels(kubeconfig: str, **client: float) -> NodeLabelsOutput:
     )
 
 
-def node_feature(kubeconfig: str) -> NodeFeatureOutput:
+def node_feature(kubeconfig: str, **overrides: Any) -> NodeFeatureOutput:
     return NodeFeatureOutput(
-        settings(kubeconfig, use_node_feature_api=True),
+        settings(kubeconfig, use_node_feature_api=True, **overrides),
         client=client_without_waits(kubeconfig, budget=BUDGET),
     )
 
@@ -411,6 +411,43 @@ def test_nodefeature_bad_answers_are_retried_server_errors(
     output.publish(A)
     stored = api.get("NodeFeature", "nvidia-features-for-n1", "default")
     assert stored is not None and stored["spec"]["labels"] == A
+
+
+#: the pod a NodeFeature's owner references are read from, answered in a shape no API server
+#: sends: what it holds would be written into the object and kept for the process's life
+BAD_PODS = {
+    "owners-a-number": {"name": "gfd-abc", "uid": "u1", "ownerReferences": 5},
+    "owners-an-object": {"name": "gfd-abc", "uid": "u1", "ownerReferences": {"kind": "DaemonSet"}},
+    "owner-name-an-object": {
+        "name": "gfd-abc",
+        "uid": "u1",
+        "ownerReferences": [{"kind": "DaemonSet", "name": {"a": 1}, "uid": "u2"}],
+    },
+    "owner-without-uid": {
+        "name": "gfd-abc",
+        "uid": "u1",
+        "ownerReferences": [{"kind": "DaemonSet", "name": "gfd"}],
+    },
+    "another-pod": {"name": "gfd-xyz", "uid": "u1"},
+}
+
+
+@pytest.mark.parametrize("pod", sorted(BAD_PODS))
+def test_a_pod_answer_of_the_wrong_shape_is_retried_and_never_written(
+    api: FakeApiServer, kubeconfig: str, pod: str
+) -> None:
+    body = json.dumps({"kind": "Pod", "apiVersion": "v1", "metadata": BAD_PODS[pod]}).encode()
+    api.inject(Fault(body=body, path_contains="/pods/", count=None))
+    output = node_feature(kubeconfig, pod_name="gfd-abc")
+    with pytest.raises(PublishError, match="the API server sent"):
+        output.publish(A)
+    assert api.get("NodeFeature", "nvidia-features-for-n1", "default") is None
+    api.clear_faults()
+    api.add_pod("default", "gfd-abc", owner=api.add_daemonset("default", "gfd"))
+    output.publish(A)  # the next pass reads the pod again
+    stored = api.get("NodeFeature", "nvidia-features-for-n1", "default")
+    assert stored is not None
+    assert [ref["name"] for ref in stored["metadata"]["ownerReferences"]] == ["gfd", "gfd-abc"]
 
 
 # ----------------------------------------------------------------- deadlines and sizes
