@@ -412,6 +412,28 @@ def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
         gfd.kill()
 
 
+def test_a_server_whose_version_went_back_is_listed_again_not_resumed_forever(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """etcd restored from an older backup: the resume asks for a version the server has not
+    reached and is answered 504 "Too large resource version" however often it is tried;
+    the watch lists again (as client-go's reflector does), so a removed label is repaired."""
+    gfd = daemon(api, tmp_path, "--use-node-labels")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        labels = api.node_labels("n1")
+        api.restore()
+        gfd.wait_for("watch of Node n1 interrupted; reconnecting")  # the 504
+        api.edit(
+            "Node", "n1", "", lambda node: node["metadata"]["labels"].pop("nvidia.com/gpu.count")
+        )
+        gfd.wait_until(lambda: api.node_labels("n1") == labels, "the repair", PATIENCE)
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
 def test_a_watch_refused_by_rbac_falls_back_with_one_line(
     api: FakeApiServer, tmp_path: Path
 ) -> None:

@@ -15,7 +15,8 @@ The protocol is the API server's own (client-go's reflector): a list with the fi
 (paged, at most :data:`MAX_OBJECTS` objects) gives the objects and a ``resourceVersion``; a
 watch from there with ``allowWatchBookmarks`` streams the changes; a stream the server ends
 is resumed from the last version seen, listed again once if that is too old (410 Gone); a
-server that did not answer (it may have restarted) is listed again at once.
+server that did not answer (it may have restarted) or answered an error (but 429) is listed
+again rather than resumed.
 
 The stream is a channel from the API server and bounded as such:
 
@@ -287,8 +288,12 @@ class CollectionWatch:
                 failures += 1
             except (KubeError, PublishError) as exc:
                 failures += 1
-                if isinstance(exc, KubeError) and exc.status is None:
-                    # no answer: most often a restarted server, which answers a resume 410
+                if not isinstance(exc, KubeError) or exc.status != 429:
+                    # list again rather than resume: no answer is most often a restarted
+                    # server, which answers a resume 410; an error answer may be about the
+                    # version itself (one the server has not reached, after a restore of
+                    # etcd, is answered 504 however often it is asked for), as client-go's
+                    # reflector relists after a failed watch; "too many requests" is not
                     self.resource_version = None
                 if not warned:  # one line for a run of failures, not one per attempt
                     warned = True
@@ -546,62 +551,3 @@ def unfollow(watch: ObjectWatch, on_object: Follower) -> None:
             watch.stop()
             if _watches.get((watch._collection, watch.name)) is watch:
                 del _watches[(watch._collection, watch.name)]
-
-
-class OwnedObject:
-    """What an output needs to follow the object it publishes to.
-
-    ``undone(obj)`` says whether the object as seen (None: absent) no longer holds what was
-    published; when it does, ``wake()``.  ``on_refused()`` when the server refuses the
-    watch (the output goes back to re-reading the object periodically)."""
-
-    def __init__(
-        self,
-        make_client: Callable[[], KubeClient],
-        collection: str,
-        name: str,
-        what: str,
-        undone: Callable[[JSON | None], bool],
-    ) -> None:
-        self._make_client = make_client
-        self._collection = collection
-        self._name = name
-        self._what = what
-        self._undone = undone
-        self._watch: ObjectWatch | None = None
-        self._wake: Callable[[], None] = lambda: None  # no one to wake yet
-        self._log = get_logger(watch=what)
-
-    @property
-    def running(self) -> bool:
-        return self._watch is not None
-
-    def view(self) -> tuple[bool, JSON | None]:
-        """(True, the object as last seen, None: absent) while the watch follows it;
-        (False, None) before its first list, once refused, or when not watching."""
-        watch = self._watch
-        if watch is None or watch.refused or not watch.synced:
-            return False, None
-        return True, watch.current
-
-    def start(self, wake: Callable[[], None], on_refused: Callable[[], None]) -> None:
-        if self._watch is not None:
-            return
-        self._wake = wake
-        self._watch = follow(
-            self._make_client, self._collection, self._name, self._what, self._seen, on_refused
-        )
-
-    def stop(self) -> None:
-        if self._watch is not None:
-            unfollow(self._watch, self._seen)
-            self._watch = None
-
-    def _seen(self, obj: JSON | None) -> None:
-        try:
-            undone = self._undone(obj)
-        except (KubeError, ValueError, TypeError):
-            undone = True  # a shape gfd cannot compare: the agent's check reads it properly
-        if undone:
-            self._log.info("change seen that undoes what gfd published; checking now")
-            self._wake()

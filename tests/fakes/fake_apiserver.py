@@ -192,6 +192,7 @@ class _State:
     bookmarks: int = 0  # bumped by bookmark(): every open watch sends one
     watch_refused: int | None = None  # answer every watch with this status
     watch_stalled: bool = False  # send a watch's headers, then nothing
+    restores: int = 0  # bumped by restore(): every open watch ends, as at a graceful restart
     open_watches: int = 0
     changed: threading.Condition = field(init=False)
 
@@ -505,6 +506,19 @@ class FakeApiServer:
         with self._state.lock:
             self._state.compacted = self._state.last_version + 1
             self._state.events.clear()
+
+    def restore(self, back: int = 100) -> None:
+        """As after etcd is restored from an older backup: the server's version goes ``back``
+        (objects keep theirs), open watches end cleanly as at a graceful restart, and a watch
+        from a version the server has not reached is answered 504 "Too large resource
+        version", as the API server's watch cache answers it."""
+        with self._state.lock:
+            state = self._state
+            state.last_version -= back
+            state.versions = itertools.count(state.last_version + 1)
+            state.events = [event for event in state.events if event[0] <= state.last_version]
+            state.restores += 1
+            state.changed.notify_all()
 
     def bookmark(self) -> None:
         """Every open watch that allows bookmarks sends one (the current version)."""
@@ -832,6 +846,16 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiStatusError(refused, _REASONS.get(refused, "Forbidden"), "watch refused")
         wanted = self._field_selector()
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        with self.state.lock:
+            current = self.state.last_version
+        if since > current:
+            message = f"Too large resource version: {since}, current: {current}"
+            causes = [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ]
+            raise ApiStatusError(
+                504, "Timeout", message, {"causes": causes, "retryAfterSeconds": 1}
+            )
         bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
         self._record("GET", path, 200, None, None)
@@ -860,8 +884,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         state = self.state
         with state.lock:
-            seen_bookmarks = state.bookmarks
+            seen_bookmarks, restores = state.bookmarks, state.restores
         while time.monotonic() < deadline and not state.closing.is_set():
+            if state.restores != restores:
+                return
             lines: list[JSON] = []
             with state.lock:
                 if state.watch_stalled:
