@@ -114,7 +114,7 @@ class Fault:
     status: int | None = None  # answer with this status (a Status object, or ``body``)
     delay: float = 0.0  # sleep this long first
     drop: bool = False  # close the connection without a response
-    retry_after: int | None = None  # Retry-After header (seconds) with the status
+    retry_after: int | str | None = None  # Retry-After header (seconds) with the status
     method: str | None = None  # only requests with this verb
     path_contains: str | None = None  # only requests whose path contains this
     count: int | None = 1
@@ -477,7 +477,7 @@ class FakeApiServer:
         *,
         method: str | None = None,
         path_contains: str | None = None,
-        retry_after: int | None = None,
+        retry_after: int | str | None = None,
     ) -> Fault:
         return self.inject(
             Fault(
