@@ -394,11 +394,18 @@ def refused_every_time(refused: str, logs: list[Any], error: PublishError) -> No
     assert refused in str(error) or "deadline" in str(error), error
 
 
+#: nested deeper than any object gfd reads, yet not so deep that JSON refuses it: copying
+#: or serialising it again would exhaust Python's recursion
+DEEP = b'{"attributes":' + b'{"a":' * 600 + b"1" + b"}" * 601
+
+
 @pytest.mark.parametrize(
     "body",
-    [b"[]", b'{"metadata":"x"}', b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":[]}'],
-    ids=["a-list", "metadata-a-string", "spec-a-list"],
-)
+    [b"[]", b'{"metadata":"x"}', b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":[]}',
+     b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":{"features":' + DEEP + b"}}",
+     b'{"metadata":{"name":"nvidia-features-for-n1"},"status":' + DEEP + b"}"],
+    ids=["a-list", "metadata-a-string", "spec-a-list", "features-600-deep", "status-600-deep"],
+)  # fmt: skip
 def test_nodefeature_bad_answers_are_retried_server_errors(
     api: FakeApiServer, kubeconfig: str, body: bytes
 ) -> None:

@@ -23,7 +23,7 @@ import pytest
 from gfd.kube import watch
 from gfd.kube.ratelimit import RateLimiter
 from gfd.settings import resolve
-from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import ROOT, Daemon
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
@@ -125,6 +125,22 @@ def test_one_list_then_every_change_and_the_deletion(
     assert query["fieldSelector"] == "metadata.name=n1"
     assert query["allowWatchBookmarks"] == "true"
     assert int(query["timeoutSeconds"]) >= watch.WATCH_SECONDS
+
+
+def test_an_event_nested_deeper_than_any_object_is_never_told(
+    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen]
+) -> None:
+    """JSON reads an object nested 600 deep; Python's recursion runs out copying it (as a
+    follower does): the stream ends on it, the followers never see it."""
+    _, seen = node_watch
+    eventually(lambda: api.open_watches == 1, "the watch")
+    node = b'{"metadata":{"name":"n1","resourceVersion":"5000","labels":{"a":"deep"}},"spec":'
+    deep = b'{"type":"MODIFIED","object":' + node + b'{"a":' * 600 + b"1" + b"}" * 602 + b"\n"
+    api.inject(Fault(status=200, body=deep, watch=True))
+    with api.down():  # ends the stream in progress: the next one meets the event
+        eventually(lambda: api.open_watches == 0, "the stream to end")
+    eventually(lambda: api.watch_requests() >= 3, "the stream with the event, then another")
+    assert {"a": "deep"} not in seen.labels()
 
 
 def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(

@@ -66,6 +66,9 @@ MAX_ANSWER_BYTES = 3 * 1024 * 1024
 MAX_ERROR_BYTES = 64 * 1024
 #: how many characters of anything a server sent may appear in a message
 MAX_QUOTED_CHARS = 100
+#: the deepest nesting of an answer (no object gfd reads nests past ~10): JSON reads ~900,
+#: but Python's recursion runs out copying or serialising a few hundred
+MAX_NESTING = 100
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -479,10 +482,24 @@ def _decode_object(data: bytes) -> JSON:
         raise bad_answer(f"an answer that is not JSON: {quote_answer(_text(data))!r}") from None
     if not isinstance(decoded, dict):
         raise bad_answer(f"{type(decoded).__name__} where an object was expected")
+    if not nested_within(decoded, MAX_NESTING):
+        raise bad_answer(f"an answer nested more than {MAX_NESTING} levels deep")
     metadata = decoded.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad_answer(f"metadata as {type(metadata).__name__}, not an object")
     return decoded
+
+
+def nested_within(value: dict[str, Any] | list[Any], limit: int) -> bool:
+    """Whether ``value`` (decoded JSON) nests at most ``limit`` objects or lists deep."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return False
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
 
 
 def _error_from_answer(response: Any, status: int) -> KubeError:

@@ -50,7 +50,15 @@ from urllib.parse import urlencode
 
 from gfd import interrupt, signals
 from gfd.errors import PublishError
-from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer, quote_answer
+from gfd.kube.client import (
+    MAX_ANSWER_BYTES,
+    MAX_NESTING,
+    KubeClient,
+    KubeError,
+    bad_answer,
+    nested_within,
+    quote_answer,
+)
 from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 from gfd.observability import get_logger
 
@@ -395,6 +403,8 @@ class CollectionWatch:
             raise bad_answer("a watch event that is not JSON") from None
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
             raise bad_answer("a watch event that is not an object with an object")
+        if not nested_within(event, MAX_NESTING + 1):
+            raise bad_answer(f"a watch event nested more than {MAX_NESTING} levels deep")
         kind, obj = event.get("type"), event["object"]
         if kind == "ERROR":
             if obj.get("code") == 410:
