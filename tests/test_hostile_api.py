@@ -5,6 +5,7 @@ Signals and exit statuses are in tests/test_hostile_api_process.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tracemalloc
@@ -209,6 +210,32 @@ def test_a_hand_edited_annotation_never_deletes_foreign_labels(
     else:
         output.cleanup()
         assert api.node_labels("n1") == FOREIGN
+
+
+@pytest.mark.parametrize("step", ["verify", "cleanup"])
+def test_a_thousand_recorded_keys_are_counted_not_listed_in_a_log_line(
+    api: FakeApiServer, kubeconfig: str, step: str
+) -> None:
+    """The annotation is the record of what gfd owns, so the keys it lists are removed; a
+    record of a thousand is reported by its count and a few names, in lines of bounded
+    length, whether verification finds them stale or a cleanup finds them left."""
+    output = node_labels(kubeconfig)
+    output.publish(A)
+    stale = {f"nvidia.com/k{n}.count": "1" for n in range(1000)}
+    recorded = ",".join(sorted({*A, *stale}))
+
+    def add(node: dict[str, Any]) -> None:
+        node["metadata"]["labels"].update(stale)
+        node["metadata"]["annotations"][MANAGED_LABELS_ANNOTATION] = recorded
+
+    api.edit("Node", "n1", "", add)
+    if step == "cleanup":  # the patch answered as if nothing was removed
+        api.inject(Fault(body=json.dumps(api.node("n1")).encode(), method="PATCH", count=None))
+    with structlog.testing.capture_logs() as logs, contextlib.suppress(PublishError):
+        output.verify(A) if step == "verify" else output.cleanup()
+    assert logs and all(len(str(entry)) <= 3000 for entry in logs), max(map(str, logs), key=len)
+    if step == "verify":
+        assert gfd_keys_on(api) == A
 
 
 # ----------------------------------------------------------------- NFD's keys

@@ -40,7 +40,7 @@ from urllib.parse import quote, urlsplit
 
 from gfd import __version__, interrupt, redaction
 from gfd.documents import _yaml_problem
-from gfd.echo import clip, describe, one_line
+from gfd.echo import bounded_message, clip, describe, one_line
 from gfd.errors import PublishError, UsageError
 from gfd.kube import credentials
 from gfd.kube.credential_source import CredentialError, CredentialSource
@@ -412,12 +412,13 @@ class KubeClient:
 
         def log_retry(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
+            text = error.describe() if isinstance(error, KubeError) else str(error)
             self._log.warning(
                 "kubernetes API call failed, retrying",
                 operation=what,
                 attempt=state.attempt_number,
                 wait_seconds=round(state.upcoming_sleep, 3),
-                error=self.scrub(error.describe() if isinstance(error, KubeError) else str(error)),
+                error=bounded_message(self.scrub(text)),
             )
 
         retrying = Retrying(
