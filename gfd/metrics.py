@@ -19,6 +19,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -392,6 +393,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200 if ok else 503, b"ok\n" if ok else b"not published yet\n")
         else:
             self._send(404, b"not found\n")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """A refused request (a method other than GET, a malformed line, too many headers)
+        is answered with its status and the standard phrase alone: the stock answer quotes
+        the request back -- its method, its words -- in the status line and the page."""
+        status = HTTPStatus(code)
+        self.close_connection = True
+        self._send(status.value, f"{status.value} {status.phrase}\n".encode())
 
     def _send(
         self, code: int, body: bytes, content_type: str = "text/plain; charset=utf-8"

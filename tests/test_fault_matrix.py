@@ -40,6 +40,7 @@ from gfd.documents import MAX_DOCUMENT_BYTES
 from gfd.files import LIBRARY_MAX_BYTES
 from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
+from tests.fakes.fake_apiserver import TOKEN as KUBECONFIG_TOKEN
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import (
     LONGEST_LINE,
@@ -453,9 +454,26 @@ WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
         status=200, body=b'{"type": "ADDED", "object": [1]}\n', watch=True, count=None
     ),
     "flood": lambda: Fault(status=200, body=_flood(), watch=True, count=None),
+    # lines with nothing on them: no event, but as much work to read as one
+    "blank-lines": lambda: Fault(status=200, body=b" \r\n" * 65536, watch=True, count=None),
     "closed": lambda: Fault(drop=True, watch=True, count=None),
     "missing": lambda: Fault(status=404, watch=True, count=None),
+    # the credential echoed where a cut to an excerpt would keep its start, beside control
+    # characters that would forge a log line: in an ERROR event, its type, the status line
+    "echoing-error": lambda: Fault(status=200, body=_echoing("ERROR"), watch=True, count=None),
+    "echoing-type": lambda: Fault(
+        status=200, body=_echoing("x" * 14 + KUBECONFIG_TOKEN), watch=True, count=None
+    ),
+    "echoing-status": lambda: Fault(
+        status=503, reason="x" * 54 + KUBECONFIG_TOKEN, watch=True, count=None
+    ),
 }
+
+
+def _echoing(kind: str) -> bytes:
+    message = "\x1b[31m\nforged line\n" + "." * 75 + KUBECONFIG_TOKEN
+    status = {"code": 500, "message": message, "metadata": {"name": "n1", "resourceVersion": "9"}}
+    return (json.dumps({"type": kind, "object": status}) + "\n").encode()
 
 
 @pytest.mark.parametrize("fault", sorted(WATCH_FAULTS))
@@ -473,7 +491,8 @@ def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApi
         with api.down():  # ends the stream in progress: the next ones meet the fault
             daemon.wait_until(lambda: api.open_watches == 0, "the stream to end")
         interrupted = daemon.wait_for("watch of Node n1 interrupted; reconnecting", limit=60)
-        assert len(str(interrupted[0].get("error", ""))) <= LONGEST_LINE
+        error = str(interrupted[0].get("error", ""))
+        assert len(error) <= LONGEST_LINE and error.isprintable(), error
         daemon.wait_until(lambda: api.watch_requests() >= 3, "attempts against the fault")
         api.clear_faults()
         daemon.wait_until(lambda: api.open_watches == 1, "the watch back", limit=90)
@@ -485,6 +504,7 @@ def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApi
         daemon.kill()
     assert daemon.log().count("interrupted; reconnecting") == 1
     assert "Traceback" not in daemon.log()
+    assert KUBECONFIG_TOKEN[:6] not in daemon.log()  # not even the start of the credential
 
 
 @pytest.mark.parametrize("fault", ["hung", "stalled"])
@@ -1027,6 +1047,16 @@ LISTENER_FAULTS: dict[str, Callable[[Daemon], list[socket.socket]]] = {
     "malformed": lambda daemon: [_sent(_connect(daemon), b"\x16\x03\x01\x00\xff" * 100)],
     # connections reset by their peer at once
     "closed": lambda daemon: [_reset(_connect(daemon)) for _ in range(64)],
+    # requests the listener refuses: a method it does not serve, a version that is not
+    # HTTP's, words past the version
+    "refused": lambda daemon: [
+        _sent(_connect(daemon), request)
+        for request in (
+            b"ECHO<b>\x1b[31m" * 1000 + b" /metrics HTTP/1.0\r\n\r\n",
+            b"GET /metrics ECHO/1.0\r\n\r\n",
+            b"GET /ECHO HTTP/1.0 ECHO ECHO\r\n\r\n",
+        )
+    ],
 }
 
 
@@ -1044,15 +1074,22 @@ def _reset(connection: socket.socket) -> socket.socket:
 
 @pytest.mark.parametrize("fault", sorted(LISTENER_FAULTS))
 def test_the_metrics_listener_under_hostile_clients(served: Daemon, fault: str) -> None:
-    """Anyone who can reach the port: labelling goes on (passes keep finishing), the
-    listener answers again once the hostile connections are cut or time out, and SIGTERM
-    still ends the process with status 0."""
+    """Anyone who can reach the port: labelling goes on (passes keep finishing), nothing
+    of a request comes back in an answer, the listener answers again once the hostile
+    connections are cut or time out, and SIGTERM still ends the process with status 0."""
     connections = LISTENER_FAULTS[fault](served)
+    answers = b""
     try:
         served.wait_for("pass finished", count=3, limit=120)  # labelling goes on
     finally:
         for connection in connections:
+            with contextlib.suppress(OSError):  # what was answered by now, if anything
+                connection.setblocking(False)
+                answers += connection.recv(1 << 20)
             connection.close()
+    assert b"ECHO" not in answers  # nothing of a request is sent back
+    if fault == "refused":
+        assert b"501 Not Implemented" in answers and b"400 Bad Request" in answers
     served.wait_until(lambda: served.get("/healthz")[0] == 200, "the listener to answer")
     assert served.get("/healthz")[0] == 200
     assert served.stop(signal.SIGTERM) == 0

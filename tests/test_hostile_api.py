@@ -5,6 +5,7 @@ Signals and exit statuses are in tests/test_hostile_api_process.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import tracemalloc
@@ -78,9 +79,9 @@ def node_labels(kubeconfig: str, **client: float) -> NodeLabelsOutput:
     )
 
 
-def node_feature(kubeconfig: str) -> NodeFeatureOutput:
+def node_feature(kubeconfig: str, **overrides: Any) -> NodeFeatureOutput:
     return NodeFeatureOutput(
-        settings(kubeconfig, use_node_feature_api=True),
+        settings(kubeconfig, use_node_feature_api=True, **overrides),
         client=client_without_waits(kubeconfig, budget=BUDGET),
     )
 
@@ -209,6 +210,32 @@ def test_a_hand_edited_annotation_never_deletes_foreign_labels(
     else:
         output.cleanup()
         assert api.node_labels("n1") == FOREIGN
+
+
+@pytest.mark.parametrize("step", ["verify", "cleanup"])
+def test_a_thousand_recorded_keys_are_counted_not_listed_in_a_log_line(
+    api: FakeApiServer, kubeconfig: str, step: str
+) -> None:
+    """The annotation is the record of what gfd owns, so the keys it lists are removed; a
+    record of a thousand is reported by its count and a few names, in lines of bounded
+    length, whether verification finds them stale or a cleanup finds them left."""
+    output = node_labels(kubeconfig)
+    output.publish(A)
+    stale = {f"nvidia.com/k{n}.count": "1" for n in range(1000)}
+    recorded = ",".join(sorted({*A, *stale}))
+
+    def add(node: dict[str, Any]) -> None:
+        node["metadata"]["labels"].update(stale)
+        node["metadata"]["annotations"][MANAGED_LABELS_ANNOTATION] = recorded
+
+    api.edit("Node", "n1", "", add)
+    if step == "cleanup":  # the patch answered as if nothing was removed
+        api.inject(Fault(body=json.dumps(api.node("n1")).encode(), method="PATCH", count=None))
+    with structlog.testing.capture_logs() as logs, contextlib.suppress(PublishError):
+        output.verify(A) if step == "verify" else output.cleanup()
+    assert logs and all(len(str(entry)) <= 3000 for entry in logs), max(map(str, logs), key=len)
+    if step == "verify":
+        assert gfd_keys_on(api) == A
 
 
 # ----------------------------------------------------------------- NFD's keys
@@ -394,11 +421,18 @@ def refused_every_time(refused: str, logs: list[Any], error: PublishError) -> No
     assert refused in str(error) or "deadline" in str(error), error
 
 
+#: nested deeper than any object gfd reads, yet not so deep that JSON refuses it: copying
+#: or serialising it again would exhaust Python's recursion
+DEEP = b'{"attributes":' + b'{"a":' * 600 + b"1" + b"}" * 601
+
+
 @pytest.mark.parametrize(
     "body",
-    [b"[]", b'{"metadata":"x"}', b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":[]}'],
-    ids=["a-list", "metadata-a-string", "spec-a-list"],
-)
+    [b"[]", b'{"metadata":"x"}', b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":[]}',
+     b'{"metadata":{"name":"nvidia-features-for-n1"},"spec":{"features":' + DEEP + b"}}",
+     b'{"metadata":{"name":"nvidia-features-for-n1"},"status":' + DEEP + b"}"],
+    ids=["a-list", "metadata-a-string", "spec-a-list", "features-600-deep", "status-600-deep"],
+)  # fmt: skip
 def test_nodefeature_bad_answers_are_retried_server_errors(
     api: FakeApiServer, kubeconfig: str, body: bytes
 ) -> None:
@@ -411,6 +445,43 @@ def test_nodefeature_bad_answers_are_retried_server_errors(
     output.publish(A)
     stored = api.get("NodeFeature", "nvidia-features-for-n1", "default")
     assert stored is not None and stored["spec"]["labels"] == A
+
+
+#: the pod a NodeFeature's owner references are read from, answered in a shape no API server
+#: sends: what it holds would be written into the object and kept for the process's life
+BAD_PODS = {
+    "owners-a-number": {"name": "gfd-abc", "uid": "u1", "ownerReferences": 5},
+    "owners-an-object": {"name": "gfd-abc", "uid": "u1", "ownerReferences": {"kind": "DaemonSet"}},
+    "owner-name-an-object": {
+        "name": "gfd-abc",
+        "uid": "u1",
+        "ownerReferences": [{"kind": "DaemonSet", "name": {"a": 1}, "uid": "u2"}],
+    },
+    "owner-without-uid": {
+        "name": "gfd-abc",
+        "uid": "u1",
+        "ownerReferences": [{"kind": "DaemonSet", "name": "gfd"}],
+    },
+    "another-pod": {"name": "gfd-xyz", "uid": "u1"},
+}
+
+
+@pytest.mark.parametrize("pod", sorted(BAD_PODS))
+def test_a_pod_answer_of_the_wrong_shape_is_retried_and_never_written(
+    api: FakeApiServer, kubeconfig: str, pod: str
+) -> None:
+    body = json.dumps({"kind": "Pod", "apiVersion": "v1", "metadata": BAD_PODS[pod]}).encode()
+    api.inject(Fault(body=body, path_contains="/pods/", count=None))
+    output = node_feature(kubeconfig, pod_name="gfd-abc")
+    with pytest.raises(PublishError, match="the API server sent"):
+        output.publish(A)
+    assert api.get("NodeFeature", "nvidia-features-for-n1", "default") is None
+    api.clear_faults()
+    api.add_pod("default", "gfd-abc", owner=api.add_daemonset("default", "gfd"))
+    output.publish(A)  # the next pass reads the pod again
+    stored = api.get("NodeFeature", "nvidia-features-for-n1", "default")
+    assert stored is not None
+    assert [ref["name"] for ref in stored["metadata"]["ownerReferences"]] == ["gfd", "gfd-abc"]
 
 
 # ----------------------------------------------------------------- deadlines and sizes

@@ -117,12 +117,25 @@ def test_waits_grow_exponentially_with_jitter_and_are_capped(
     assert max(waits) <= 5.0
 
 
+@pytest.mark.parametrize(
+    ("retry_after", "least", "most"),
+    [(3, 3.0, 5.0), ("1e9", 5.0, 5.0), ("-5", 0.05, 0.1), ("nan", 0.05, 0.1),
+     ("Wed, 21 Oct 2015 07:28:00 GMT", 0.05, 0.1)],
+    ids=["seconds", "past-the-cap", "negative", "nan", "a-date"],
+)  # fmt: skip
 def test_retry_after_is_honoured(
-    api: FakeApiServer, client: KubeClient, fake_time: FakeTime
+    api: FakeApiServer,
+    client: KubeClient,
+    fake_time: FakeTime,
+    retry_after: int | str,
+    least: float,
+    most: float,
 ) -> None:
-    api.fail(429, count=1, retry_after=3)
+    """A Retry-After of seconds is waited, never past the longest wait; one that is not a
+    number of seconds from now leaves the usual first wait."""
+    api.fail(429, count=1, retry_after=retry_after)
     get_node(client)
-    assert fake_time.sleeps[0] >= 3
+    assert least <= fake_time.sleeps[0] <= most
 
 
 def test_an_unreachable_server_fails_within_the_budget(

@@ -193,6 +193,29 @@ def test_a_rotated_token_file_is_read_again(
 # ----------------------------------------------------------------- exec plugins
 
 
+def test_a_watch_refused_its_rotated_out_token_asks_the_plugin_again(
+    api: FakeApiServer, tmp_path: Path, metered: Any
+) -> None:
+    """The plugin's token is rotated and the old one refused: the watch's stream, opened
+    again after a graceful restart of the server, is answered 401; the watch lists again,
+    which asks the plugin anew, so a removed label is still repaired."""
+    credential = tmp_path / "credential"
+    credential.write_text(exec_credential(EXEC_TOKEN))
+    api.accept_only(f"Bearer {EXEC_TOKEN}")
+    daemon = exec_daemon(api, tmp_path, metered, write_plugin(tmp_path, f"cat {credential}\n"))
+    daemon.wait_until(lambda: daemon.passes(result="success") >= 1, "a first successful pass")
+    daemon.wait_until(lambda: api.open_watches == 1, "the watch")
+    labels = api.node_labels("n1")
+    credential.write_text(exec_credential(ROTATED))
+    api.accept_only(f"Bearer {ROTATED}")
+    api.restore(back=0)  # open streams end, nothing else changes
+    daemon.wait_until(lambda: any(r.status == 401 for r in api.requests), "the refused stream")
+    api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].pop("nvidia.com/gpu.count"))
+    daemon.wait_until(lambda: api.node_labels("n1") == labels, "the repair", limit=GUARD_SECONDS)
+    assert daemon.stop() == 0
+    assert_no_secret(daemon.log())
+
+
 def exec_daemon(
     api: FakeApiServer, tmp_path: Path, metered: Any, command: str, *extra: str
 ) -> Daemon:

@@ -200,12 +200,12 @@ SHORT_BY_CONSTRUCTION = {
     ("gfd/labels/devices.py", "fitted"),
     ("gfd/labels/__init__.py", "value"),
 }
-SHARED_HELPERS = {"clip", "clip_path", "describe", "_quote", "_quote_status", "printable"}
+SHARED_HELPERS = {"clip", "clip_path", "describe", "quote_answer", "_quote_status", "printable"}
 
 
 def test_every_echoed_value_goes_through_the_shared_helper() -> None:
     """An f-string that quotes a value with ``!r`` quotes it whole: every such value is
-    first cut by gfd/echo.py (``clip``, ``describe``; ``_quote`` in the API client is
+    first cut by gfd/echo.py (``clip``, ``describe``; ``quote_answer`` in the API client is
     built on ``clip``), or is short by construction (listed above)."""
     stray = []
     for path in sorted(GFD.rglob("*.py")):

@@ -128,6 +128,22 @@ def test_one_list_then_every_change_and_the_deletion(
     assert int(query["timeoutSeconds"]) >= watch.WATCH_SECONDS
 
 
+def test_an_event_nested_deeper_than_any_object_is_never_told(
+    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen]
+) -> None:
+    """JSON reads an object nested 600 deep; Python's recursion runs out copying it (as a
+    follower does): the stream ends on it, the followers never see it."""
+    _, seen = node_watch
+    eventually(lambda: api.open_watches == 1, "the watch")
+    node = b'{"metadata":{"name":"n1","resourceVersion":"5000","labels":{"a":"deep"}},"spec":'
+    deep = b'{"type":"MODIFIED","object":' + node + b'{"a":' * 600 + b"1" + b"}" * 602 + b"\n"
+    api.inject(Fault(status=200, body=deep, watch=True))
+    with api.down():  # ends the stream in progress: the next one meets the event
+        eventually(lambda: api.open_watches == 0, "the stream to end")
+    eventually(lambda: api.watch_requests() >= 3, "the stream with the event, then another")
+    assert {"a": "deep"} not in seen.labels()
+
+
 def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(
     api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -466,6 +482,28 @@ def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
             "GET",
             "PATCH",
         ]
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
+def test_a_server_whose_version_went_back_is_listed_again_not_resumed_forever(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """etcd restored from an older backup: the resume asks for a version the server has not
+    reached and is answered 504 "Too large resource version" however often it is tried;
+    the watch lists again (as client-go's reflector does), so a removed label is repaired."""
+    gfd = daemon(api, tmp_path, "--use-node-labels")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        labels = api.node_labels("n1")
+        api.restore()
+        gfd.wait_for("watch of Node n1 interrupted; reconnecting")  # the 504
+        api.edit(
+            "Node", "n1", "", lambda node: node["metadata"]["labels"].pop("nvidia.com/gpu.count")
+        )
+        gfd.wait_until(lambda: api.node_labels("n1") == labels, "the repair", PATIENCE)
         assert gfd.stop(signal.SIGTERM) == 0
     finally:
         gfd.kill()

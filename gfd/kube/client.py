@@ -40,7 +40,7 @@ from urllib.parse import quote, urlsplit
 
 from gfd import __version__, interrupt, redaction
 from gfd.documents import _yaml_problem
-from gfd.echo import clip, describe, one_line
+from gfd.echo import bounded_message, clip, describe, one_line
 from gfd.errors import PublishError, UsageError
 from gfd.kube import credentials
 from gfd.kube.credential_source import CredentialError, CredentialSource
@@ -66,6 +66,9 @@ MAX_ANSWER_BYTES = 3 * 1024 * 1024
 MAX_ERROR_BYTES = 64 * 1024
 #: how many characters of anything a server sent may appear in a message
 MAX_QUOTED_CHARS = 100
+#: the deepest nesting of an answer (no object gfd reads nests past ~10): JSON reads ~900,
+#: but Python's recursion runs out copying or serialising a few hundred
+MAX_NESTING = 100
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -167,10 +170,12 @@ def redact_url(url: str) -> str:
     return re.sub(r"(?<=://)[^/?#@]*@", "***@", url)
 
 
-def _quote(text: str) -> str:
-    """At most ~100 characters of something a server sent, on one line, printable
-    (credentials it echoed are taken out first, so that no part of one survives the cut)."""
-    return clip(one_line(redaction.redact(text)), MAX_QUOTED_CHARS)
+def quote_answer(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """At most ``limit`` characters of something a server sent, on one line, printable
+    (credentials it echoed are taken out first, so that no part of one survives the cut).
+    Every piece of an answer that reaches a message goes through here: a status line, a
+    Status object, a watch event's message or type."""
+    return clip(one_line(redaction.redact(text)), limit)
 
 
 #: a Status message is quoted by its two ends: its head names the object, its tail says
@@ -204,7 +209,7 @@ def _load_configuration(
         hint = "" if kubeconfig else " (not running in a pod? pass --kubeconfig)"
         # a YAML error's own text quotes the offending line, which may hold a token
         text = _yaml_problem(exc) if isinstance(exc, yaml.YAMLError) else str(exc)
-        detail = _quote(redact_url(text))
+        detail = quote_answer(redact_url(text))
         raise UsageError(
             f"{where}: cannot load Kubernetes client configuration: {detail}{hint}"
         ) from None
@@ -242,7 +247,7 @@ class KubeClient:
         self.server: str = redact_url(host)
         if not _is_http_url(host):
             raise UsageError(
-                f"{where}: the API server address {_quote(self.server)!r} is not an "
+                f"{where}: the API server address {quote_answer(self.server)!r} is not an "
                 "http:// or https:// URL"
             )
         # tenacity below is the only retry policy; urllib3 must not retry behind its back
@@ -407,12 +412,13 @@ class KubeClient:
 
         def log_retry(state: RetryCallState) -> None:
             error = state.outcome.exception() if state.outcome else None
+            text = error.describe() if isinstance(error, KubeError) else str(error)
             self._log.warning(
                 "kubernetes API call failed, retrying",
                 operation=what,
                 attempt=state.attempt_number,
                 wait_seconds=round(state.upcoming_sleep, 3),
-                error=self.scrub(error.describe() if isinstance(error, KubeError) else str(error)),
+                error=bounded_message(self.scrub(text)),
             )
 
         retrying = Retrying(
@@ -447,7 +453,9 @@ def _read_capped(response: Any, limit: int) -> bytes:
     try:
         encoding = str(response.headers.get("Content-Encoding") or "identity").strip().lower()
         if encoding != "identity":
-            raise bad_answer(f"a compressed answer ({_quote(encoding)}), which gfd never asks for")
+            raise bad_answer(
+                f"a compressed answer ({quote_answer(encoding)}), which gfd never asks for"
+            )
         declared = response.headers.get("Content-Length")
         if declared is not None and declared.strip().isdigit() and int(declared) > limit:
             raise bad_answer(
@@ -472,13 +480,27 @@ def _decode_object(data: bytes) -> JSON:
     try:
         decoded = json.loads(data) if data else None
     except (ValueError, RecursionError):
-        raise bad_answer(f"an answer that is not JSON: {_quote(_text(data))!r}") from None
+        raise bad_answer(f"an answer that is not JSON: {quote_answer(_text(data))!r}") from None
     if not isinstance(decoded, dict):
         raise bad_answer(f"{type(decoded).__name__} where an object was expected")
+    if not nested_within(decoded, MAX_NESTING):
+        raise bad_answer(f"an answer nested more than {MAX_NESTING} levels deep")
     metadata = decoded.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         raise bad_answer(f"metadata as {type(metadata).__name__}, not an object")
     return decoded
+
+
+def nested_within(value: dict[str, Any] | list[Any], limit: int) -> bool:
+    """Whether ``value`` (decoded JSON) nests at most ``limit`` objects or lists deep."""
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item
+        if depth > limit:
+            return False
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return True
 
 
 def _error_from_answer(response: Any, status: int) -> KubeError:
@@ -493,14 +515,14 @@ def _error_from_answer(response: Any, status: int) -> KubeError:
         body = json.loads(data) if data else None
     except (ValueError, RecursionError):
         body = None
-        message = _quote(_text(data))
+        message = quote_answer(_text(data))
     if isinstance(body, dict):
         message = _quote_status(str(body.get("message") or ""))
-        reason = _quote(str(body.get("reason") or reason))
+        reason = quote_answer(str(body.get("reason") or reason))
     return KubeError(
         message,
         status=status,
-        reason=_quote(reason),
+        reason=quote_answer(reason),
         retry_after=_retry_after(response.headers.get("Retry-After")),
     )
 
@@ -539,15 +561,17 @@ def _short(exc: BaseException) -> str:
             return "no complete answer before the request's deadline"
         seen = seen.__cause__ or seen.__context__
     reason = getattr(exc, "reason", None)
-    return _quote(str(reason if reason is not None else exc) or type(exc).__name__)
+    return quote_answer(str(reason if reason is not None else exc) or type(exc).__name__)
 
 
 def _from_api_exception(exc: Any, server: str) -> KubeError:
     """The client raises ApiException itself only for TLS failures (status 0)."""
     status = exc.status or None
     if status is None:
-        return KubeError(f"cannot reach the API server at {server}: {_quote(str(exc.reason))}")
-    return KubeError(_quote(str(exc.reason or "")), status=int(status))
+        return KubeError(
+            f"cannot reach the API server at {server}: {quote_answer(str(exc.reason))}"
+        )
+    return KubeError(quote_answer(str(exc.reason or "")), status=int(status))
 
 
 # ----------------------------------------------------------------- the server address

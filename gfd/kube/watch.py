@@ -10,14 +10,15 @@ after each list and on every event; they decide whether that undoes what gfd pub
 
 The protocol is client-go's reflector's: a paged list gives the objects and a
 ``resourceVersion``; a watch from there with ``allowWatchBookmarks`` streams the changes; a
-stream the server ends is resumed from the last version (listed once more on 410 Gone); a
-server that did not answer (it may have restarted) is listed again at once.
+stream the server ends is resumed from the last version (listed once more on 410 Gone); after
+no answer or an error answer (but 429) the watch lists again rather than resumes.
 
 The stream is a channel from the API server and bounded as such:
 
 - an event (one JSON line) is at most :data:`MAX_EVENT_BYTES`; a longer line ends the stream;
-- at most :data:`EVENT_BURST` events at once and :data:`EVENTS_PER_SECOND` after: a flood
-  ends the stream (one object, or one node's handful of slices: nobody edits them that fast);
+- at most :data:`EVENT_BURST` lines at once and :data:`EVENTS_PER_SECOND` after, blank ones
+  included: a flood ends the stream (one object, or one node's handful of slices: nobody
+  edits them that fast);
 - at most :data:`MAX_OBJECTS` objects held: more ends the stream;
 - a stream asks the server to end it after ``timeoutSeconds``; one still open
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
@@ -42,7 +43,15 @@ from urllib.parse import urlencode
 
 from gfd import interrupt, signals
 from gfd.errors import PublishError
-from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient, KubeError, bad_answer
+from gfd.kube.client import (
+    MAX_ANSWER_BYTES,
+    MAX_NESTING,
+    KubeClient,
+    KubeError,
+    bad_answer,
+    nested_within,
+    quote_answer,
+)
 from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 from gfd.observability import get_logger
 
@@ -284,8 +293,12 @@ class CollectionWatch:
                 if self._served_healthy():
                     failures, warned = 0, False  # a new outage: said again, waits from the start
                 failures += 1
-                if isinstance(exc, KubeError) and exc.status is None:
-                    # no answer: most often a restarted server, which answers a resume 410
+                if not isinstance(exc, KubeError) or exc.status != 429:
+                    # list again rather than resume: no answer is most often a restarted
+                    # server, which answers a resume 410; an error answer may be about the
+                    # version itself (one the server has not reached, after a restore of
+                    # etcd, is answered 504 however often it is asked for), as client-go's
+                    # reflector relists after a failed watch; "too many requests" is not
                     self.resource_version = None
                 if not warned:  # one line for a run of failures, not one per attempt
                     warned = True
@@ -372,8 +385,10 @@ class CollectionWatch:
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
+                    # a blank line counts too: the server never sends one, and a stream
+                    # of them would cost as much to read as events, for as long as it lasts
+                    budget.take()
                     if line.strip():
-                        budget.take()
                         self._event(line)
                 if len(buffer) > MAX_EVENT_BYTES:
                     raise bad_answer(f"a watch event of more than {MAX_EVENT_BYTES} bytes")
@@ -387,11 +402,13 @@ class CollectionWatch:
             raise bad_answer("a watch event that is not JSON") from None
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
             raise bad_answer("a watch event that is not an object with an object")
+        if not nested_within(event, MAX_NESTING + 1):
+            raise bad_answer(f"a watch event nested more than {MAX_NESTING} levels deep")
         kind, obj = event.get("type"), event["object"]
         if kind == "ERROR":
             if obj.get("code") == 410:
                 raise Gone()
-            raise KubeError(str(obj.get("message") or "")[:100], status=_code(obj))
+            raise KubeError(quote_answer(str(obj.get("message") or "")), status=_code(obj))
         metadata = obj.get("metadata")
         version = metadata.get("resourceVersion") if isinstance(metadata, dict) else None
         if not isinstance(version, str) or not version:
@@ -400,7 +417,9 @@ class CollectionWatch:
             self.resource_version = version
             return
         if kind not in ("ADDED", "MODIFIED", "DELETED") or not self._belongs(obj):
-            raise bad_answer(f"a watch event of another kind or object ({str(kind)[:20]})")
+            raise bad_answer(
+                f"a watch event of another kind or object ({quote_answer(str(kind), 20)})"
+            )
         self._hold(obj, kind != "DELETED")
         self.resource_version = version
         self._tell()
@@ -460,7 +479,9 @@ def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -
             if status == 410:
                 raise Gone()
             if status != 200:
-                error = KubeError("", status=status, reason=str(response.reason or "")[:60])
+                error = KubeError(
+                    "", status=status, reason=quote_answer(str(response.reason or ""), 60)
+                )
                 if status in REFUSED_STATUSES:
                     raise Refused(error.describe())
                 raise error
@@ -539,62 +560,3 @@ def unfollow(watch: ObjectWatch, on_object: Follower) -> None:
             watch.stop()
             if _watches.get((watch._collection, watch.name)) is watch:
                 del _watches[(watch._collection, watch.name)]
-
-
-class OwnedObject:
-    """What an output needs to follow the object it publishes to.
-
-    ``undone(obj)`` says whether the object as seen (None: absent) no longer holds what was
-    published; when it does, ``wake()``.  ``on_refused()`` when the server refuses the
-    watch (the output goes back to re-reading the object periodically)."""
-
-    def __init__(
-        self,
-        make_client: Callable[[], KubeClient],
-        collection: str,
-        name: str,
-        what: str,
-        undone: Callable[[JSON | None], bool],
-    ) -> None:
-        self._make_client = make_client
-        self._collection = collection
-        self._name = name
-        self._what = what
-        self._undone = undone
-        self._watch: ObjectWatch | None = None
-        self._wake: Callable[[], None] = lambda: None  # no one to wake yet
-        self._log = get_logger(watch=what)
-
-    @property
-    def running(self) -> bool:
-        return self._watch is not None
-
-    def view(self) -> tuple[bool, JSON | None]:
-        """(True, the object as last seen, None: absent) while the watch follows it;
-        (False, None) before its first list, once refused, or when not watching."""
-        watch = self._watch
-        if watch is None or watch.refused or not watch.synced:
-            return False, None
-        return True, watch.current
-
-    def start(self, wake: Callable[[], None], on_refused: Callable[[], None]) -> None:
-        if self._watch is not None:
-            return
-        self._wake = wake
-        self._watch = follow(
-            self._make_client, self._collection, self._name, self._what, self._seen, on_refused
-        )
-
-    def stop(self) -> None:
-        if self._watch is not None:
-            unfollow(self._watch, self._seen)
-            self._watch = None
-
-    def _seen(self, obj: JSON | None) -> None:
-        try:
-            undone = self._undone(obj)
-        except (KubeError, ValueError, TypeError):
-            undone = True  # a shape gfd cannot compare: the agent's check reads it properly
-        if undone:
-            self._log.info("change seen that undoes what gfd published; checking now")
-            self._wake()

@@ -290,38 +290,50 @@ class NodeFeatureOutput(WatchedOutput):
             )
             self._owner_references = []
             return self._owner_references
-        pod_metadata = pod.get("metadata") or {}
-        daemonset = next(
-            (
-                ref
-                for ref in pod_metadata.get("ownerReferences") or []
-                if isinstance(ref, dict) and ref.get("kind") == "DaemonSet"
-            ),
-            None,
-        )
-        if daemonset is None:
+        self._owner_references = _owners_of(pod, self.pod_name)
+        if not self._owner_references:
             self._log.info(
                 "pod is not owned by a DaemonSet, no owner references",
                 pod=f"{self.namespace}/{self.pod_name}",
             )
-            self._owner_references = []
-        else:
-            self._owner_references = [
-                {
-                    "apiVersion": daemonset.get("apiVersion", "apps/v1"),
-                    "kind": "DaemonSet",
-                    "name": daemonset.get("name"),
-                    "uid": daemonset.get("uid"),
-                    "controller": True,
-                },
-                {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": pod_metadata.get("name", self.pod_name),
-                    "uid": pod_metadata.get("uid"),
-                },
-            ]
         return self._owner_references
+
+
+def _owners_of(pod: JSON, pod_name: str) -> list[JSON]:
+    """The owner references upstream sets from ``pod``: the DaemonSet that controls it and
+    the pod itself ([] when no DaemonSet owns it).  An answer that is another pod, or whose
+    references are not a list of objects with string names and uids, is a bad answer: what
+    it holds would be written into the NodeFeature object, and kept for the process's life."""
+    metadata = pod.get("metadata") or {}
+    if metadata.get("name") != pod_name:
+        raise bad_answer(f"an object that is not pod {pod_name}")
+    references = metadata.get("ownerReferences") or []
+    if not isinstance(references, list):
+        raise bad_answer(f"ownerReferences as {type(references).__name__}, not a list")
+    daemonset = next(
+        (ref for ref in references if isinstance(ref, dict) and ref.get("kind") == "DaemonSet"),
+        None,
+    )
+    if daemonset is None:
+        return []
+    owners: list[JSON] = [
+        {
+            "apiVersion": daemonset.get("apiVersion", "apps/v1"),
+            "kind": "DaemonSet",
+            "name": daemonset.get("name"),
+            "uid": daemonset.get("uid"),
+            "controller": True,
+        },
+        {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": metadata.get("uid")},
+    ]
+    for owner in owners:
+        if not all(
+            isinstance(owner[key], str) and owner[key] for key in ("apiVersion", "name", "uid")
+        ):
+            raise bad_answer(
+                f"a {owner['kind']} owner reference without a name, uid and apiVersion"
+            )
+    return owners
 
 
 def _version(obj: JSON) -> str | None:

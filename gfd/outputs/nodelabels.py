@@ -51,6 +51,8 @@ NFD_FEATURE_LABELS_ANNOTATION = "nfd.node.kubernetes.io/feature-labels"
 NFD_DEFAULT_NAMESPACE = "feature.node.kubernetes.io/"
 #: seconds between verification reads at steady state (SPEC §6.4)
 VERIFY_INTERVAL_SECONDS = 600.0
+#: the most keys named in one log line or message (the annotation may record thousands)
+LISTED = 10
 
 
 def owned_keys_from(node: Mapping[str, Any]) -> frozenset[str]:
@@ -181,7 +183,9 @@ class NodeLabelsOutput(WatchedOutput):
                 self._desired = desired
                 return
             self._log.warning(
-                "node labels were removed or edited, publishing again", problems=problems
+                "node labels were removed or edited, publishing again",
+                problems=problems[:LISTED],
+                count=len(problems),
             )
             self._patch(desired, recorded | (self._owned or frozenset()))
             wrote = True
@@ -211,7 +215,8 @@ class NodeLabelsOutput(WatchedOutput):
             )
             left = sorted(owned & set(string_map(answer, "metadata", "labels")))
             if left or MANAGED_LABELS_ANNOTATION in string_map(answer, "metadata", "annotations"):
-                raise bad_answer(f"a node that still carries {left or MANAGED_LABELS_ANNOTATION}")
+                some = f"{len(left)} labels ({', '.join(left[:LISTED])})" if left else ""
+                raise bad_answer(f"a node that still carries {some or MANAGED_LABELS_ANNOTATION}")
             self._owned = frozenset()
             self._unconfirmed = frozenset()
             self._log.info("removed gfd labels from the node", removed=len(owned))

@@ -74,6 +74,8 @@ _BY_PLURAL = {resource.plural: resource for resource in RESOURCES}
 _BY_KIND = {resource.kind: resource for resource in RESOURCES}
 
 MERGE_PATCH = "application/merge-patch+json"
+#: the token of the kubeconfig :func:`write_kubeconfig` writes when given no user
+TOKEN = "fake-token"
 _REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
@@ -112,7 +114,7 @@ class Fault:
     status: int | None = None  # answer with this status (a Status object, or ``body``)
     delay: float = 0.0  # sleep this long first
     drop: bool = False  # close the connection without a response
-    retry_after: int | None = None  # Retry-After header (seconds) with the status
+    retry_after: int | str | None = None  # Retry-After header (seconds) with the status
     method: str | None = None  # only requests with this verb
     path_contains: str | None = None  # only requests whose path contains this
     count: int | None = 1
@@ -126,6 +128,7 @@ class Fault:
     raw: bytes | None = None  # answer with these bytes as they are, status line and all
     echo_authorization: bool = False  # with ``status``: the message quotes the credentials
     watch: bool | None = None  # only watch requests (True) or only the others (False)
+    reason: str | None = None  # with ``status``: this reason phrase on the status line
 
     def matches(self, method: str, path: str, watch: bool = False) -> bool:
         if self.watch is not None and self.watch != watch:
@@ -190,6 +193,7 @@ class _State:
     bookmarks: int = 0  # bumped by bookmark(): every open watch sends one
     watch_refused: int | None = None  # answer every watch with this status
     watch_stalled: bool = False  # send a watch's headers, then nothing
+    restores: int = 0  # bumped by restore(): every open watch ends, as at a graceful restart
     open_watches: int = 0
     changed: threading.Condition = field(init=False)
 
@@ -474,7 +478,7 @@ class FakeApiServer:
         *,
         method: str | None = None,
         path_contains: str | None = None,
-        retry_after: int | None = None,
+        retry_after: int | str | None = None,
     ) -> Fault:
         return self.inject(
             Fault(
@@ -503,6 +507,19 @@ class FakeApiServer:
         with self._state.lock:
             self._state.compacted = self._state.last_version + 1
             self._state.events.clear()
+
+    def restore(self, back: int = 100) -> None:
+        """As after etcd is restored from an older backup: the server's version goes ``back``
+        (objects keep theirs), open watches end cleanly as at a graceful restart, and a watch
+        from a version the server has not reached is answered 504 "Too large resource
+        version", as the API server's watch cache answers it."""
+        with self._state.lock:
+            state = self._state
+            state.last_version -= back
+            state.versions = itertools.count(state.last_version + 1)
+            state.events = [event for event in state.events if event[0] <= state.last_version]
+            state.restores += 1
+            state.changed.notify_all()
 
     def bookmark(self) -> None:
         """Every open watch that allows bookmarks sends one (the current version)."""
@@ -684,7 +701,8 @@ class _Handler(BaseHTTPRequestHandler):
                 message = f"injected fault {fault.status}"
                 if fault.echo_authorization:  # as a careless proxy or a hostile server does
                     message += f": credentials {self.headers.get('Authorization')!s} refused"
-                self._send(fault.status, status_object(fault.status, reason, message), headers)
+                answer = status_object(fault.status, reason, message)
+                self._send(fault.status, answer, headers, fault.reason)
                 return
 
         try:
@@ -806,9 +824,15 @@ class _Handler(BaseHTTPRequestHandler):
                     return str(value)
         return None
 
-    def _send(self, code: int, body: JSON, headers: Mapping[str, str] | None = None) -> None:
+    def _send(
+        self,
+        code: int,
+        body: JSON,
+        headers: Mapping[str, str] | None = None,
+        reason: str | None = None,
+    ) -> None:
         payload = json.dumps(body).encode("utf-8")
-        self.send_response(code)
+        self.send_response(code, reason)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
         for name, value in (headers or {}).items():
@@ -830,6 +854,16 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiStatusError(refused, _REASONS.get(refused, "Forbidden"), "watch refused")
         wanted = self._field_selector()
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        with self.state.lock:
+            current = self.state.last_version
+        if since > current:
+            message = f"Too large resource version: {since}, current: {current}"
+            causes = [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ]
+            raise ApiStatusError(
+                504, "Timeout", message, {"causes": causes, "retryAfterSeconds": 1}
+            )
         bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
         self._record("GET", path, 200, None, None)
@@ -864,8 +898,10 @@ class _Handler(BaseHTTPRequestHandler):
     ) -> None:
         state = self.state
         with state.lock:
-            seen_bookmarks = state.bookmarks
+            seen_bookmarks, restores = state.bookmarks, state.restores
         while time.monotonic() < deadline and not state.closing.is_set():
+            if state.restores != restores:
+                return
             lines: list[JSON] = []
             with state.lock:
                 if state.watch_stalled:
@@ -1099,7 +1135,7 @@ def write_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "fake", "cluster": {"server": server}}],
-        "users": [{"name": "fake", "user": user if user is not None else {"token": "fake-token"}}],
+        "users": [{"name": "fake", "user": user if user is not None else {"token": TOKEN}}],
         "contexts": [
             {
                 "name": "fake",
