@@ -15,16 +15,9 @@ from gfd.errors import GfdError
 from gfd.metrics import HEALTH_GRACE_SECONDS, PrometheusMetrics, parse_address
 from gfd.observability import NullMetrics, start_metrics
 from gfd.settings import Settings
+from tests.helpers import Clock
 
 FAST = 0.02  # serving-loop poll interval: lets close() return at once
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def get(metrics: PrometheusMetrics, path: str) -> tuple[int, str]:
@@ -48,7 +41,7 @@ def samples(metrics: PrometheusMetrics) -> dict[tuple[str, tuple[tuple[str, str]
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(500.0)
 
 
 @pytest.fixture
