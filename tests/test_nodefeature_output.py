@@ -7,11 +7,9 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
-from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
-from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.fakes.waits import client_without_waits
+from tests.fakes.waits import output_without_waits
 
 NAMESPACE = "gpu-operator"
 OBJECT = "nvidia-features-for-n1"
@@ -23,19 +21,8 @@ API_NODE_N1: dict[str, Any] = {}
 
 
 def make_output(kubeconfig: str, **overrides: Any) -> NodeFeatureOutput:
-    values: dict[str, Any] = {
-        "use_node_feature_api": True,
-        "node_name": "n1",
-        "namespace": NAMESPACE,
-        "kubeconfig": kubeconfig,
-        "sleep_interval": 1.0,
-    }
-    values.update(overrides)
-    settings = Settings(**values)
-    # the real client with the budget the settings give, its waits between attempts
-    # skipped (tests/fakes/waits.py): a transient error or an outage costs no backoff here
-    budget = retry_budget(settings.sleep_interval)
-    return NodeFeatureOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
+    values = {"use_node_feature_api": True, "namespace": NAMESPACE, **overrides}
+    return output_without_waits(NodeFeatureOutput, kubeconfig, **values)
 
 
 def stored(api: FakeApiServer) -> dict[str, Any]:
