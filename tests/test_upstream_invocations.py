@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.upstream import Reference, labels, run_gfd_on_mock, run_upstream
+from tests.upstream import Reference, labels, run_on_mock
 
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 FILE = ["-use-node-feature-api=false", "-output-file", "{tmp}/out"]
@@ -175,14 +175,14 @@ def _run_both(ref: Reference, case: Case, tmp_path: Path) -> dict[str, Any]:
     if case.args == ["-oneshot", "-use-node-feature-api=false"] and os.path.exists(NFD_DIR):
         pytest.skip(f"{NFD_DIR} exists here: the row would write this machine's NFD file")
     outcomes = {}
-    for name, runner in (("upstream", run_upstream), ("gfd", run_gfd_on_mock)):
+    for name in ("upstream", "gfd"):
         folder = tmp_path / name
         folder.mkdir()
         if case.config is not None:
             (folder / "config.yaml").write_text(_fill(case.config, folder))
         args = [_fill(arg, folder) for arg in case.args]
         env = {key: _fill(value, folder) for key, value in case.env.items()}
-        result = runner(ref, args, env, profile=case.profile, cwd=folder)
+        result = run_on_mock(ref, name, args, env, profile=case.profile, cwd=folder)
         assert "Traceback" not in result.stderr, result.stderr
         outcomes[name] = (_outcome(result, folder), result)
     return outcomes

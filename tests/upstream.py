@@ -4,7 +4,7 @@ run for every xdist worker), else from the cache of ``scripts/bench-nvml-tools.s
 ``upstream_reference`` fixture (conftest) skips with one line where neither is at hand and fails
 where the shared folder exists (an unpack that fails is a failure, never a skip).
 
-``run_upstream`` and ``run_gfd_on_mock`` run one program with the same mock profile, arguments and
+``run_on_mock`` runs either program with the same mock profile, arguments and
 environment.  ``run_both`` runs a oneshot of each for label comparisons: the mock answers NVML
 only, so what it cannot fake is made the same for both programs: a folder made from the
 profile's bus ids is bound over ``/sys/bus/pci/devices`` in a private mount namespace
@@ -269,28 +269,19 @@ def _run(
     )  # fmt: skip
 
 
-def run_upstream(
+def run_on_mock(
     ref: Reference,
+    program: str,
     args: Sequence[str],
     env: Mapping[str, str] | None = None,
     *,
     profile: str = "t4",
     cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Upstream's binary with ``args`` on the mock ``profile``."""
-    return _run([str(ref.upstream), *args], mock_env(ref, ref.profile(profile), env), cwd)
-
-
-def run_gfd_on_mock(
-    ref: Reference,
-    args: Sequence[str],
-    env: Mapping[str, str] | None = None,
-    *,
-    profile: str = "t4",
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
-    """gfd (its real NVML path: pynvml into the mock library) with ``args`` on ``profile``."""
-    return _run([*GFD, *args], mock_env(ref, ref.profile(profile), env), cwd)
+    """``program`` (``upstream``: its binary; ``gfd``: its real NVML path, pynvml into the
+    mock library) with ``args`` on the mock ``profile``."""
+    command = [str(ref.upstream)] if program == "upstream" else list(GFD)
+    return _run([*command, *args], mock_env(ref, ref.profile(profile), env), cwd)
 
 
 def labels(text: str) -> dict[str, str]:
