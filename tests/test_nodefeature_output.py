@@ -74,6 +74,10 @@ def test_changed_labels_update_the_object(api: FakeApiServer, kubeconfig: str) -
     assert len(api.objects("NodeFeature")) == 1
 
 
+#: a write refused for a conflict, then read again and written again
+RETRIED_AFTER_A_CONFLICT = [("GET", 200), ("PUT", 409), ("GET", 200), ("PUT", 200)]
+
+
 def put_foreign_object(api: FakeApiServer, **labels: str) -> None:
     """This node's NodeFeature as another writer (upstream gfd) left it: no status."""
     api.put_object(
@@ -126,12 +130,7 @@ def test_a_conflict_is_retried_with_a_fresh_get(api: FakeApiServer, kubeconfig: 
     )
     api.fail(409, count=1, method="PUT")
     output.publish({"nvidia.com/gpu.count": "2"})
-    assert [(r.method, r.status) for r in api.requests] == [
-        ("GET", 200),
-        ("PUT", 409),
-        ("GET", 200),
-        ("PUT", 200),
-    ]
+    assert [(r.method, r.status) for r in api.requests] == RETRIED_AFTER_A_CONFLICT
     obj = stored(api)
     assert obj["spec"]["labels"] == {"nvidia.com/gpu.count": "2"}
     assert obj["metadata"]["annotations"] == {"touched": "yes"}
@@ -156,12 +155,7 @@ def test_a_stale_resource_version_is_a_real_conflict(
 
     monkeypatch.setattr(output, "_get", get_then_race)
     output.publish({"nvidia.com/gpu.count": "2"})
-    assert [(r.method, r.status) for r in api.requests] == [
-        ("GET", 200),
-        ("PUT", 409),
-        ("GET", 200),
-        ("PUT", 200),
-    ]
+    assert [(r.method, r.status) for r in api.requests] == RETRIED_AFTER_A_CONFLICT
     assert stored(api)["spec"]["labels"] == {"nvidia.com/gpu.count": "2"}
 
 
