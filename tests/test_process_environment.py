@@ -7,11 +7,19 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.process import GFD, ROOT, Daemon, assert_refused, clean_env, free_port, run_gfd
+from tests.process import (
+    GFD,
+    ROOT,
+    Daemon,
+    assert_refused,
+    clean_env,
+    free_port,
+    http_get,
+    run_gfd,
+)
 
 DGX = f"{ROOT}/examples/snapshots/dgx-a100.yaml"
 
@@ -100,8 +108,7 @@ def test_labels_to_an_ascii_stdout_are_written(tmp_path: Path) -> None:
 
 
 def _healthz(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
-        return int(response.status)
+    return http_get(port, "/healthz")[0]
 
 
 def _refuses(port: int) -> bool:
