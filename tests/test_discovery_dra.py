@@ -36,6 +36,12 @@ SEMVER_LOSSY = {
 }
 
 
+@pytest.fixture
+def mock_lib(upstream_reference: Reference) -> Reference:
+    """NVIDIA's mock NVML, under the name the DRA watch tests import it by."""
+    return upstream_reference
+
+
 @functools.cache
 def nvml_snapshot(ref: Reference, profile: str) -> Snapshot:
     """gfd's own NVML path on NVIDIA's mock for ``profile`` (a process per profile: the
@@ -52,9 +58,9 @@ def labels_of(snap: Snapshot, strategy: str = "none") -> dict[str, str]:
 @pytest.mark.parametrize("release", ["v25.12.0", "v25.8.0", "v25.3.0"])
 @pytest.mark.parametrize("profile", PROFILES)
 def test_slices_label_as_nvml_does_on_every_mock_profile(
-    upstream_reference: Reference, profile: str, release: str
+    mock_lib: Reference, profile: str, release: str
 ) -> None:
-    from_nvml = nvml_snapshot(upstream_reference, profile)
+    from_nvml = nvml_snapshot(mock_lib, profile)
     assert from_nvml.gpus, profile
     state = dra.select_pool(slices_for(from_nvml, NODE, release=release, split=2), NODE)
     assert state.complete
