@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,8 @@ from hypothesis import HealthCheck, settings
 
 from gfd.observability import configure_logging, use_structlog
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import Daemon
+from tests.process import ROOT, Daemon
+from tests.upstream import Reference, require_reference
 
 #: Every property test: no per-example deadline (a wall-clock limit only fails examples on
 #: a loaded machine, it proves nothing about gfd) and no health check for slow or large
@@ -87,3 +89,21 @@ def log_events(capsys: pytest.CaptureFixture[str]) -> Iterator[Callable[[str], l
 
     yield events
     configure_logging(None, "info")
+
+
+@pytest.fixture(scope="session")
+def upstream_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """Upstream's binary and NVIDIA's mock NVML (``tests/upstream.py``).  Under xdist they are
+    unpacked into the folder above every worker's own (this run's), so all workers share one
+    unpack, and never into a folder earlier runs left behind."""
+    base = tmp_path_factory.getbasetemp()
+    shared_cache = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "nvidia-ref"
+    return require_reference(shared_cache)
+
+
+@pytest.fixture
+def node_snapshot(tmp_path: Path) -> Path:
+    """A copy of the DGX A100 example snapshot, for a test to replace while gfd runs."""
+    target = tmp_path / "node.yaml"
+    shutil.copyfile(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml", target)
+    return target

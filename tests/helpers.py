@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -78,7 +83,29 @@ def node(
     )
 
 
+class Clock:
+    """A clock that stands still until a test moves ``now``."""
+
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def table(cases: list[tuple[Any, ...]]) -> list[Any]:
     """Rows (description, *values) of a table-driven test as pytest params, each with its
     description as its id."""
     return [pytest.param(*values, id=description) for description, *values in cases]
+
+
+@functools.cache
+def manifests_tool() -> ModuleType:
+    """``scripts/manifests.py`` (kustomize rendering and schema validation) as a module."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "manifests.py"
+    spec = importlib.util.spec_from_file_location("gfd_manifests_tool", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
+    spec.loader.exec_module(module)
+    return module

@@ -144,6 +144,15 @@ def spawn_gfd(
     )  # fmt: skip
 
 
+def http_get(port: int, path: str) -> tuple[int, str]:
+    """The status and body of ``GET path`` on the loopback ``port`` (an error status too)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -201,12 +210,8 @@ class Daemon:
     # ------------------------------------------------------------- through /metrics
 
     def get(self, path: str) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+        assert self.port is not None
+        return http_get(self.port, path)
 
     def metric(self, name: str, **labels: str) -> float:
         from prometheus_client.parser import text_string_to_metric_families

@@ -8,8 +8,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from gfd import labels as labelling
 from gfd import snapshot
 from gfd.agent import Agent
@@ -36,13 +34,6 @@ API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 
 def expected_labels(path: Path) -> dict[str, str]:
     return labelling.build(snapshot.load(str(path)), "none", Config(), None).labels
-
-
-@pytest.fixture
-def node_snapshot(tmp_path: Path) -> Path:
-    target = tmp_path / "node.yaml"
-    shutil.copyfile(SNAPSHOT_A, target)
-    return target
 
 
 def api_settings(kubeconfig: str, node_snapshot: Path, **cli: Any) -> Settings:

@@ -3,12 +3,7 @@
 from __future__ import annotations
 
 import functools
-import os
-import shutil
-import subprocess
-import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,10 +15,8 @@ from gfd.settings import Config
 from gfd.snapshot import Snapshot
 from tests.dra_slices import slices_for
 from tests.helpers import gpu, mig, node
+from tests.upstream import PROFILES, Reference, run_on_mock
 
-ROOT = Path(__file__).resolve().parent.parent
-REFERENCE = ROOT.parent / "shared" / "nvidia-reference"
-PROFILES = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
 NODE = "node-a"
 
 #: labels slices cannot carry (README "DRA nodes"): the fabric, the PCI class, the machine
@@ -43,23 +36,17 @@ SEMVER_LOSSY = {
 }
 
 
-@pytest.fixture(scope="module")
-def mock_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not (REFERENCE / "unpack.sh").exists():
-        pytest.skip(f"NVIDIA's mock NVML is not there: {REFERENCE}")
-    dest = tmp_path_factory.mktemp("nvidia-reference")
-    subprocess.run([str(REFERENCE / "unpack.sh"), str(dest)], check=True, capture_output=True)
-    return dest
+@pytest.fixture
+def mock_lib(upstream_reference: Reference) -> Reference:
+    """NVIDIA's mock NVML, under the name the DRA watch tests import it by."""
+    return upstream_reference
 
 
 @functools.cache
-def nvml_snapshot(mock_lib: Path, profile: str) -> Snapshot:
+def nvml_snapshot(ref: Reference, profile: str) -> Snapshot:
     """gfd's own NVML path on NVIDIA's mock for ``profile`` (a process per profile: the
     library reads its configuration once)."""
-    env = dict(os.environ, LD_LIBRARY_PATH=str(mock_lib))
-    env["MOCK_NVML_CONFIG"] = str(mock_lib / f"mock-nvml-config-{profile}.yaml")
-    gfd = shutil.which("gfd", path=str(Path(sys.executable).parent)) or "gfd"
-    done = subprocess.run([gfd, "--dump-snapshot"], env=env, capture_output=True, text=True)
+    done = run_on_mock(ref, "gfd", ["--dump-snapshot"], profile=profile)
     assert done.returncode == 0, done.stderr[-2000:]
     return snapshots.loads(done.stdout)
 
@@ -71,7 +58,7 @@ def labels_of(snap: Snapshot, strategy: str = "none") -> dict[str, str]:
 @pytest.mark.parametrize("release", ["v25.12.0", "v25.8.0", "v25.3.0"])
 @pytest.mark.parametrize("profile", PROFILES)
 def test_slices_label_as_nvml_does_on_every_mock_profile(
-    mock_lib: Path, profile: str, release: str
+    mock_lib: Reference, profile: str, release: str
 ) -> None:
     from_nvml = nvml_snapshot(mock_lib, profile)
     assert from_nvml.gpus, profile

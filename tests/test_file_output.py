@@ -12,6 +12,7 @@ from gfd.errors import PublishError
 from gfd.outputs import make_output
 from gfd.outputs.file import MAX_FEATURES_FILE_BYTES, FileOutput, format_expiry
 from gfd.settings import resolve
+from tests.helpers import Clock
 
 
 def test_publish_writes_sorted_lines_atomically(tmp_path: Path) -> None:
@@ -85,14 +86,6 @@ def test_cleanup_removes_the_file_and_tolerates_absence(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------- expiry
-
-
-class Clock:
-    def __init__(self, now: float = 1_800_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def nfd_labels(text: str, now: datetime.datetime) -> dict[str, str]:

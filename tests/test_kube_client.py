@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gfd.errors import PublishError, UsageError
-from gfd.kube.client import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget
+from gfd.kube.client import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget, string_map
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import FakeTime, client_without_waits
 
@@ -187,3 +187,17 @@ def test_kube_error_descriptions() -> None:
     assert KubeError('nodes "n" not found', status=404, reason="NotFound").describe() == (
         '404 NotFound: nodes "n" not found'
     )
+
+
+def test_string_map_reads_a_null_step_as_empty_and_refuses_any_other_shape() -> None:
+    """A map under a null parent is absent; under a list or a string the answer is not
+    what the API returns: a server fault, retried like a 5xx, naming where it broke."""
+    assert string_map({"metadata": None}, "metadata", "labels") == {}
+    assert string_map({"metadata": {"labels": {"a": "b"}}}, "metadata", "labels") == {"a": "b"}
+    for parent, where in (([], "metadata"), ({"labels": ["x"]}, "metadata.labels")):
+        with pytest.raises(KubeError) as raised:
+            string_map({"metadata": parent}, "metadata", "labels")
+        assert raised.value.server_fault and raised.value.transient
+        assert f"{where} as list, not a map of strings" in raised.value.message
+    with pytest.raises(KubeError, match="the object as str"):
+        string_map("not an object", "metadata")  # type: ignore[arg-type]

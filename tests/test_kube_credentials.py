@@ -20,6 +20,7 @@ from gfd.kube.client import KubeClient
 from gfd.kube.credential_source import CredentialError, FileToken
 from tests.execplugin import EXEC_API, exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, write_kubeconfig
+from tests.helpers import Clock
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,14 +34,6 @@ def nothing_remembered() -> Iterator[None]:
     redaction.forget_all()
     yield
     redaction.forget_all()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def get_node(client: KubeClient) -> Any:
@@ -59,7 +52,7 @@ def authorization(client: KubeClient) -> str:
 def test_a_token_file_is_trimmed_kept_a_minute_and_read_again(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text(f"  {TOKEN}\n\n")
-    clock = Clock()
+    clock = Clock(1000.0)
     source = FileToken(str(path), "tokenFile", clock=clock)
     assert source.authorization(None) == f"Bearer {TOKEN}"
     path.write_text(ROTATED)
@@ -72,7 +65,7 @@ def test_a_token_file_is_trimmed_kept_a_minute_and_read_again(tmp_path: Path) ->
 def test_a_token_file_that_cannot_be_read_keeps_the_last_token(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text(TOKEN)
-    clock = Clock()
+    clock = Clock(1000.0)
     source = FileToken(str(path), "tokenFile", clock=clock)
     assert source.token() == TOKEN
     for broken in ("", "\n  \n"):
@@ -87,7 +80,7 @@ def test_a_token_file_that_cannot_be_read_keeps_the_last_token(tmp_path: Path) -
 def test_a_401_makes_the_token_file_read_again_at_once(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_text(TOKEN)
-    source = FileToken(str(path), "tokenFile", clock=Clock())
+    source = FileToken(str(path), "tokenFile", clock=Clock(1000.0))
     assert source.token() == TOKEN
     path.write_text(ROTATED)
     assert source.token() == TOKEN
@@ -420,7 +413,7 @@ def test_a_token_beside_the_token_file_is_used_while_the_file_cannot_be_read(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "token"
-    clock = Clock()
+    clock = Clock(1000.0)
     source = FileToken(str(path), "tokenFile", fallback=TOKEN, clock=clock)
     assert source.token() == TOKEN
     path.write_text(ROTATED)

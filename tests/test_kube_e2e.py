@@ -52,13 +52,6 @@ API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 
 
 @pytest.fixture
-def node_snapshot(tmp_path: Path) -> Path:
-    target = tmp_path / "node.yaml"
-    shutil.copyfile(SNAPSHOT_A, target)
-    return target
-
-
-@pytest.fixture
 def start(kubeconfig: str, node_snapshot: Path) -> Iterator[Callable[..., Daemon]]:
     daemons: list[Daemon] = []
 

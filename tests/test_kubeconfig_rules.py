@@ -1,8 +1,8 @@
 """A kubeconfig means what client-go says it means: what client-go refuses
 (k8s.io/client-go tools/clientcmd/validation.go ``ConfirmUsable``, transport/transport.go's
 TLS rule) gfd refuses in one line, and a ``KUBECONFIG`` list is read by client-go's loading
-rules (tools/clientcmd/loader.go).  Each case cites the rule in gfd/kube/kubeconfig.py and
-gfd/kubeconfig_paths.py.  Errors name their source: ``--kubeconfig`` or ``KUBECONFIG``,
+rules (tools/clientcmd/loader.go).  Each case cites the rule in gfd/kube/kubeconfig.py.
+Errors name their source: ``--kubeconfig`` or ``KUBECONFIG``,
 the in-cluster address variables, a config file given as a snapshot and the reverse."""
 
 from __future__ import annotations

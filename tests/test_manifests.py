@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,8 @@ from gfd.errors import UsageError
 from gfd.labels import keys
 from gfd.options import NFD_FEATURES_FILE, OPTIONS
 from gfd.settings import Settings, resolve
-from tests.helpers import SAFE_LOADER, table
+from tests.helpers import SAFE_LOADER, manifests_tool, table
+from tests.process import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -41,18 +41,7 @@ Obj = dict[str, Any]
 Render = Callable[[str], list[Obj]]
 
 
-def _load_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gfd_manifests_tool", ROOT / "scripts" / "manifests.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while decorating
-    spec.loader.exec_module(module)
-    return module
-
-
-tool = _load_tool()
+tool = manifests_tool()
 
 
 def _unavailable(reason: str) -> None:
@@ -1055,12 +1044,6 @@ def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
 # ---------------------------------------------------------------------- probes, for real
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _get(port: int, path: str) -> int | None:
     try:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
@@ -1086,7 +1069,7 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
     daemonset = only(rendered("nfd-features-file"), "DaemonSet")
     container = gfd_container(daemonset)
     env = container_environment(daemonset, container)
-    port = _free_port()
+    port = free_port()
     features_file = tmp_path / "gfd"
     snapshots = sorted((ROOT / "examples" / "snapshots").glob("*.yaml"))
     if not snapshots:

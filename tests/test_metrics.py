@@ -15,25 +15,14 @@ from gfd.errors import GfdError
 from gfd.metrics import HEALTH_GRACE_SECONDS, PrometheusMetrics, parse_address
 from gfd.observability import NullMetrics, start_metrics
 from gfd.settings import Settings
+from tests.helpers import Clock
+from tests.process import http_get
 
 FAST = 0.02  # serving-loop poll interval: lets close() return at once
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 500.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def get(metrics: PrometheusMetrics, path: str) -> tuple[int, str]:
-    url = f"http://127.0.0.1:{metrics.port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+    return http_get(metrics.port, path)
 
 
 def samples(metrics: PrometheusMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -48,7 +37,7 @@ def samples(metrics: PrometheusMetrics) -> dict[tuple[str, tuple[tuple[str, str]
 
 @pytest.fixture
 def clock() -> Clock:
-    return Clock()
+    return Clock(500.0)
 
 
 @pytest.fixture

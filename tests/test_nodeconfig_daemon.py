@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
 import pytest
@@ -110,13 +111,13 @@ def test_a_label_naming_nothing_usable_keeps_the_config_and_labels(
     assert daemon.stop() == 0
 
 
-def start_env(kubeconfig: str, root: Path) -> dict[str, str]:
-    return {
-        "NODE_NAME": "n1",
-        "KUBECONFIG": kubeconfig,
-        "CONFIG_FILE_SRCDIR": str(root),
-        "FALLBACK_STRATEGIES": "named",
-    }
+def oneshot_on_entries(
+    kubeconfig: str, root: Path, *args: str, fallback: str = "named"
+) -> CompletedProcess[str]:
+    """A oneshot of the MIG node whose config comes from the entries under ``root``."""
+    env = {"NODE_NAME": "n1", "KUBECONFIG": kubeconfig, "CONFIG_FILE_SRCDIR": str(root)}
+    env["FALLBACK_STRATEGIES"] = fallback
+    return run_gfd("--oneshot", "--snapshot-file", MIG_NODE, *args, env=env)
 
 
 @pytest.mark.parametrize(
@@ -134,10 +135,7 @@ def test_at_start_a_label_naming_nothing_usable_is_exit_2_with_one_line(
     (upstream's config-manager init container fails the pod the same way)."""
     root = config_dir(tmp_path, {"default": MIXED})
     relabel(api, value)
-    done = run_gfd(
-        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE,
-        env=start_env(kubeconfig, root),
-    )  # fmt: skip
+    done = oneshot_on_entries(kubeconfig, root, "--use-node-labels")
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert message in line and DEFAULT_NODE_LABEL in line
@@ -152,10 +150,9 @@ def test_an_entry_name_reaches_a_console_log_line_escaped(
     reads it) a name is shown escaped, never as a terminal escape."""
     root = config_dir(tmp_path, {"\x1b[2J\u202eevil": SINGLE})
     relabel(api, None)
-    done = run_gfd(
-        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE, "--log-format", "console",
-        env={**start_env(kubeconfig, root), "FALLBACK_STRATEGIES": "single"},
-    )  # fmt: skip
+    done = oneshot_on_entries(
+        kubeconfig, root, "--use-node-labels", "--log-format", "console", fallback="single"
+    )
     assert done.returncode == 0, done.stderr
     (line,) = [line for line in done.stderr.splitlines() if "node config chosen" in line]
     assert "\\x1b[2J\\u202eevil" in line
@@ -178,10 +175,7 @@ def test_an_entry_that_is_not_a_regular_file_is_refused_without_waiting(
     else:
         entry.mkdir()
     relabel(api, "odd")
-    done = run_gfd(
-        "--oneshot", "--use-node-labels", "--snapshot-file", MIG_NODE,
-        env=start_env(kubeconfig, root),
-    )  # fmt: skip
+    done = oneshot_on_entries(kubeconfig, root, "--use-node-labels")
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "odd" in line and "Traceback" not in done.stderr
@@ -193,10 +187,7 @@ def test_at_start_an_unreachable_api_server_is_exit_1(
 ) -> None:
     root = config_dir(tmp_path, {"default": MIXED})
     api.go_down()
-    done = run_gfd(
-        "--oneshot", "--snapshot-file", MIG_NODE, "--sleep-interval", "1s",
-        env=start_env(kubeconfig, root),
-    )  # fmt: skip
+    done = oneshot_on_entries(kubeconfig, root, "--sleep-interval", "1s")
     assert done.returncode == 1
     assert "cannot choose the node's config" in done.stderr
 
@@ -205,10 +196,7 @@ def test_oneshot_reads_the_entry_the_label_names(
     api: FakeApiServer, kubeconfig: str, tmp_path: Path
 ) -> None:
     root = config_dir(tmp_path, {"default": SINGLE, "mig-mixed": MIXED})
-    done = run_gfd(
-        "--oneshot", "--snapshot-file", MIG_NODE, "--output-file", "-",
-        env=start_env(kubeconfig, root),
-    )  # fmt: skip
+    done = oneshot_on_entries(kubeconfig, root, "--output-file", "-")
     assert done.returncode == 0, done.stderr
     assert f"{STRATEGY}=mixed" in done.stdout.splitlines()
     assert [(r.method, r.path) for r in api.requests] == [("GET", "/api/v1/nodes/n1")]

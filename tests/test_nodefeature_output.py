@@ -7,11 +7,9 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
-from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
-from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.fakes.waits import client_without_waits
+from tests.fakes.waits import output_without_waits
 
 NAMESPACE = "gpu-operator"
 OBJECT = "nvidia-features-for-n1"
@@ -23,19 +21,8 @@ API_NODE_N1: dict[str, Any] = {}
 
 
 def make_output(kubeconfig: str, **overrides: Any) -> NodeFeatureOutput:
-    values: dict[str, Any] = {
-        "use_node_feature_api": True,
-        "node_name": "n1",
-        "namespace": NAMESPACE,
-        "kubeconfig": kubeconfig,
-        "sleep_interval": 1.0,
-    }
-    values.update(overrides)
-    settings = Settings(**values)
-    # the real client with the budget the settings give, its waits between attempts
-    # skipped (tests/fakes/waits.py): a transient error or an outage costs no backoff here
-    budget = retry_budget(settings.sleep_interval)
-    return NodeFeatureOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
+    values = {"use_node_feature_api": True, "namespace": NAMESPACE, **overrides}
+    return output_without_waits(NodeFeatureOutput, kubeconfig, **values)
 
 
 def stored(api: FakeApiServer) -> dict[str, Any]:
@@ -85,6 +72,10 @@ def test_changed_labels_update_the_object(api: FakeApiServer, kubeconfig: str) -
     assert stored(api)["metadata"]["uid"] == uid
     assert [(r.method, r.status) for r in api.requests] == [("GET", 200), ("PUT", 200)]
     assert len(api.objects("NodeFeature")) == 1
+
+
+#: a write refused for a conflict, then read again and written again
+RETRIED_AFTER_A_CONFLICT = [("GET", 200), ("PUT", 409), ("GET", 200), ("PUT", 200)]
 
 
 def put_foreign_object(api: FakeApiServer, **labels: str) -> None:
@@ -139,12 +130,7 @@ def test_a_conflict_is_retried_with_a_fresh_get(api: FakeApiServer, kubeconfig: 
     )
     api.fail(409, count=1, method="PUT")
     output.publish({"nvidia.com/gpu.count": "2"})
-    assert [(r.method, r.status) for r in api.requests] == [
-        ("GET", 200),
-        ("PUT", 409),
-        ("GET", 200),
-        ("PUT", 200),
-    ]
+    assert [(r.method, r.status) for r in api.requests] == RETRIED_AFTER_A_CONFLICT
     obj = stored(api)
     assert obj["spec"]["labels"] == {"nvidia.com/gpu.count": "2"}
     assert obj["metadata"]["annotations"] == {"touched": "yes"}
@@ -169,12 +155,7 @@ def test_a_stale_resource_version_is_a_real_conflict(
 
     monkeypatch.setattr(output, "_get", get_then_race)
     output.publish({"nvidia.com/gpu.count": "2"})
-    assert [(r.method, r.status) for r in api.requests] == [
-        ("GET", 200),
-        ("PUT", 409),
-        ("GET", 200),
-        ("PUT", 200),
-    ]
+    assert [(r.method, r.status) for r in api.requests] == RETRIED_AFTER_A_CONFLICT
     assert stored(api)["spec"]["labels"] == {"nvidia.com/gpu.count": "2"}
 
 

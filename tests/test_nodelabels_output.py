@@ -7,16 +7,14 @@ from typing import Any
 import pytest
 
 from gfd.errors import PublishError
-from gfd.kube.client import retry_budget
 from gfd.outputs.nodelabels import (
     MANAGED_LABELS_ANNOTATION,
     NodeLabelsOutput,
     labels_patch,
     owned_keys_from,
 )
-from gfd.settings import Settings
 from tests.fakes.fake_apiserver import MERGE_PATCH, FakeApiServer
-from tests.fakes.waits import client_without_waits
+from tests.fakes.waits import output_without_waits
 
 NODE_PATH = "/api/v1/nodes/n1"
 FOREIGN = {
@@ -36,18 +34,7 @@ API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 
 
 def make_output(kubeconfig: str, **overrides: Any) -> NodeLabelsOutput:
-    values: dict[str, Any] = {
-        "use_node_labels": True,
-        "node_name": "n1",
-        "kubeconfig": kubeconfig,
-        "sleep_interval": 1.0,
-    }
-    values.update(overrides)
-    settings = Settings(**values)
-    # the real client with the budget the settings give, its waits between attempts
-    # skipped (tests/fakes/waits.py): a transient error or an outage costs no backoff here
-    budget = retry_budget(settings.sleep_interval)
-    return NodeLabelsOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
+    return output_without_waits(NodeLabelsOutput, kubeconfig, use_node_labels=True, **overrides)
 
 
 def managed(keys: dict[str, str]) -> str:

@@ -7,11 +7,19 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
-import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.process import GFD, ROOT, Daemon, assert_refused, clean_env, free_port, run_gfd
+from tests.process import (
+    GFD,
+    ROOT,
+    Daemon,
+    assert_refused,
+    clean_env,
+    free_port,
+    http_get,
+    run_gfd,
+)
 
 DGX = f"{ROOT}/examples/snapshots/dgx-a100.yaml"
 
@@ -100,8 +108,7 @@ def test_labels_to_an_ascii_stdout_are_written(tmp_path: Path) -> None:
 
 
 def _healthz(port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
-        return int(response.status)
+    return http_get(port, "/healthz")[0]
 
 
 def _refuses(port: int) -> bool:
@@ -109,21 +116,31 @@ def _refuses(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_a_reload_that_moves_the_metrics_address_serves_the_new_one(
-    tmp_path: Path, daemons: Any
-) -> None:
-    old, new = free_port(), free_port()
+def _serve_metrics_at(config: Path, address: str) -> None:
+    config.write_text(f"version: v1\nflags:\n  gfd:\n    metricsAddress: '{address}'\n")
+
+
+def _daemon_with_metrics_at(tmp_path: Path, daemons: Any, port: int) -> tuple[Any, Path]:
+    """A daemon whose metrics address comes from its config file, and that file."""
     config = tmp_path / "config.yaml"
-    config.write_text(f"version: v1\nflags:\n  gfd:\n    metricsAddress: 127.0.0.1:{old}\n")
+    _serve_metrics_at(config, f"127.0.0.1:{port}")
     daemon = daemons(
         "--sleep-interval", "100ms", "--output-file", str(tmp_path / "gfd"),
         "--snapshot-file", DGX, "--config-file", str(config),
     )  # fmt: skip
+    return daemon, config
+
+
+def test_a_reload_that_moves_the_metrics_address_serves_the_new_one(
+    tmp_path: Path, daemons: Any
+) -> None:
+    old, new = free_port(), free_port()
+    daemon, config = _daemon_with_metrics_at(tmp_path, daemons, old)
     daemon.wait_for("serving metrics and health endpoints")
     daemon.wait_for("pass finished")
     assert _healthz(old) == 200
 
-    config.write_text(f"version: v1\nflags:\n  gfd:\n    metricsAddress: 127.0.0.1:{new}\n")
+    _serve_metrics_at(config, f"127.0.0.1:{new}")
     daemon.process.send_signal(signal.SIGHUP)
     moved = daemon.wait_for("metrics address changed")[0]
     assert moved["address"] == f"127.0.0.1:{new}"
@@ -131,7 +148,7 @@ def test_a_reload_that_moves_the_metrics_address_serves_the_new_one(
     assert _refuses(old)
 
     # back to no server at all: the address it served is closed too
-    config.write_text("version: v1\nflags:\n  gfd:\n    metricsAddress: ''\n")
+    _serve_metrics_at(config, "")
     daemon.process.send_signal(signal.SIGHUP)
     daemon.wait_for("metrics address changed")
     assert _refuses(new)
@@ -142,18 +159,13 @@ def test_a_reload_to_a_metrics_address_in_use_keeps_the_old_one(
     tmp_path: Path, daemons: Any
 ) -> None:
     old = free_port()
-    config = tmp_path / "config.yaml"
-    config.write_text(f"version: v1\nflags:\n  gfd:\n    metricsAddress: 127.0.0.1:{old}\n")
-    daemon = daemons(
-        "--sleep-interval", "100ms", "--output-file", str(tmp_path / "gfd"),
-        "--snapshot-file", DGX, "--config-file", str(config),
-    )  # fmt: skip
+    daemon, config = _daemon_with_metrics_at(tmp_path, daemons, old)
     daemon.wait_for("pass finished")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        config.write_text(f"version: v1\nflags:\n  gfd:\n    metricsAddress: 127.0.0.1:{busy}\n")
+        _serve_metrics_at(config, f"127.0.0.1:{busy}")
         daemon.process.send_signal(signal.SIGHUP)
         refused = daemon.wait_for("metrics address not changed; serving where it was")[0]
         assert str(busy) in refused["error"]

@@ -11,7 +11,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -75,52 +75,49 @@ def authenticated(api: FakeApiServer) -> bool:
     return any(r.client_cn == "gfd-exec" and r.status == 200 for r in api.requests)
 
 
-@pytest.fixture
-def tmpdir_env(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+@dataclass
+class Keyed:
+    """A kubeconfig whose client key is inline or an exec plugin's, and the TMPDIR (and the
+    environment naming it) where no file may hold the key."""
+
+    kubeconfig: str
+    key: str
+    tmpdir: Path
+    env: dict[str, str]
+
+
+@pytest.fixture(params=["kubeconfig", "exec"])
+def keyed(
+    request: pytest.FixtureRequest, tls_api: FakeApiServer, tmp_path: Path, pki: dict[str, Path]
+) -> Keyed:
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
-    yield tmpdir, {"TMPDIR": str(tmpdir)}
+    kubeconfig = kubeconfig_for(request.param, tls_api, tmp_path, pki)
+    return Keyed(kubeconfig, pki["client.key"].read_text(), tmpdir, {"TMPDIR": str(tmpdir)})
 
 
-@pytest.mark.parametrize("source", ["kubeconfig", "exec"])
-def test_a_oneshot_leaves_no_key_behind(
-    source: str,
-    tls_api: FakeApiServer,
-    tmp_path: Path,
-    pki: dict[str, Path],
-    tmpdir_env: tuple[Path, dict[str, str]],
-) -> None:
-    tmpdir, env = tmpdir_env
-    kubeconfig = kubeconfig_for(source, tls_api, tmp_path, pki)
+def test_a_oneshot_leaves_no_key_behind(keyed: Keyed, tls_api: FakeApiServer) -> None:
     result = run_gfd(
-        "--oneshot", "--use-node-labels", "--node-name", "n1", "--kubeconfig", kubeconfig,
-        "--snapshot-file", SNAPSHOT, env=env,
+        "--oneshot", "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
+        "--snapshot-file", SNAPSHOT, env=keyed.env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert authenticated(tls_api)
-    assert key_at_rest(tmpdir, pki["client.key"].read_text()) == []
+    assert key_at_rest(keyed.tmpdir, keyed.key) == []
 
 
 @pytest.mark.parametrize("ending", ["SIGTERM", "watchdog", "crash"])
-@pytest.mark.parametrize("source", ["kubeconfig", "exec"])
 def test_a_daemon_never_puts_the_key_on_disk_however_it_ends(
-    source: str,
-    ending: str,
-    tls_api: FakeApiServer,
-    tmp_path: Path,
-    pki: dict[str, Path],
-    tmpdir_env: tuple[Path, dict[str, str]],
+    keyed: Keyed, ending: str, tls_api: FakeApiServer, tmp_path: Path
 ) -> None:
-    tmpdir, env = tmpdir_env
-    key = pki["client.key"].read_text()
+    tmpdir, env, key = keyed.tmpdir, keyed.env, keyed.key
     if ending == "watchdog":
         shim = tmp_path / "shim"
         shim.mkdir()
         (shim / "sitecustomize.py").write_text(DEAF_TO_STOPS)
         env["PYTHONPATH"] = f"{shim}{os.pathsep}{ROOT}"
-    kubeconfig = kubeconfig_for(source, tls_api, tmp_path, pki)
     daemon = Daemon(
-        "--use-node-labels", "--node-name", "n1", "--kubeconfig", kubeconfig,
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
         "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=env,
     )  # fmt: skip
     try:

@@ -94,15 +94,25 @@ def args_for(option: Option, config: Path) -> list[str]:
 # ------------------------------------------------------------ the config file, at start
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
-@pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda option: option.name)
+def each_option_and_target(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` for every path option the config file can set and every hostile target."""
+    test = pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda option: option.name)(test)
+    return pytest.mark.parametrize("target", sorted(TARGETS))(test)
+
+
+def hostile_document(option: Option, target: str, here: Path) -> str:
+    """A config document whose only key is ``option``'s, set to ``target``."""
+    assert option.config_key is not None
+    return yaml.safe_dump(nested(option.config_key, TARGETS[target](here)))
+
+
+@each_option_and_target
 def test_a_config_file_naming_a_forbidden_path_is_refused(
     option: Option, target: str, here: Path
 ) -> None:
     assert option.config_key is not None
-    value = TARGETS[target](here)
     config = here / "config.yaml"
-    config.write_text(yaml.safe_dump(nested(option.config_key, value)))
+    config.write_text(hostile_document(option, target, here))
     result = run_gfd(*args_for(option, config), env=hostile_env(here))
     assert_refused(result, option.config_key[-1], "may not name")
     assert CANARY not in result.stderr + result.stdout
@@ -143,15 +153,13 @@ def entry_dir(tmp_path: Path, entries: dict[str, str]) -> Path:
     return root
 
 
-@pytest.mark.parametrize("target", sorted(TARGETS))
-@pytest.mark.parametrize("option", PATH_OPTIONS, ids=lambda option: option.name)
+@each_option_and_target
 def test_a_node_entry_naming_a_forbidden_path_is_refused(
     option: Option, target: str, here: Path
 ) -> None:
     assert option.config_key is not None
-    text = yaml.safe_dump(nested(option.config_key, TARGETS[target](here)))
-    root = entry_dir(here, {"hostile": text})
-    environ = {"CONFIG_FILE_SRCDIR": str(root), "NODE_NAME": "n1", "KUBECONFIG": ""}
+    root = entry_dir(here, {"hostile": hostile_document(option, target, here)})
+    environ = {"CONFIG_FILE_SRCDIR": str(root), "NODE_NAME": "n1"}
     environ["KUBECONFIG"] = str(here / "kubeconfig")
     with pytest.raises(ConfigError) as raised:
         resolve({"oneshot": True}, environ, config_choice=ConfigChoice("hostile", "label"))

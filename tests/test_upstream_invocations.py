@@ -5,13 +5,14 @@ the same invocation must agree on success and on every file written and label pr
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.upstream_run import labels, run_gfd_on_mock, run_upstream
+from tests.upstream import Reference, labels, run_on_mock
 
 NFD_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 FILE = ["-use-node-feature-api=false", "-output-file", "{tmp}/out"]
@@ -170,18 +171,18 @@ def _outcome(result: Any, folder: Path) -> tuple[bool, dict[str, dict[str, str]]
     return result.returncode == 0, written, labels(result.stdout)
 
 
-def _run_both(case: Case, tmp_path: Path) -> dict[str, Any]:
+def _run_both(ref: Reference, case: Case, tmp_path: Path) -> dict[str, Any]:
     if case.args == ["-oneshot", "-use-node-feature-api=false"] and os.path.exists(NFD_DIR):
         pytest.skip(f"{NFD_DIR} exists here: the row would write this machine's NFD file")
     outcomes = {}
-    for name, runner in (("upstream", run_upstream), ("gfd", run_gfd_on_mock)):
+    for name in ("upstream", "gfd"):
         folder = tmp_path / name
         folder.mkdir()
         if case.config is not None:
             (folder / "config.yaml").write_text(_fill(case.config, folder))
         args = [_fill(arg, folder) for arg in case.args]
         env = {key: _fill(value, folder) for key, value in case.env.items()}
-        result = runner(args, env, profile=case.profile, cwd=folder)
+        result = run_on_mock(ref, name, args, env, profile=case.profile, cwd=folder)
         assert "Traceback" not in result.stderr, result.stderr
         outcomes[name] = (_outcome(result, folder), result)
     return outcomes
@@ -189,8 +190,8 @@ def _run_both(case: Case, tmp_path: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", [c for c in CASES.values() if not c.differs], ids=[
     name for name, c in CASES.items() if not c.differs])  # fmt: skip
-def test_upstream_and_gfd_agree(case: Case, tmp_path: Path) -> None:
-    outcomes = _run_both(case, tmp_path)
+def test_upstream_and_gfd_agree(upstream_reference: Reference, case: Case, tmp_path: Path) -> None:
+    outcomes = _run_both(upstream_reference, case, tmp_path)
     (upstream, up_result), (gfd, gfd_result) = outcomes["upstream"], outcomes["gfd"]
     assert gfd == upstream, (up_result.stderr[-2000:], gfd_result.stderr[-2000:])
     if not gfd[0]:  # a refusal is one line naming the argument, and no partial output
@@ -202,8 +203,10 @@ def test_upstream_and_gfd_agree(case: Case, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("case", [c for c in CASES.values() if c.differs], ids=[
     name for name, c in CASES.items() if c.differs])  # fmt: skip
-def test_deliberate_departures_are_real_and_as_documented(case: Case, tmp_path: Path) -> None:
-    outcomes = _run_both(case, tmp_path)
+def test_deliberate_departures_are_real_and_as_documented(
+    upstream_reference: Reference, case: Case, tmp_path: Path
+) -> None:
+    outcomes = _run_both(upstream_reference, case, tmp_path)
     (upstream, _), (gfd, gfd_result) = outcomes["upstream"], outcomes["gfd"]
     assert gfd[0] is case.gfd_ok, gfd_result.stderr[-2000:]
     assert gfd != upstream, case.differs
@@ -215,10 +218,17 @@ def test_deliberate_departures_are_real_and_as_documented(case: Case, tmp_path: 
 def test_without_the_reference_folder_the_layer_skips_naming_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Elsewhere (no ``../shared/nvidia-reference``) one line says what is missing; where the
-    folder exists, as in CI, nothing here skips (the rows above ran)."""
-    from tests import upstream_run
+    """Elsewhere (no ``../shared/nvidia-reference`` and nothing to build the programs with)
+    one line says what is missing; where the folder exists, as in CI, nothing here skips (the
+    rows above ran)."""
+    from tests import upstream
 
-    monkeypatch.setattr(upstream_run, "REFERENCE", tmp_path / "absent")
-    with pytest.raises(pytest.skip.Exception, match=r"absent/unpack\.sh"):
-        upstream_run.reference()
+    absent = tmp_path / "absent"
+    monkeypatch.setattr(upstream, "SHARED", absent)
+    unbuilt = tmp_path / "bench-nvml-tools.sh"  # names where a build would be; none is
+    unbuilt.write_text(f'#!/bin/sh\necho "{tmp_path}/$2"\n')
+    unbuilt.chmod(0o755)
+    monkeypatch.setattr(upstream, "BENCH_TOOLS", unbuilt)
+    monkeypatch.setenv("GO", str(tmp_path / "no-go"))
+    with pytest.raises(pytest.skip.Exception, match=f"^no {re.escape(str(absent))}[,;] "):
+        upstream.require_reference(tmp_path / "cache")

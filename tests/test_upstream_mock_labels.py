@@ -1,7 +1,7 @@
 """gfd's real NVML path gives upstream GFD v0.20.0's labels on NVIDIA's mock NVML.
 
 Upstream's binary and ``python -m gfd`` run as real processes on the same mock
-``libnvidia-ml.so.1``, machine-type file and faked PCI tree (``tests/upstream_labels.py``),
+``libnvidia-ml.so.1``, machine-type file and faked PCI tree (``tests/upstream.py``),
 and their label files must be equal: for each of the mock's profiles and MIG strategies, then
 for variations (MIG enabled, GPU names, machine types, sharing configs, vGPU, fabric, two
 models).  The mock enables MIG mode but never hands out a MIG device (k8s-test-infra 3b2b865
@@ -18,14 +18,13 @@ the tests skip with one line (unless the bench script's build is at hand); with 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gfd.labels.sanitize import is_valid_label_value
-from tests.upstream_labels import (
+from tests.upstream import (
     CLASS_3D,
     CLASS_VGA,
     PROFILES,
@@ -41,7 +40,6 @@ from tests.upstream_labels import (
     namespace_problem,
     pci_tree,
     profile_bus_ids,
-    reference,
     run_both,
     succeeded,
     vgpu_config_space,
@@ -56,20 +54,14 @@ GRAPHICS = ("t4",)
 
 
 @pytest.fixture(scope="session")
-def mock_reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    # Under xdist, the folder above every worker's own (this run's): all workers share
-    # one unpack.  Never a folder earlier runs left behind.
-    base = tmp_path_factory.getbasetemp()
-    shared_cache = (base.parent if "PYTEST_XDIST_WORKER" in os.environ else base) / "nvidia-ref"
-    found = reference(shared_cache)
-    problem = found if isinstance(found, str) else namespace_problem()
+def mock_reference(upstream_reference: Reference) -> Reference:
+    problem = namespace_problem()
     if problem is not None:
         # CI has the shared folder: there a missing piece is a failure, never a skip
         if SHARED.is_dir():
             pytest.fail(problem)
         pytest.skip(problem)
-    assert isinstance(found, Reference)
-    return found
+    return upstream_reference
 
 
 def compare(
@@ -299,7 +291,7 @@ def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
     mock_reference: Reference, vendor: str, pci_class: str, mode: str, tmp_path: Path
 ) -> None:
     """Upstream at fault: its GetPCIClass reads ``.Class`` through the nil go-nvlib returns
-    for a function that is not an NVIDIA GPU (see ``tests/upstream_labels.py``), so a
+    for a function that is not an NVIDIA GPU (see ``tests/upstream.py``), so a
     oneshot panics and labels nothing.  gfd labels the node; only gpu.mode follows it."""
     profile = mock_reference.profile("h100")
     bus_ids = profile_bus_ids(profile)

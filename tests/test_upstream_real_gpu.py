@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.process import ROOT, run_gfd_here
-from tests.upstream_labels import STRATEGIES, differences, read_labels
+from tests.upstream import STRATEGIES, differences, read_labels
 
 FIXTURES = Path(ROOT) / "tests" / "fixtures" / "real-gpu"
 SHARED = Path(ROOT).parent / "shared" / "real-gpu"

@@ -49,7 +49,7 @@ from gfd.kube.exec_plugin import CertificateFiles
 from gfd.kube.limits import MIN_REQUEST_TIMEOUT_SECONDS, REQUEST_TIMEOUT_SECONDS
 from gfd.kube.ratelimit import RateLimiter
 from gfd.observability import get_logger
-from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS
+from gfd.settings import DEFAULT_KUBE_API_BURST, DEFAULT_KUBE_API_QPS, Settings
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -87,6 +87,18 @@ def path_segment(value: str) -> str:
     """``value`` as one URL path segment (names are validated earlier; this is a second
     guard that no ``/``, ``?`` or ``#`` can change which object a request addresses)."""
     return quote(value, safe="")
+
+
+def publishing_client(settings: Settings) -> KubeClient:
+    """The client an API output publishes through: the settings' kubeconfig, an operation
+    budget of half the interval, and the outputs' client-side rate limit."""
+    return KubeClient(
+        settings.kubeconfig,
+        origin=settings.kubeconfig_origin,
+        budget=retry_budget(settings.sleep_interval),
+        qps=settings.kube_api_qps,
+        burst=settings.kube_api_burst,
+    )
 
 
 class KubeError(Exception):

@@ -49,7 +49,6 @@ from gfd.kube.credential_source import (
     unsafe_header_value,
 )
 from gfd.kube.exec_plugin import ExecPlugin, check_key_pair
-from gfd.kubeconfig_paths import kubeconfig_files
 from gfd.values import is_host
 
 # ----------------------------------------------------------------- loading
@@ -106,7 +105,7 @@ def load(
 def _merged(kube_config: Any, kubeconfig: str, origin: str) -> Any:
     """The client's merger over the files client-go would read, the first file's
     ``current-context`` winning as in client-go (gfd.kube.kubeconfig)."""
-    files = kubeconfig_files(kubeconfig, origin)
+    files = kubeconfig_rules.kubeconfig_files(kubeconfig, origin)
     merger = kube_config.KubeConfigMerger("")
     documents = []
     for path in files:

@@ -7,7 +7,9 @@ Line numbers cite github.com/kubernetes/client-go at commit
 The ``kubernetes`` Python client merges and loads differently in places (the last file's
 ``current-context`` wins, a looping link in the list is skipped, a CA beside
 ``insecure-skip-tls-verify`` is silently ignored): the rules here run first, and what
-client-go refuses is a CredentialError (one line, exit 2 at start).
+client-go refuses is a CredentialError (one line, exit 2 at start).  Which files a value
+names is checked where its origin is known (``--kubeconfig`` or ``KUBECONFIG``), so that
+the one line names it.
 
 Inline ``*-data`` certificates and keys are put in anonymous in-memory files
 (gfd.kube.secret_files) before the client sees them: its own loader would write them to
@@ -17,11 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import os
 import re
 from typing import Any
 
 from gfd.echo import clip
+from gfd.errors import UsageError
 from gfd.kube.credential_source import CredentialError
 from gfd.kube.secret_files import SecretFile
 
@@ -34,6 +38,42 @@ _MODE_DEFAULTED = ("client.authentication.k8s.io/v1beta1", "client.authenticatio
 #: the in-memory files of inline certificates and keys, by content: alive as long as the
 #: process (the client opens them again for every connection), one per distinct content
 _HELD: dict[bytes, SecretFile] = {}
+
+
+# ----------------------------------------------------------------- which files are read
+
+
+def kubeconfig_files(value: str, origin: str) -> list[str]:
+    """The files of ``value`` (one path, or a ``:`` list) that are read, in order.
+
+    loader.go:164-168: a list is split and each name kept once (``deduplicate``,
+    loader.go:671-682); loader.go:228-233: a file of a list that does not exist is skipped;
+    loader.go:235-237: one that exists but cannot be read (no permission, a looping link,
+    a directory) is an error; loader.go:208-211: a single named file must exist."""
+    names = list(dict.fromkeys(part for part in value.split(os.pathsep) if part))
+    found: list[str] = []
+    for name in names:
+        path = os.path.expanduser(name)
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT and len(names) > 1:
+                continue
+            reason = "does not exist" if exc.errno == errno.ENOENT else _reason(exc)
+            raise UsageError(f"{origin} {clip(name)!r}: {reason}") from None
+        if not os.access(path, os.R_OK):
+            raise UsageError(f"{origin} {clip(name)!r}: cannot be read (permission denied)")
+        found.append(path)
+    if not found:
+        listed = ", ".join(repr(clip(name, 60)) for name in names[:4])
+        raise UsageError(f"{origin}: none of the files it lists exists ({listed})")
+    return found
+
+
+def _reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "cannot be read (a loop of symbolic links)"
+    return f"cannot be read ({exc.strerror or type(exc).__name__})"
 
 
 def first_current_context(documents: list[Any]) -> str | None:

@@ -23,7 +23,7 @@ from gfd.kube.client import (
     KubeError,
     bad_answer,
     path_segment,
-    retry_budget,
+    publishing_client,
     string_map,
 )
 from gfd.labels.features import node_features
@@ -88,13 +88,7 @@ class NodeFeatureOutput(WatchedOutput):
         self.namespace = settings.namespace
         self.pod_name = settings.pod_name
         self.object_name = NAME_PREFIX + self.node_name
-        self._client = client or KubeClient(
-            settings.kubeconfig,
-            origin=settings.kubeconfig_origin,
-            budget=retry_budget(settings.sleep_interval),
-            qps=settings.kube_api_qps,
-            burst=settings.kube_api_burst,
-        )
+        self._client = client or publishing_client(settings)
         self._owner_references: list[JSON] | None = None if settings.pod_name else []
         #: NFD Features for ``spec.features`` (gfd.labels.features), set by the agent
         self.features: JSON = empty_features()

@@ -34,7 +34,7 @@ from gfd.kube.client import (
     KubeClient,
     bad_answer,
     path_segment,
-    retry_budget,
+    publishing_client,
     string_map,
 )
 from gfd.labels.keys import can_produce
@@ -108,13 +108,7 @@ class NodeLabelsOutput(WatchedOutput):
         # the registry checked the node name once, where the output kind was chosen
         self.node_name = settings.node_name or ""
         self._path = f"/api/v1/nodes/{path_segment(self.node_name)}"
-        self._client = client or KubeClient(
-            settings.kubeconfig,
-            origin=settings.kubeconfig_origin,
-            budget=retry_budget(settings.sleep_interval),
-            qps=settings.kube_api_qps,
-            burst=settings.kube_api_burst,
-        )
+        self._client = client or publishing_client(settings)
         # the keys we own as last confirmed by the server; None: read the node first
         # (the first publish, and after any write whose outcome is unknown)
         self._owned: frozenset[str] | None = None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.kube.client import MERGE_PATCH, KubeClient, retry_budget, string_map
+from gfd.kube.client import MERGE_PATCH, KubeClient, publishing_client, string_map
 from gfd.labels.partitioning import partition_table
 from gfd.observability import get_logger
 from gfd.outputs.koordlet import KoordletDeviceInfos
@@ -39,13 +39,7 @@ class PartitionsAnnotation:
         assert settings.node_name
         self.node_name = settings.node_name
         self._path = f"/api/v1/nodes/{settings.node_name}"
-        self._client = client or KubeClient(
-            settings.kubeconfig,
-            origin=settings.kubeconfig_origin,
-            budget=retry_budget(settings.sleep_interval),
-            qps=settings.kube_api_qps,
-            burst=settings.kube_api_burst,
-        )
+        self._client = client or publishing_client(settings)
         self._published: str | bool | None = False  # False: nothing written by this process
         self._log = get_logger(output="node-annotation", node=self.node_name)
 

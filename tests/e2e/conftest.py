@@ -8,19 +8,18 @@ the run; elsewhere (a plain ``pytest tests/e2e``) it skips with the command that
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.e2e import controlplane, servers
+from tests.e2e import servers
 from tests.e2e.controlplane import GFD_NAMESPACE, ControlPlane
+from tests.e2e.current import started
 from tests.e2e.gfdrun import CRD, FOREIGN_ANNOTATIONS, FOREIGN_LABELS, apply_rbac, node_name_for
-from tests.e2e.helm import require_tool
+from tests.e2e.helm import REQUIRED, require_tool
 
-REQUIRED = os.environ.get("GFD_E2E") == "1"
 HERE = Path(__file__).resolve().parent
 
 
@@ -41,14 +40,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", params=[s.version for s in servers.selected()])
 def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
-    server = servers.SERVERS[request.param]
-    missing = server.missing()
-    if missing:
-        reason = f"{server.version}: missing {', '.join(missing)} (build: {server.build_hint})"
-        if REQUIRED:
-            pytest.fail(reason)
-        pytest.skip(reason)
-    with controlplane.running(server) as plane:
+    with started(servers.SERVERS[request.param]) as plane:
         yield plane
 
 

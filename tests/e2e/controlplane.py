@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.process import free_port
 
 ADMIN_TOKEN = "gfd-e2e-admin-token"
 #: gfd's identity: the manifests' ServiceAccount (manifests/common/serviceaccount.yaml)
@@ -59,12 +60,6 @@ class Server:
 
     def missing(self) -> list[str]:
         return [str(path) for path in (self.apiserver, self.etcd) if not os.access(path, os.X_OK)]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class ApiError(AssertionError):

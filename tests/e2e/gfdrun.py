@@ -4,20 +4,19 @@ gfd itself as a real process (the same one a pod runs), authenticated as its ser
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from gfd import labels as labelling
 from gfd import snapshot
 from gfd.config import Config
 from tests.e2e.controlplane import GFD_NAMESPACE, GFD_TOKEN, GFD_USER, ControlPlane
+from tests.helpers import manifests_tool
 from tests.process import ROOT, Daemon, clean_env, spawn_gfd
 
 SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
@@ -55,21 +54,9 @@ def expected_labels(path: Path) -> dict[str, str]:
 
 
 @cache
-def _manifests_tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "gfd_manifests_tool_e2e", Path(ROOT) / "scripts" / "manifests.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-@cache
 def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
     """The objects of one overlay as kustomize renders them (scripts/manifests.py)."""
-    tool = _manifests_tool()
+    tool = manifests_tool()
     return tuple(tool.render(tool.Variant(overlay)))
 
 

@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
-from tests.e2e.fixtures_shared import oneshot_labels, run_gfd
+from tests.e2e.fixtures_shared import gfd_as, oneshot_labels
 from tests.test_manifests import tool
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "gpu-feature-discovery"
 USER = f"system:serviceaccount:{NAMESPACE}:gfd"
-SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
 POLICY = "gfd-node-labels"
 CONTROL_LABELS = [
     "nvidia.com/mig.config",
@@ -76,15 +74,7 @@ def node_labels(plane: ControlPlane, node: str) -> dict[str, str]:
 def gfd(
     plane: ControlPlane, tmp_path: Path, token: str, *args: str
 ) -> subprocess.CompletedProcess[str]:
-    kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", token, NAMESPACE)
-    common = (
-        "--use-node-labels",
-        "--kubeconfig",
-        str(kubeconfig),
-        "--snapshot-file",
-        str(SNAPSHOT),
-    )
-    return run_gfd(*common, "--no-timestamp", *args)
+    return gfd_as(plane, tmp_path, token, NAMESPACE, "--use-node-labels", *args)
 
 
 def refusals(plane: ControlPlane, node: str) -> list[dict[str, Any]]:
@@ -106,7 +96,7 @@ def test_gfd_as_its_service_account_labels_its_own_node(
     done = gfd(plane, tmp_path, token, "--oneshot", "--node-name", "gpu-node-1")
     assert done.returncode == 0, done.stderr
     labels = node_labels(plane, "gpu-node-1")
-    for key, value in oneshot_labels(SNAPSHOT).items():
+    for key, value in oneshot_labels().items():
         assert labels[key] == value
     assert labels["nvidia.com/gpu.present"] == "true"  # the operator's label, untouched
     annotation = plane.ok("GET", "/api/v1/nodes/gpu-node-1")["metadata"]["annotations"]

@@ -29,7 +29,7 @@ from tests.e2e import nfd, servers
 from tests.e2e.controlplane import ADMIN_TOKEN, ControlPlane, free_port
 from tests.e2e.current import kubelet_node, pod_token, started
 from tests.e2e.helm import require_tool
-from tests.upstream_run import mock_env, reference
+from tests.upstream import Reference, mock_env
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -85,6 +85,7 @@ class Cluster:
     helm_bin: Path
     work: Path
     chart: Path
+    reference: Reference
     pods: dict[str, tuple[subprocess.Popen[bytes], str]] = field(default_factory=dict)
     master: subprocess.Popen[bytes] | None = None
     ready: dict[str, str] = field(default_factory=dict)
@@ -174,11 +175,11 @@ class Cluster:
             command = [sys.executable, "-m", "gfd", *container.get("args", [])]
             self.ready[namespace] = f"http://127.0.0.1:{port}/readyz"
         else:
-            command = [str(reference() / "gpu-feature-discovery"), *container.get("args", [])]
+            command = [str(self.reference.upstream), *container.get("args", [])]
         log = open(self.work / f"{pod}.log", "wb")  # noqa: SIM115
         process = subprocess.Popen(
             command,
-            env=mock_env(PROFILE, env),
+            env=mock_env(self.reference, self.reference.profile(PROFILE), env),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -281,17 +282,17 @@ class Poller(threading.Thread):
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
+def cluster(tmp_path: Path, upstream_reference: Reference) -> Iterator[Cluster]:
     helm_bin = require_tool("helm")
     require_tool("nfd-master")
-    reference()
     # upstream's GFD and MPS DaemonSets ask for privileged containers (its values' default)
     server = dataclasses.replace(
         servers.CURRENT, extra_args=(*servers.CURRENT.extra_args, "--allow-privileged=true")
     )
     with started(server) as plane:
         kubelet_node(plane, NODE)
-        state = Cluster(plane, helm_bin, tmp_path, upstream_chart(tmp_path / "upstream"))
+        chart = upstream_chart(tmp_path / "upstream")
+        state = Cluster(plane, helm_bin, tmp_path, chart, upstream_reference)
         try:
             yield state
         finally:

@@ -15,11 +15,9 @@ import pytest
 from tests.e2e import nfd, servers
 from tests.e2e.controlplane import Server
 from tests.e2e.current import ADMIN_TOKEN, ControlPlane, pod_token, started
-from tests.e2e.fixtures_shared import oneshot_labels, run_gfd
+from tests.e2e.fixtures_shared import gfd_as, oneshot_labels
 from tests.e2e.helm import CHART, IMAGE, NAMESPACE, RELEASE, set_args
 
-ROOT = Path(__file__).resolve().parents[2]
-SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
 CLUSTER_OBJECTS = [
     "/apis/rbac.authorization.k8s.io/v1/clusterroles/gfd-node-labels",
     "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/gfd-node-labels",
@@ -54,9 +52,7 @@ def helm(helm_bin: Path, plane: ControlPlane, tmp: Path, *args: str) -> str:
 
 
 def gfd(plane: ControlPlane, tmp: Path, token: str, *args: str) -> subprocess.CompletedProcess[str]:
-    kubeconfig = plane.kubeconfig(tmp / "gfd.kubeconfig", token, NAMESPACE)
-    snapshot = ("--snapshot-file", str(SNAPSHOT), "--no-timestamp")
-    return run_gfd("--kubeconfig", str(kubeconfig), *snapshot, "--namespace", NAMESPACE, *args)
+    return gfd_as(plane, tmp, token, NAMESPACE, "--namespace", NAMESPACE, *args)
 
 
 def exists(plane: ControlPlane, path: str) -> bool:
@@ -144,7 +140,7 @@ def test_install_upgrade_uninstall_with_gfd_as_the_chart_service_account(
         assert exists(plane, path), path
     assert exists(plane, f"/apis/apps/v1/namespaces/{NAMESPACE}/daemonsets/gfd")
     token = pod_token(plane, NAMESPACE, "gfd", "gpu-node-1")
-    expected_labels = oneshot_labels(SNAPSHOT)
+    expected_labels = oneshot_labels()
 
     # the policy is loaded asynchronously: wait until it refuses the other node -- probed
     # with a dry run (a gfd run per probe is slow, and labels the node while it is loading)

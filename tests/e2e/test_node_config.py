@@ -12,9 +12,10 @@ import pytest
 from tests.e2e import servers
 from tests.e2e.controlplane import GFD_NAMESPACE, Server
 from tests.e2e.current import ControlPlane, pod_token, started
-from tests.e2e.gfdrun import RBAC_KINDS, Agent, _manifests_tool, gfd_requests
+from tests.e2e.gfdrun import RBAC_KINDS, Agent, gfd_requests
 from tests.e2e.helm import CHART, NAMESPACE, RELEASE, require_tool, set_args
 from tests.e2e.test_helm_install import allowed, helm, wait_until
+from tests.helpers import manifests_tool
 from tests.process import ROOT
 
 LABEL = "nvidia.com/device-plugin.config"
@@ -96,7 +97,7 @@ def apply(plane: ControlPlane, objects: list[dict[str, object]]) -> None:
 
 @pytest.mark.parametrize("server", SERVERS, ids=lambda s: s.version)
 def test_the_overlays_rbac_lets_gfd_follow_its_node_label(server: Server, tmp_path: Path) -> None:
-    tool = _manifests_tool()
+    tool = manifests_tool()
     objects = tool.render(tool.Variant("nfd-features-file", ("node-config",)))
     with started(server) as plane:
         apply(plane, objects)

@@ -13,14 +13,12 @@ import pytest
 import yaml
 
 from tests.e2e.current import ControlPlane, kubelet_node, pod_token, started
-from tests.e2e.fixtures_shared import run_gfd
+from tests.e2e.fixtures_shared import gfd_as
 from tests.e2e.gfdrun import CRD
 from tests.test_manifests import tool
 
-ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "gpu-feature-discovery"
 USER = f"system:serviceaccount:{NAMESPACE}:gfd"
-SNAPSHOT = ROOT / "examples" / "snapshots" / "dgx-a100.yaml"
 POLICY = "gfd-nodefeature"
 API = f"/apis/nfd.k8s-sigs.io/v1alpha1/namespaces/{NAMESPACE}/nodefeatures"
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
@@ -71,11 +69,8 @@ def token(plane: ControlPlane) -> str:
 def gfd(
     plane: ControlPlane, tmp_path: Path, token: str, node: str
 ) -> subprocess.CompletedProcess[str]:
-    kubeconfig = plane.kubeconfig(tmp_path / "kubeconfig", token, NAMESPACE)
-    api = ("--use-node-feature-api", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE)
-    return run_gfd(
-        "--oneshot", *api, "--node-name", node, "--snapshot-file", str(SNAPSHOT), "--no-timestamp"
-    )
+    api = ("--use-node-feature-api", "--namespace", NAMESPACE, "--node-name", node)
+    return gfd_as(plane, tmp_path, token, NAMESPACE, "--oneshot", *api)
 
 
 def refusals(plane: ControlPlane, name: str) -> list[dict[str, Any]]:

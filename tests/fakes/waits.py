@@ -6,9 +6,14 @@ time out in real time.  :class:`FakeTime` moves only by the waits (the policy's 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from gfd.kube.client import KubeClient
+from gfd.kube.client import KubeClient, retry_budget
 from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
+from gfd.settings import Settings
+
+T = TypeVar("T")
 
 
 class FakeTime:
@@ -49,3 +54,14 @@ def client_without_waits(
         kubeconfig, budget=budget, request_timeout=request_timeout, sleep=waits.sleep,
         clock=waits.clock,
     )  # fmt: skip
+
+
+def output_without_waits(make: Callable[..., T], kubeconfig: str, **values: Any) -> T:
+    """An API output of node ``n1`` (interval 1 s unless ``values`` say otherwise) over the
+    real client with the budget its settings give, its waits between attempts skipped: a
+    transient error or an outage costs no backoff here."""
+    settings = Settings(
+        **{"node_name": "n1", "sleep_interval": 1.0, "kubeconfig": kubeconfig, **values}
+    )
+    budget = retry_budget(settings.sleep_interval)
+    return make(settings, client=client_without_waits(kubeconfig, budget=budget))

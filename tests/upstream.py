@@ -1,11 +1,15 @@
-"""Upstream GFD v0.20.0 and gfd side by side on NVIDIA's mock NVML: the reference programs
-(from ``../shared/nvidia-reference``, unpacked once per run for every xdist worker, else the
-cache of ``scripts/bench-nvml-tools.sh``), the mock's profiles, and one oneshot of each.
+"""Upstream GFD v0.20.0 and gfd on NVIDIA's mock NVML: the one place tests find the reference
+programs and run them.  The programs come from ``../shared/nvidia-reference`` (unpacked once per
+run for every xdist worker), else from the cache of ``scripts/bench-nvml-tools.sh``; the
+``upstream_reference`` fixture (conftest) skips with one line where neither is at hand and fails
+where the shared folder exists (an unpack that fails is a failure, never a skip).
 
-The mock answers NVML only, so what it cannot fake is made the same for both programs: a
-folder made from the profile's bus ids is bound over ``/sys/bus/pci/devices`` in a private
-mount namespace (``unshare``), since both read each GPU's PCI class there (gpu.mode) and
-upstream crashes on a function that is not an NVIDIA GPU (k8s-device-plugin v0.20.0
+``run_on_mock`` runs either program with the same mock profile, arguments and
+environment.  ``run_both`` runs a oneshot of each for label comparisons: the mock answers NVML
+only, so what it cannot fake is made the same for both programs: a folder made from the
+profile's bus ids is bound over ``/sys/bus/pci/devices`` in a private mount namespace
+(``unshare``), since both read each GPU's PCI class there (gpu.mode) and upstream crashes on a
+function that is not an NVIDIA GPU (k8s-device-plugin v0.20.0
 ``internal/resource/nvml-device.go:102`` reads ``.Class`` through the nil that vendored
 go-nvlib ``pkg/nvpci/nvpci.go:250`` and ``:298`` return); both read one machine-type file.
 """
@@ -19,19 +23,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-from tests.process import ROOT, clean_env
+from tests.process import GFD, ROOT, clean_env
 
 SHARED = Path(ROOT).parent / "shared" / "nvidia-reference"
 BENCH_TOOLS = Path(ROOT) / "scripts" / "bench-nvml-tools.sh"
 PROFILES = ("a100", "b200", "gb200", "gb300", "h100", "l40s", "t4")
 STRATEGIES = ("none", "single", "mixed")
+TIMESTAMP_LABEL = "nvidia.com/gfd.timestamp"
 PCI_DEVICES = "/sys/bus/pci/devices"
 NVIDIA_VENDOR = "0x10de"
 #: PCI class of a 3D controller (upstream: gpu.mode=compute) and of a VGA one (graphics)
@@ -90,11 +96,20 @@ def bench_tools() -> Reference | str:
     return Reference(upstream, mock, mock / "configs")
 
 
-def reference(shared_cache: Path) -> Reference | str:
+def find_reference(shared_cache: Path) -> Reference | str:
     """The reference programs, or one line saying what is missing."""
     if SHARED.is_dir():
         return unpack_shared(shared_cache)
     return bench_tools()
+
+
+def require_reference(shared_cache: Path) -> Reference:
+    """The reference programs; where none is at hand the test skips with the one line (the
+    shared folder, where it exists, unpacks or fails: never a skip)."""
+    found = find_reference(shared_cache)
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found
 
 
 # ------------------------------------------------------------------------ mock profiles
@@ -232,16 +247,47 @@ class Run:
     log: str
 
 
-def mock_env(ref: Reference, profile: Path) -> dict[str, str]:
+def mock_env(ref: Reference, profile: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A clean environment (no GFD, mock or device variable from outside) on the mock's
+    ``profile``, with ``env`` on top."""
     extra = {"LD_LIBRARY_PATH": str(ref.library_dir), "MOCK_NVML_CONFIG": str(profile)}
     # NVIDIA_VISIBLE_DEVICES (set in GPU containers) narrows gfd's lost-GPU check: not here
-    env = {
+    clean = {
         k: v
-        for k, v in clean_env(extra).items()
+        for k, v in clean_env().items()
         if not k.startswith("MOCK_NVML_") and k != "NVIDIA_VISIBLE_DEVICES"
     }
-    env.update(extra)
-    return env
+    return {**clean, **extra, **(env or {})}
+
+
+def _run(
+    command: Sequence[str], env: Mapping[str, str], cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(command), stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        env=dict(env), cwd=cwd or ROOT, timeout=timeout,
+    )  # fmt: skip
+
+
+def run_on_mock(
+    ref: Reference,
+    program: str,
+    args: Sequence[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    profile: str = "t4",
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``program`` (``upstream``: its binary; ``gfd``: its real NVML path, pynvml into the
+    mock library) with ``args`` on the mock ``profile``."""
+    command = [str(ref.upstream)] if program == "upstream" else list(GFD)
+    return _run([*command, *args], mock_env(ref, ref.profile(profile), env), cwd)
+
+
+def labels(text: str) -> dict[str, str]:
+    """``key=value`` lines as a mapping, the timestamp label left out."""
+    pairs = (line.split("=", 1) for line in text.splitlines() if line.startswith("nvidia.com/"))
+    return {key: value for key, value in pairs if key != TIMESTAMP_LABEL}
 
 
 def read_labels(path: Path) -> dict[str, str]:
@@ -250,9 +296,7 @@ def read_labels(path: Path) -> dict[str, str]:
 
 
 def oneshot(argv: list[str], env: dict[str, str], output: Path) -> Run:
-    done = subprocess.run(
-        argv, env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
-    )
+    done = _run(argv, env, timeout=120)
     if MOCK_REFUSED_PROFILE in done.stderr:
         # the mock falls back to its default node: a comparison there would prove nothing
         raise AssertionError(f"the mock refused {env['MOCK_NVML_CONFIG']}: {done.stderr[:500]}")
