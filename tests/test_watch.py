@@ -401,6 +401,24 @@ def test_the_outputs_go_back_to_periodic_reads_when_the_watch_is_refused(
     assert output.verify_interval is None  # while the watch may run: nothing polled
     eventually(lambda: output.verify_interval == VERIFY_INTERVAL_SECONDS, "the fallback")
     output.unwatch()
+    assert not watch._watches  # nothing left registered for the next output to find
+
+
+def test_an_output_that_stops_watching_ends_its_watch(api: FakeApiServer, kubeconfig: str) -> None:
+    """An output retired by a reload stops following its object: the watch's thread ends
+    and its stream closes, rather than run for the life of the process waking the loop."""
+    from gfd.outputs.nodefeature import NodeFeatureOutput
+
+    settings = resolve(
+        {"node_name": "n1", "kubeconfig": kubeconfig, "use_node_feature_api": True}, {}
+    )
+    output = NodeFeatureOutput(settings)
+    output.watch(lambda: None)
+    eventually(lambda: api.open_watches == 1, "the watch")
+    output.unwatch()
+    eventually(lambda: api.open_watches == 0, "the stream closed")
+    assert not watch._watches
+    assert not [t for t in threading.enumerate() if t.name.startswith("gfd-watch")]
 
 
 # ------------------------------------------------------------------ a real gfd process

@@ -198,7 +198,8 @@ class CollectionWatch:
     def unfollow(self, on_change: Callable[[Any], None]) -> bool:
         """Stop telling ``on_change``; True when nobody follows any longer."""
         with self._lock:
-            self._followers = [pair for pair in self._followers if pair[0] is not on_change]
+            # equal, not identical: each reading of a bound method is a new object
+            self._followers = [pair for pair in self._followers if pair[0] != on_change]
             return not self._followers
 
     def _tell(self) -> None:
