@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING
 from gfd.config_choice import _LABEL_VALUE, NAMED_FALLBACK_ENTRY, ConfigChoice
 from gfd.echo import clip
 from gfd.errors import ConfigError
-from gfd.kube.client import KubeClient, bad_answer, path_segment, retry_budget, string_map
+from gfd.kube.client import KubeClient, bad_answer, path_segment, retry_budget
+from gfd.kube.shapes import string_map
 from gfd.kube.watch import JSON, ObjectWatch, follow, watch_client
 
 if TYPE_CHECKING:

@@ -538,6 +538,7 @@ def test_a_watch_that_never_answers_or_stalls_ends_by_its_deadline(
         followed.stop()
         api.clear_faults()
         api.stall_watches(False)
+        followed.join(10)  # a hung request ends by its (shortened) deadline: no thread outlives
 
 
 @dataclass

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from gfd.errors import PublishError, UsageError
-from gfd.kube.client import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget, string_map
+from gfd.kube.client import MAX_BUDGET_SECONDS, KubeClient, KubeError, retry_budget
+from gfd.kube.shapes import string_map
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import FakeTime, client_without_waits
 

@@ -153,30 +153,6 @@ def bad_answer(what: str) -> KubeError:
     return KubeError(f"the API server sent {what}", server_fault=True)
 
 
-def string_map(obj: Mapping[str, Any], *path: str) -> dict[str, str]:
-    """The string-to-string map at ``path`` in ``obj`` (absent or null: empty).
-
-    Anything else — a list, a string, a number among the values — is a bad answer."""
-    current: Any = obj
-    for depth, key in enumerate(path):
-        if current is None:
-            return {}
-        if not isinstance(current, dict):
-            return _wrong_shape(".".join(path[:depth]) or "the object", current)
-        current = current.get(key)
-    if current is None:
-        return {}
-    if not isinstance(current, dict) or not all(
-        isinstance(key, str) and isinstance(value, str) for key, value in current.items()
-    ):
-        return _wrong_shape(".".join(path), current)
-    return dict(current)
-
-
-def _wrong_shape(where: str, value: Any) -> dict[str, str]:
-    raise bad_answer(f"{where} as {type(value).__name__}, not a map of strings")
-
-
 def redact_url(url: str) -> str:
     """``url`` without a user name or password (``https://***@host``)."""
     return re.sub(r"(?<=://)[^/?#@]*@", "***@", url)

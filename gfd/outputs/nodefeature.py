@@ -24,8 +24,8 @@ from gfd.kube.client import (
     bad_answer,
     path_segment,
     publishing_client,
-    string_map,
 )
+from gfd.kube.shapes import string_map
 from gfd.labels.features import node_features
 from gfd.observability import get_logger
 from gfd.outputs.watched import WatchedOutput

@@ -35,8 +35,8 @@ from gfd.kube.client import (
     bad_answer,
     path_segment,
     publishing_client,
-    string_map,
 )
+from gfd.kube.shapes import string_map
 from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
 from gfd.outputs.watched import WatchedOutput

@@ -15,7 +15,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.kube.client import MERGE_PATCH, KubeClient, publishing_client, string_map
+from gfd.kube.client import MERGE_PATCH, KubeClient, publishing_client
+from gfd.kube.shapes import string_map
 from gfd.labels.partitioning import partition_table
 from gfd.observability import get_logger
 from gfd.outputs.koordlet import KoordletDeviceInfos
