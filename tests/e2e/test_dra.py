@@ -34,6 +34,7 @@ from tests.test_discovery_dra import (
     mock_lib,  # noqa: F401 (the fixture)
     nvml_snapshot,
 )
+from tests.upstream import Reference
 
 pytestmark = pytest.mark.timeout(600)
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
@@ -71,7 +72,7 @@ def _create(plane: ControlPlane, slices: list[dict[str, Any]]) -> None:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_mock_profile_labels_as_nvml_does(
     plane: ControlPlane,
-    mock_lib: Path,  # noqa: F811
+    mock_lib: Reference,  # noqa: F811
     profile: str,
     tmp_path: Path,
 ) -> None:
@@ -202,7 +203,7 @@ def test_a_watch_refused_by_rbac_falls_back_with_one_line(
 
 def test_drift_between_nvml_and_the_slices_is_said_once(
     plane: ControlPlane,
-    mock_lib: Path,  # noqa: F811
+    mock_lib: Reference,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     name = "dra-drift"
@@ -211,8 +212,8 @@ def test_drift_between_nvml_and_the_slices_is_said_once(
     agent = _daemon(
         plane, name, tmp_path, "--device-discovery-strategy", "nvml", "--dra-drift-check",
         "--sleep-interval", "0.3s",
-        LD_LIBRARY_PATH=str(mock_lib),
-        MOCK_NVML_CONFIG=str(mock_lib / "mock-nvml-config-h100.yaml"),
+        LD_LIBRARY_PATH=str(mock_lib.library_dir),
+        MOCK_NVML_CONFIG=str(mock_lib.profile("h100")),
     )  # fmt: skip
     try:
         agent.passes(3)
