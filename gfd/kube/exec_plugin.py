@@ -139,7 +139,7 @@ class ExecPlugin(CredentialSource):
                 with interrupt.deferred():  # nor while it is being ended
                     _RUNNING.discard(process.pid)
                     _end_group(process)
-        if stdout:  # a credential written by a run that then fails is still never quoted
+        if stdout:  # remembered before any check: a run that then fails is never quoted either
             _remember_written(f"exec plugin {self.command}", stdout)
         if status is None:
             raise CredentialError(
@@ -200,7 +200,6 @@ class ExecPlugin(CredentialSource):
             raise CredentialError(f"{what}: its status holds a value that is not a string")
         if not isinstance(key or "", str):
             raise CredentialError(f"{what}: its status holds a value that is not a string")
-        redaction.remember(f"exec plugin {self.command}", token, key)
         if not token and not cert and not key:
             raise CredentialError(f"{what}: returned neither a token nor a certificate and key")
         if bool(cert) != bool(key):  # as client-go
