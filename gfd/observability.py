@@ -139,13 +139,15 @@ def _stderr_logger(*_args: Any) -> _StderrLogger:
     return _StderrLogger()
 
 
-def _redacted(value: Any, redact: Any) -> Any:
+def _each_string(value: Any, change: Any) -> Any:
+    """``value`` with ``change`` applied to every string in it, however deep in lists and
+    dictionaries."""
     if isinstance(value, str):
-        return redact(value)
+        return change(value)
     if isinstance(value, list | tuple):
-        return [_redacted(item, redact) for item in value]
+        return [_each_string(item, change) for item in value]
     if isinstance(value, dict):
-        return {key: _redacted(item, redact) for key, item in value.items()}
+        return {key: _each_string(item, change) for key, item in value.items()}
     return value
 
 
@@ -155,17 +157,7 @@ def redact(_logger: Any, _method: str, record: MutableMapping[str, Any]) -> Any:
     redaction = sys.modules.get("gfd.redaction")
     if redaction is None:  # no credential was ever read: nothing to take out
         return record
-    return _redacted(dict(record), redaction.redact)
-
-
-def _printable(value: Any) -> Any:
-    if isinstance(value, str):
-        return printable(value)
-    if isinstance(value, list | tuple):
-        return [_printable(item) for item in value]
-    if isinstance(value, dict):
-        return {key: _printable(item) for key, item in value.items()}
-    return value
+    return _each_string(dict(record), redaction.redact)
 
 
 def render(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
@@ -193,7 +185,8 @@ def render(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
 def _escaping(console: Any) -> Any:
     def render_escaped(logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
         shown = {
-            key: item if key == "exception" else _printable(item) for key, item in record.items()
+            key: item if key == "exception" else _each_string(item, printable)
+            for key, item in record.items()
         }
         return console(logger, method, shown)
 
