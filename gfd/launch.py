@@ -35,8 +35,7 @@ def main() -> None:
         # itself needs memory to print
         _out_of_memory()
     except (ImportError, SystemError) as exc:
-        # the same limit met while importing: the loader could not map an extension module,
-        # or compiling a module failed without an exception of its own
+        # the same limit met where the interpreter raises no MemoryError of its own
         if not any(sign in str(exc) for sign in _NO_MEMORY_SIGNS):
             raise
         _out_of_memory()
@@ -44,9 +43,15 @@ def main() -> None:
         signals.exiting()
 
 
-#: how running out of address space shows itself in an import, as the loader and the
-#: interpreter word it
-_NO_MEMORY_SIGNS = ("failed to map segment", "returned NULL without setting an exception")
+#: how running out of address space shows itself where no MemoryError is raised: the loader
+#: could not map an extension module, or a C call failed on an allocation without setting an
+#: exception -- worded one way by the call's check and another by the evaluation loop (met in
+#: click building its context, for one)
+_NO_MEMORY_SIGNS = (
+    "failed to map segment",
+    "returned NULL without setting an exception",
+    "error return without exception set",
+)
 
 
 def _thread_memory_errors_end_the_process() -> None:
