@@ -9,10 +9,12 @@ are cells of tests/test_fault_matrix.py.
 
 from __future__ import annotations
 
+import random
 import signal
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -352,16 +354,41 @@ def test_a_watch_stream_whose_chunks_are_malformed_is_one_line_and_reconnected(
     assert len(lines) == 1 and "Traceback" not in str(lines)
 
 
-def test_reconnect_waits_double_up_to_the_cap_and_are_spread() -> None:
+def test_reconnect_waits_double_up_to_the_cap_then_keep_a_period_of_their_own() -> None:
+    cap = watch.RECONNECT_MAX_SECONDS
     for failures in range(1, 12):
-        base = min(
-            watch.RECONNECT_MAX_SECONDS, watch.RECONNECT_INITIAL_SECONDS * 2 ** (failures - 1)
-        )
+        doubled = watch.RECONNECT_INITIAL_SECONDS * 2 ** (failures - 1)
         draws = [watch.reconnect_wait(failures) for _ in range(200)]
+        if doubled / 2 >= cap:  # past the first wait at the cap: the node's own period
+            assert draws == [cap] * 200, failures
+            continue
+        base = min(cap, doubled)
         assert all(0 <= draw <= base for draw in draws)
         # spread over the whole window: a fleet that lost its server does not come back at once
         assert statistics.pstdev(draws) > base / 5
         assert min(draws) < base / 4 < base * 3 / 4 < max(draws)
+    assert watch.reconnect_wait(10**6) == cap  # an outage of days: still the cap, no overflow
+
+
+@pytest.mark.parametrize("down", [30.0, 600.0])
+def test_a_fleet_back_from_an_outage_comes_back_evenly_over_one_cap(
+    down: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nodes that lost the server together try again, once it is back, spread evenly over one
+    cap: the first quarter of it holds no more of the fleet than the last, rather than the
+    bunch in the first seconds that a fresh random draw for every capped wait gives."""
+    monkeypatch.setattr(watch, "random", random.Random(7))
+    cap, nodes = watch.RECONNECT_MAX_SECONDS, 4000
+    back = []
+    for _ in range(nodes):
+        waited, failures = 0.0, 0
+        while waited < down:
+            failures += 1
+            waited += watch.reconnect_wait(failures)
+        back.append(waited - down)
+    assert max(back) <= cap
+    quarters = Counter(int(4 * seconds / cap) for seconds in back)
+    assert all(0.2 < quarters[quarter] / nodes < 0.3 for quarter in range(4)), quarters
 
 
 def test_the_watch_takes_the_outputs_rate_limit(api: FakeApiServer, kubeconfig: str) -> None:

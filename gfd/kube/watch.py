@@ -25,7 +25,8 @@ The stream is a channel from the API server and bounded as such:
 - anything that is not an event of an object the selector picks ends the stream.
 
 A failed stream is reconnected after :func:`reconnect_wait` (client-go's reflector's doubling,
-drawn at random so that a fleet does not come back in one second), each request a token of
+drawn at random, then a period of each node's own at the cap, so that a fleet comes back
+evenly spread rather than in its first seconds), each request a token of
 the outputs' rate limit (``--kube-api-qps``/``--kube-api-burst``).  A watch refused (403, 405)
 :data:`REFUSALS_BEFORE_GIVING_UP` times in a row is given up with one line, and its followers
 re-read the object periodically.
@@ -102,11 +103,22 @@ class Refused(Exception):
 
 
 def reconnect_wait(failures: int) -> float:
-    """Seconds before reconnecting after ``failures`` failures in a row: drawn at random up
-    to the doubling wait ("full jitter": a fleet that lost its server comes back spread over
-    the whole of the last wait, not bunched in its upper half)."""
-    base = min(RECONNECT_MAX_SECONDS, RECONNECT_INITIAL_SECONDS * 2 ** max(0, failures - 1))
-    return float(random.uniform(0, base))
+    """Seconds before reconnecting after ``failures`` failures in a row.
+
+    While the doubling wait is below its cap, drawn at random up to it ("full jitter": a
+    blip is ridden out in a second or two).  The first wait at the cap is drawn up to the cap
+    too, and every one after it is the cap exactly: each node then tries again on a period of
+    its own, from a phase drawn at random, so a fleet whose server comes back after a long
+    outage arrives evenly over one cap.  Drawing every capped wait anew instead would bunch
+    the fleet into its first seconds back (from the moment the server returns, a node's next
+    try is then more often near than far), the burst the server can least afford.
+
+    The doubling stops at the cap: an outage of hours is thousands of failures, and two to
+    the thousandth power is no float."""
+    base = RECONNECT_INITIAL_SECONDS * 2 ** min(max(0, failures - 1), 64)
+    if base / 2 < RECONNECT_MAX_SECONDS:  # below the cap, or the first wait at it
+        return float(random.uniform(0, min(base, RECONNECT_MAX_SECONDS)))
+    return RECONNECT_MAX_SECONDS
 
 
 def stream_wait() -> float:
