@@ -9,6 +9,7 @@ are cells of tests/test_fault_matrix.py.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import statistics
@@ -114,20 +115,73 @@ def lists(api: FakeApiServer) -> int:
     return sum(1 for r in api.requests if r.query and "watch=" not in r.query)
 
 
-def test_one_list_then_every_change_and_the_deletion(
-    api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen]
+def starts(api: FakeApiServer) -> int:
+    """Reads of the whole state: lists, and WatchList requests the server served."""
+    watch_lists = [r for r in api.requests if "sendInitialEvents=true" in r.query]
+    return lists(api) + sum(1 for r in watch_lists if r.status == 200)
+
+
+SERVERS = pytest.mark.parametrize("served", [True, False], ids=["watch-list", "list-then-watch"])
+
+
+@SERVERS
+def test_the_object_then_every_change_and_the_deletion(
+    api: FakeApiServer, kubeconfig: str, served: bool
 ) -> None:
-    _, seen = node_watch
-    eventually(lambda: seen.labels() == [{"a": "1"}], "the listed node")
-    eventually(lambda: api.open_watches == 1, "the watch")
-    api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].update(a="2"))
-    api.delete("Node", "n1")
-    eventually(lambda: seen.labels() == [{"a": "1"}, {"a": "2"}, None], "the changes")
-    assert lists(api) == 1
-    (query,) = watch_queries(api)
+    """One WatchList request gives the object, then its changes; a server without the
+    WatchList refuses its parameters (422), and is listed once and watched from there."""
+    api.serve_watch_list(served)
+    with following(kubeconfig) as (followed, seen):
+        eventually(lambda: seen.labels() == [{"a": "1"}], "the node as it is")
+        eventually(lambda: api.open_watches == 1, "the watch")
+        api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].update(a="2"))
+        api.delete("Node", "n1")
+        eventually(lambda: seen.labels() == [{"a": "1"}, {"a": "2"}, None], "the changes")
+        assert followed.watch_list is served
+    *refused, query = watch_queries(api)
     assert query["fieldSelector"] == "metadata.name=n1"
     assert query["allowWatchBookmarks"] == "true"
     assert int(query["timeoutSeconds"]) >= watch.WATCH_SECONDS
+    asked = {"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}
+    if served:
+        assert (refused, lists(api)) == ([], 0)
+        assert asked.items() <= query.items() and "resourceVersion" not in query
+    else:
+        assert [r.status for r in api.requests] == [422, 200, 200]  # WatchList, list, watch
+        assert asked.items() <= refused[0].items() and lists(api) == 1
+        assert "sendInitialEvents" not in query and query["resourceVersion"]
+
+
+@SERVERS
+def test_an_object_that_does_not_exist_is_told_absent(
+    api: FakeApiServer, kubeconfig: str, served: bool
+) -> None:
+    api.serve_watch_list(served)
+    api.delete("Node", "n1")
+    with following(kubeconfig) as (followed, seen):
+        eventually(lambda: followed.synced, "the first state")
+        assert seen.labels() == [None]
+
+
+@pytest.mark.parametrize("ending", ["stream-ends", "plain-bookmark"])
+def test_initial_events_without_their_closing_bookmark_are_never_told(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, ending: str
+) -> None:
+    """What a WatchList sent before the bookmark that closes its initial events is no whole
+    state: a stream that ends first tells nothing (the next attempt asks again); a bookmark
+    of another sort first is a server that took the parameters without serving them, listed
+    from then on."""
+    monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
+    half = {"type": "ADDED", "object": api.node("n1")}
+    half["object"]["metadata"]["labels"] = {"a": "half"}
+    mark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "1"}}}
+    lines = [half] if ending == "stream-ends" else [half, mark]
+    api.inject(Fault(status=200, body=b"".join(json.dumps(x).encode() + b"\n" for x in lines)))
+    with following(kubeconfig) as (followed, seen):
+        eventually(lambda: api.open_watches == 1, "a watch served whole")
+        eventually(lambda: seen.labels() == [{"a": "1"}], "the node as it is")
+        assert followed.watch_list is (ending == "stream-ends")
+        assert lists(api) == (0 if ending == "stream-ends" else 1)
 
 
 def test_an_event_nested_deeper_than_any_object_is_never_told(
@@ -155,7 +209,7 @@ def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(
         eventually(lambda: api.open_watches == 1, "the watch")
         changed = api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].update(a="3"))
         eventually(lambda: len(watch_queries(api)) >= 3, "two resumed streams")
-        assert lists(api) == 1  # resumed, never listed again
+        assert starts(api) == 1  # resumed, never read whole again
         resumed = watch_queries(api)[-1]["resourceVersion"]
         assert resumed == changed["metadata"]["resourceVersion"]
         assert seen.labels()[-1] == {"a": "3"}
@@ -164,6 +218,7 @@ def test_a_stream_the_server_ends_is_resumed_from_the_last_version_seen(
 def test_gone_relists_once_and_bookmarks_move_the_version(
     api: FakeApiServer, node_watch: tuple[watch.ObjectWatch, Seen], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A resume answered 410 reads the state whole again, once (a WatchList here)."""
     followed, seen = node_watch
     eventually(lambda: api.open_watches == 1, "the watch")
     before = followed.resource_version
@@ -176,10 +231,10 @@ def test_gone_relists_once_and_bookmarks_move_the_version(
     with api.down():
         eventually(lambda: api.open_watches == 0, "the stream to end")
     api.delete("Node", "n1")
-    eventually(lambda: lists(api) == 2, "the relist")
+    eventually(lambda: starts(api) == 2, "the relist")
     eventually(lambda: seen.labels()[-1] is None, "the deletion seen by the relist")
     eventually(lambda: api.open_watches == 1, "the watch again")
-    assert lists(api) == 2
+    assert starts(api) == 2
 
 
 def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
@@ -202,9 +257,10 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         with api.down():
             eventually(lambda: max(waits, default=0) >= 2, "an attempt refused while down")
         eventually(lambda: api.open_watches == 1, "the watch again")
-        assert lists(api) == 2
-        # the version held before the outage opened the first stream and no other
-        assert [q["resourceVersion"] for q in watch_queries(api)].count(str(before)) == 1
+        assert starts(api) == 2
+        # the version held before the outage resumes no stream after it
+        _, *after = watch_queries(api)
+        assert str(before) not in [query.get("resourceVersion") for query in after]
 
 
 def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
@@ -259,12 +315,16 @@ def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
         assert waits == list(range(1, len(waits) + 1))  # the bound doubles with each
 
 
-def test_back_from_an_outage_one_list_then_the_watch_after_a_spread_wait(
-    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+@SERVERS
+def test_back_from_an_outage_the_state_is_read_whole_in_one_request(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch, served: bool
 ) -> None:
     """A server that was away may have restarted and forgotten every version: the watch
-    lists (one request that also shows the object) instead of a resume answered 410, and
-    opens the watch after a wait drawn at random, only when coming back from failures."""
+    reads the state whole instead of a resume answered 410 -- one WatchList request; on a
+    server without it, a list, and the watch from its version after a wait drawn at random
+    (only when coming back from failures), so that it does not add to the second of the list
+    and of the write it called for."""
+    api.serve_watch_list(served)
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.05)
     waits: list[float] = []
 
@@ -284,9 +344,9 @@ def test_back_from_an_outage_one_list_then_the_watch_after_a_spread_wait(
         eventually(lambda: api.open_watches == 1, "the watch back")
         eventually(lambda: seen.labels()[-1] is None, "the deletion seen by the list")
         sent = ["watch" if "watch=" in r.query else r.method for r in api.requests]
-        assert sent == ["GET", "watch"], sent  # the list, then the watch from its version
+        assert sent == (["watch"] if served else ["GET", "watch"]), sent
         assert api.count("GET", "/api/v1/nodes/n1") == 0  # no read besides the list
-        assert waits == [0.01]
+        assert waits == ([] if served else [0.01])
 
 
 @pytest.mark.parametrize("status", [403, 405])
@@ -399,6 +459,7 @@ def test_the_watch_takes_the_outputs_rate_limit(api: FakeApiServer, kubeconfig: 
             taken.append(1)
             return super().reserve()
 
+    api.serve_watch_list(False)  # three requests: the WatchList refused, the list, the watch
     limiter = Counting(5, 10, clock=time.monotonic, sleep=time.sleep)
     client = watch.watch_client(kubeconfig, 5, 10, limiter)
     assert client.rate_limiter is limiter
@@ -408,7 +469,7 @@ def test_the_watch_takes_the_outputs_rate_limit(api: FakeApiServer, kubeconfig: 
     followed.start()
     try:
         eventually(lambda: api.open_watches == 1, "the watch")
-        assert len(taken) == len(api.requests) == 2  # the list and the watch
+        assert len(taken) == len(api.requests) == 3
     finally:
         followed.stop()
         followed.join(5)
@@ -479,12 +540,12 @@ def test_a_deleted_nodefeature_is_created_again_long_before_the_interval(
         gfd.kill()
 
 
-def test_after_an_outage_a_node_sends_one_list_one_create_and_one_watch(
+def test_after_an_outage_a_node_sends_one_watch_and_one_create(
     api: FakeApiServer, tmp_path: Path
 ) -> None:
     """The object deleted while the server was away (as NFD's reinstall does): once it is
-    back, the list that restarts the watch is the check of the object, so the repair is
-    the create alone; no resume answered 410, no read of the object."""
+    back, the WatchList that restarts the watch is the check of the object, so the repair
+    is the create alone; no resume answered 410, no read of the object, no list."""
     gfd = daemon(api, tmp_path, "--use-node-feature-api")
     try:
         gfd.wait_for("pass finished")
@@ -499,9 +560,9 @@ def test_after_an_outage_a_node_sends_one_list_one_create_and_one_watch(
         gfd.wait_until(lambda: api.open_watches == 1, "the watch back", PATIENCE)
         requests = api.requests
         sent = sorted("watch" if "watch=" in r.query else r.method for r in requests)
-        assert sent == ["GET", "POST", "watch"], [(r.method, r.path, r.query) for r in requests]
-        (listed,) = [r for r in requests if r.method == "GET" and "watch=" not in r.query]
-        assert "fieldSelector" in listed.query  # the list, not a read of the object
+        assert sent == ["POST", "watch"], [(r.method, r.path, r.query) for r in requests]
+        (watched,) = [r for r in requests if r.method == "GET"]
+        assert "sendInitialEvents=true" in watched.query and "fieldSelector" in watched.query
         assert gfd.stop(signal.SIGTERM) == 0
     finally:
         gfd.kill()

@@ -11,7 +11,12 @@ after each list and on every event; they decide whether that undoes what gfd pub
 The protocol is client-go's reflector's: a paged list gives the objects and a
 ``resourceVersion``; a watch from there with ``allowWatchBookmarks`` streams the changes; a
 stream the server ends is resumed from the last version (listed once more on 410 Gone); after
-no answer or an error answer (but 429) the watch lists again rather than resumes.
+no answer or an error answer (but 429) the watch lists again rather than resumes.  The watch
+of one object asks for the API's WatchList instead of a list (``sendInitialEvents``): one
+request gives the object as it is now, a bookmark marking the end of that, then the changes,
+so a node back from an outage sends one request where a list and a watch were two.  A server
+that does not serve it (before Kubernetes 1.27, or with its feature gate off) refuses the
+parameters with 422, and that watch lists from then on.
 
 The stream is a channel from the API server and bounded as such:
 
@@ -53,7 +58,7 @@ from gfd.kube.client import (
     nested_within,
     quote_answer,
 )
-from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
+from gfd.kube.stream import REFUSED_STATUSES, Gone, Refused, open_stream
 from gfd.observability import get_logger
 
 JSON = dict[str, Any]
@@ -81,10 +86,14 @@ STREAM_SPREAD_SECONDS = 5.0
 #: a stream open this long was healthy: however it ends, the next failure starts a new run
 #: (its wait from the shortest bound, its line said again)
 HEALTHY_STREAM_SECONDS = 60.0
-#: statuses that mean "you may not watch this": give up and re-read periodically ...
-REFUSED_STATUSES = frozenset({403, 405})
-#: ... once they came this many times in a row: an API server that is starting answers 403
-#: for a few seconds, until its authorizer has read the RBAC objects
+#: the annotation of the bookmark that ends a WatchList's initial events
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+#: statuses that mean "these parameters are not served here": the WatchList's, on a server
+#: without it (422 Invalid: resourceVersionMatch is forbidden for a watch)
+NO_WATCH_LIST_STATUSES = frozenset({400, 422})
+#: a watch refused (stream.REFUSED_STATUSES) this many times in a row is given up, and its
+#: followers re-read periodically: an API server that is starting answers 403 for a few
+#: seconds, until its authorizer has read the RBAC objects
 REFUSALS_BEFORE_GIVING_UP = 5
 
 _READ_BYTES = 64 * 1024
@@ -92,14 +101,6 @@ _READ_BYTES = 64 * 1024
 Follower = Callable[[JSON | None], None]
 #: what a collection's followers are told: the objects held, by name
 Objects = dict[str, JSON]
-
-
-class Gone(Exception):
-    """The version the watch would resume from is no longer available (410)."""
-
-
-class Refused(Exception):
-    """The server will not let gfd list or watch this object."""
 
 
 def reconnect_wait(failures: int) -> float:
@@ -188,6 +189,10 @@ class CollectionWatch:
         self.current: Any = None
         self.synced = False
         self.resource_version: str | None = None
+        #: whether to ask for the WatchList rather than list (off for good once refused)
+        self.watch_list = False
+        #: the objects of a WatchList's initial events so far, until its closing bookmark
+        self._initial: Objects | None = None
         self._log = get_logger(watch=what)
 
     def _view(self) -> Any:
@@ -225,14 +230,14 @@ class CollectionWatch:
             except Exception:  # a follower's bug must not end the watch
                 self._log.exception("a follower of the watch failed")
 
-    def _hold(self, obj: JSON, present: bool) -> None:
+    def _hold(self, held: Objects, obj: JSON, present: bool) -> None:
         name = name_of(obj)
         if present and self._keep(obj):
-            if name not in self.objects and len(self.objects) >= MAX_OBJECTS:
+            if name not in held and len(held) >= MAX_OBJECTS:
                 raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
-            self.objects[name] = obj
+            held[name] = obj
         else:
-            self.objects.pop(name, None)
+            held.pop(name, None)
 
     def _give_up(self, reason: str) -> None:
         with self._lock:
@@ -280,15 +285,16 @@ class CollectionWatch:
         failures = 0
         refusals = 0  # 403 or 405 in a row
         warned = False  # the failures since the last healthy stream were reported
-        listed = False  # the last list was answered and no stream has run since
+        listed = False  # this attempt reads the state whole (a 410 then is no resume's)
         while not self._stopping.is_set():
             self._opened = None
             try:
                 if self.resource_version is None:
-                    self._list()
-                    listed = True
-                    if failures and self._stopping.wait(stream_wait()):
-                        return
+                    if not self.watch_list:
+                        self._list()
+                        if failures and self._stopping.wait(stream_wait()):
+                            return
+                    listed = True  # the state is read whole: by the list, or the WatchList
                 self._stream()
                 listed = False
             except Gone:
@@ -297,6 +303,8 @@ class CollectionWatch:
                     continue
                 self.resource_version = None
                 failures += 1  # gone right after a list: wait before listing again
+            except NoWatchList:
+                continue  # list at once: the server is there, it only lacks the WatchList
             except Refused:
                 refusals += 1
                 if refusals >= REFUSALS_BEFORE_GIVING_UP:
@@ -370,16 +378,28 @@ class CollectionWatch:
 
     def _stream(self) -> None:
         seconds = int(WATCH_SECONDS * random.uniform(1.0, 1.25))
-        query = urlencode(
-            {
-                "watch": "1",
-                "fieldSelector": self.selector,
-                "resourceVersion": self.resource_version,
-                "allowWatchBookmarks": "true",
-                "timeoutSeconds": str(seconds),
-            }
-        )
-        _open_stream(self._client, f"{self._collection}?{query}", self._read_events)
+        query = {
+            "watch": "1",
+            "fieldSelector": self.selector,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(seconds),
+        }
+        if self.resource_version is not None:
+            query["resourceVersion"] = self.resource_version
+        else:  # the object as it is now, a bookmark closing that, then the changes
+            query.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
+            self._initial = {}
+        path = f"{self._collection}?{urlencode(query)}"
+        try:
+            open_stream(self._client, path, self._read_events)
+        except KubeError as error:
+            if self._initial is None or error.status not in NO_WATCH_LIST_STATUSES:
+                raise
+            self.watch_list = False
+            self._log.debug("the server does not serve the WatchList; listing instead")
+            raise NoWatchList() from None
+        finally:
+            self._initial = None  # a stream that ended before its closing bookmark told nothing
 
     def _served_healthy(self) -> bool:
         opened = self._opened  # when this attempt's stream began to be read, if it did
@@ -427,20 +447,42 @@ class CollectionWatch:
         if not isinstance(version, str) or not version:
             raise bad_answer("a watch event without a resourceVersion")
         if kind == "BOOKMARK":
-            self.resource_version = version
+            if self._initial is not None:
+                self._initial_events_end(metadata, version)
+            else:
+                self.resource_version = version
             return
         if kind not in ("ADDED", "MODIFIED", "DELETED") or not self._belongs(obj):
             raise bad_answer(
                 f"a watch event of another kind or object ({quote_answer(str(kind), 20)})"
             )
-        self._hold(obj, kind != "DELETED")
+        if self._initial is not None:  # the state as it is now: told whole, at its end
+            self._hold(self._initial, obj, kind != "DELETED")
+            return
+        self._hold(self.objects, obj, kind != "DELETED")
+        self.resource_version = version
+        self._tell()
+
+    def _initial_events_end(self, metadata: JSON, version: str) -> None:
+        annotations = metadata.get("annotations")
+        if not isinstance(annotations, dict) or annotations.get(INITIAL_EVENTS_END) != "true":
+            # a bookmark before the closing one: the server took the parameters but does not
+            # serve the WatchList (what it sent is no whole state): list from now on
+            self.watch_list = False
+            raise bad_answer("a bookmark before the end of a WatchList's initial events")
+        self.objects, self._initial = self._initial or {}, None
         self.resource_version = version
         self._tell()
 
 
+class NoWatchList(Exception):
+    """The server does not serve the WatchList's parameters."""
+
+
 class ObjectWatch(CollectionWatch):
     """Follow the one object ``name`` of ``collection``: the followers are told the object
-    (None: absent)."""
+    (None: absent).  Its first state, and its state after each failure, come from the
+    WatchList: one object's initial events are one, well within the stream's bounds."""
 
     def __init__(
         self,
@@ -460,52 +502,10 @@ class ObjectWatch(CollectionWatch):
             clock=clock,
         )
         self.name = name
+        self.watch_list = True
 
     def _view(self) -> JSON | None:
         return self.objects.get(self.name)
-
-
-def _open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) -> None:
-    """GET ``path`` and hand the answer, unread, to ``reader`` (the request's total deadline
-    is the client's request timeout: see :func:`watch_client`)."""
-
-    def call(timeout: float) -> None:
-        api = client.api_client
-        # the credential (a token file read, an exec plugin run) under an ordinary request's
-        # deadline, not the stream's half hour
-        stream_deadline = client._request_deadline
-        client._request_deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
-        try:
-            serialized = api.param_serialize(
-                method="GET",
-                resource_path=path,
-                header_params={"Accept": "application/json", "Accept-Encoding": "identity"},
-                auth_settings=["BearerToken"],
-            )
-        finally:
-            client._request_deadline = stream_deadline
-        if not serialized[2].get("authorization"):
-            serialized[2].pop("authorization", None)  # a client certificate alone
-        response: Any = api.call_api(*serialized, _request_timeout=timeout).response
-        try:
-            status = int(response.status)
-            if status == 410:
-                raise Gone()
-            if status != 200:
-                error = KubeError(
-                    "", status=status, reason=quote_answer(str(response.reason or ""), 60)
-                )
-                if status in REFUSED_STATUSES:
-                    raise Refused(error.describe())
-                raise error
-            encoding = str(response.headers.get("Content-Encoding") or "identity").lower()
-            if encoding.strip() != "identity":
-                raise bad_answer("a compressed watch stream, which gfd never asks for")
-            reader(response)
-        finally:
-            response.close()
-
-    client.invoke(call)
 
 
 def watch_client(kubeconfig: str | None, qps: float, burst: int, limiter: Any = None) -> KubeClient:

@@ -16,8 +16,11 @@ Nodes, Pods, DaemonSets and NFD NodeFeatures:
   a ``resourceVersion`` (410 Gone, as an ERROR event, once :meth:`FakeApiServer.compact`
   dropped the history), ``BOOKMARK`` events on
   :meth:`FakeApiServer.bookmark` when ``allowWatchBookmarks``, ``timeoutSeconds``; one JSON
-  event a line until the server ends the stream.  A watch can be refused (403 from RBAC)
-  or stalled (headers sent, then nothing) on demand.
+  event a line until the server ends the stream.  The WatchList (``sendInitialEvents`` with
+  ``resourceVersionMatch=NotOlderThan``): the objects picked as ADDED events, then a bookmark
+  annotated ``k8s.io/initial-events-end``, then the changes, as kube-apiserver 1.37 sends them;
+  or refused with 422, as before 1.27 (:meth:`FakeApiServer.serve_watch_list`).  A watch can
+  be refused (403 from RBAC) or stalled (headers sent, then nothing) on demand.
 - Faults on demand: an HTTP status (5xx, 429 with Retry-After), a delay, a dropped connection
   (the socket is closed without a response), or the whole server going "down" (the listening
   socket is closed: connection refused) and coming back on the same port.
@@ -76,6 +79,8 @@ _BY_KIND = {resource.kind: resource for resource in RESOURCES}
 MERGE_PATCH = "application/merge-patch+json"
 #: the token of the kubeconfig :func:`write_kubeconfig` writes when given no user
 TOKEN = "fake-token"
+#: the annotation of the bookmark that closes a WatchList's initial events
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _REASONS = {
     401: "Unauthorized",
     403: "Forbidden",
@@ -193,6 +198,7 @@ class _State:
     bookmarks: int = 0  # bumped by bookmark(): every open watch sends one
     watch_refused: int | None = None  # answer every watch with this status
     watch_stalled: bool = False  # send a watch's headers, then nothing
+    watch_list: bool = True  # serve the WatchList (sendInitialEvents), as since Kubernetes 1.27
     restores: int = 0  # bumped by restore(): every open watch ends, as at a graceful restart
     open_watches: int = 0
     changed: threading.Condition = field(init=False)
@@ -532,6 +538,12 @@ class FakeApiServer:
         with self._state.lock:
             self._state.watch_refused = status
 
+    def serve_watch_list(self, served: bool) -> None:
+        """Serve the WatchList (``sendInitialEvents``), or refuse its parameters with 422 as
+        kube-apiserver before 1.27 does."""
+        with self._state.lock:
+            self._state.watch_list = served
+
     def stall_watches(self, stalled: bool = True) -> None:
         """Send a watch's headers and then nothing (a stalled stream)."""
         with self._state.lock:
@@ -854,6 +866,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiStatusError(refused, _REASONS.get(refused, "Forbidden"), "watch refused")
         wanted = self._field_selector()
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
+        bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
+        initial = self._initial_events(query, resource, namespace, wanted, bookmarks)
+        if initial is not None:
+            since = initial[1]  # the changes after the state the initial events gave
         with self.state.lock:
             current = self.state.last_version
         if since > current:
@@ -864,7 +880,6 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiStatusError(
                 504, "Timeout", message, {"causes": causes, "retryAfterSeconds": 1}
             )
-        bookmarks = query.get("allowWatchBookmarks", [""])[0] == "true"
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
         self._record("GET", path, 200, None, None)
         self.close_connection = True
@@ -880,7 +895,9 @@ class _Handler(BaseHTTPRequestHandler):
             with self.state.lock:
                 self.state.open_watches += 1
             try:
-                self._stream_events(resource, namespace, wanted, since, bookmarks, deadline)
+                self._write_events(initial[0] if initial else [])
+                whole = initial is not None  # no version of the client's that could be gone
+                self._stream_events(resource, namespace, wanted, since, bookmarks, deadline, whole)
                 if not self.state.closing.is_set():
                     self.wfile.write(b"0\r\n\r\n")
             finally:
@@ -895,6 +912,7 @@ class _Handler(BaseHTTPRequestHandler):
         since: int,
         bookmarks: bool,
         deadline: float,
+        whole: bool = False,
     ) -> None:
         state = self.state
         with state.lock:
@@ -906,7 +924,7 @@ class _Handler(BaseHTTPRequestHandler):
             with state.lock:
                 if state.watch_stalled:
                     pass
-                elif since and since < state.compacted:
+                elif since and since < state.compacted and not whole:
                     gone = status_object(410, "Expired", "too old resource version")
                     lines.append({"type": "ERROR", "object": gone})
                 else:
@@ -927,15 +945,62 @@ class _Handler(BaseHTTPRequestHandler):
                         lines.append({"type": "BOOKMARK", "object": mark})
                 if not lines:
                     state.changed.wait(0.05)
-            for line in lines:
-                data = json.dumps(line).encode() + b"\n"
-                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
-            self.wfile.flush()
+            self._write_events(lines)
             if any(line["type"] == "ERROR" for line in lines):
                 return
             readable, _, _ = select.select([self.connection], [], [], 0)
             if readable and not self.connection.recv(1, socket.MSG_PEEK):
                 return  # the client closed its end
+
+    def _write_events(self, lines: list[JSON]) -> None:
+        for line in lines:
+            data = json.dumps(line).encode() + b"\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _initial_events(
+        self,
+        query: Mapping[str, list[str]],
+        resource: ResourceType,
+        namespace: str,
+        wanted: Mapping[str, str],
+        bookmarks: bool,
+    ) -> tuple[list[JSON], int] | None:
+        """A WatchList's first events (``sendInitialEvents``): every object the selector picks,
+        then the bookmark that closes them (only where bookmarks are allowed, as the real
+        server does), and the version they are the state at; None for a plain watch.  Refused
+        with 422 as kube-apiserver refuses it: a server without the WatchList, or parameters
+        that do not go together."""
+        initial = query.get("sendInitialEvents", [""])[0] == "true"
+        match = query.get("resourceVersionMatch", [""])[0]
+        if not initial and not match:
+            return None
+        with self.state.lock:
+            served = self.state.watch_list
+        if not served:
+            raise ApiStatusError(
+                422, "Invalid", "resourceVersionMatch: Forbidden: forbidden for watch"
+            )
+        if not initial or match != "NotOlderThan":
+            raise ApiStatusError(
+                422,
+                "Invalid",
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires "
+                "setting resourceVersionMatch to NotOlderThan",
+            )
+        lines: list[JSON] = []
+        with self.state.lock:
+            for (plural, ns, _name), obj in sorted(self.state.objects.items()):
+                if plural != resource.plural or (resource.namespaced and ns != namespace):
+                    continue
+                if _selected(obj, wanted):
+                    lines.append({"type": "ADDED", "object": copy.deepcopy(obj)})
+            version = self.state.last_version
+        if bookmarks:
+            meta = {"resourceVersion": str(version), "annotations": {INITIAL_EVENTS_END: "true"}}
+            mark = {"kind": resource.kind, "apiVersion": resource.api_version, "metadata": meta}
+            lines.append({"type": "BOOKMARK", "object": mark})
+        return lines, version
 
     # ------------------------------------------------------------- the API
 
