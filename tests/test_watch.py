@@ -419,15 +419,16 @@ def test_reconnect_waits_double_up_to_the_cap_then_keep_a_period_of_their_own() 
     for failures in range(1, 12):
         doubled = watch.RECONNECT_INITIAL_SECONDS * 2 ** (failures - 1)
         draws = [watch.reconnect_wait(failures) for _ in range(200)]
-        if doubled / 2 >= cap:  # past the first wait at the cap: the node's own period
-            assert draws == [cap] * 200, failures
+        if doubled / 2 >= cap:  # past the first wait at the cap: about the node's own period
+            assert all(0.9 * cap <= draw <= 1.1 * cap for draw in draws), failures
+            assert statistics.pstdev(draws) > 0  # nodes put in step drift apart again
             continue
         base = min(cap, doubled)
         assert all(0 <= draw <= base for draw in draws)
         # spread over the whole window: a fleet that lost its server does not come back at once
         assert statistics.pstdev(draws) > base / 5
         assert min(draws) < base / 4 < base * 3 / 4 < max(draws)
-    assert watch.reconnect_wait(10**6) == cap  # an outage of days: still the cap, no overflow
+    assert watch.reconnect_wait(10**6) <= 1.1 * cap  # an outage of days: no overflow
 
 
 @pytest.mark.parametrize("down", [30.0, 600.0])
@@ -446,7 +447,7 @@ def test_a_fleet_back_from_an_outage_comes_back_evenly_over_one_cap(
             failures += 1
             waited += watch.reconnect_wait(failures)
         back.append(waited - down)
-    assert max(back) <= cap
+    assert max(back) <= 1.1 * cap
     quarters = Counter(int(4 * seconds / cap) for seconds in back)
     assert all(0.2 < quarters[quarter] / nodes < 0.3 for quarter in range(4)), quarters
 

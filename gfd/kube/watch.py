@@ -30,8 +30,8 @@ The stream is a channel from the API server and bounded as such:
 - anything that is not an event of an object the selector picks ends the stream.
 
 A failed stream is reconnected after :func:`reconnect_wait` (client-go's reflector's doubling,
-drawn at random, then a period of each node's own at the cap, so that a fleet comes back
-evenly spread rather than in its first seconds), each request a token of
+drawn at random, then a period of about the cap from a phase of each node's own, so that a
+fleet comes back evenly spread rather than in its first seconds), each request a token of
 the outputs' rate limit (``--kube-api-qps``/``--kube-api-burst``).  A watch refused (403, 405)
 :data:`REFUSALS_BEFORE_GIVING_UP` times in a row is given up with one line, and its followers
 re-read the object periodically.
@@ -108,18 +108,20 @@ def reconnect_wait(failures: int) -> float:
 
     While the doubling wait is below its cap, drawn at random up to it ("full jitter": a
     blip is ridden out in a second or two).  The first wait at the cap is drawn up to the cap
-    too, and every one after it is the cap exactly: each node then tries again on a period of
-    its own, from a phase drawn at random, so a fleet whose server comes back after a long
-    outage arrives evenly over one cap.  Drawing every capped wait anew instead would bunch
-    the fleet into its first seconds back (from the moment the server returns, a node's next
-    try is then more often near than far), the burst the server can least afford.
+    too, and every one after it within a tenth of the cap: each node then tries again on a
+    period of about the cap from a phase drawn at random, so a fleet whose server comes back
+    after a long outage arrives evenly over one cap.  Drawing every capped wait from zero
+    instead would bunch the fleet into its first seconds back (from the moment the server
+    returns, a node's next try is then more often near than far); a period kept exactly
+    would keep in step for ever the nodes that one moment put in step (a server that
+    answered all of them the instant it started).
 
     The doubling stops at the cap: an outage of hours is thousands of failures, and two to
     the thousandth power is no float."""
     base = RECONNECT_INITIAL_SECONDS * 2 ** min(max(0, failures - 1), 64)
     if base / 2 < RECONNECT_MAX_SECONDS:  # below the cap, or the first wait at it
         return float(random.uniform(0, min(base, RECONNECT_MAX_SECONDS)))
-    return RECONNECT_MAX_SECONDS
+    return float(random.uniform(0.9, 1.1) * RECONNECT_MAX_SECONDS)
 
 
 def stream_wait() -> float:
