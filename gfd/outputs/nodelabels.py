@@ -270,6 +270,14 @@ class NodeLabelsOutput(WatchedOutput):
         answer = self._checked_node(
             self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
         )
+        # the answer is the node as the write left it: one that does not show the write (a
+        # server or proxy that answered without applying it) is no confirmation
+        problems = self._differences(answer, desired, owned)
+        if problems:
+            raise bad_answer(
+                f"a node that does not hold what was written ({len(problems)}: "
+                f"{', '.join(problems[:LISTED])})"
+            )
         self._written = (answer.get("metadata") or {}).get("resourceVersion")
         self._owned = frozenset(desired)
         self._unconfirmed = frozenset()

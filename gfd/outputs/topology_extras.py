@@ -15,7 +15,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.kube.client import MERGE_PATCH, KubeClient, publishing_client
+from gfd.kube.client import (
+    JSON,
+    MERGE_PATCH,
+    KubeClient,
+    bad_answer,
+    path_segment,
+    publishing_client,
+)
 from gfd.kube.shapes import string_map
 from gfd.labels.partitioning import partition_table
 from gfd.observability import get_logger
@@ -39,7 +46,7 @@ class PartitionsAnnotation:
 
         assert settings.node_name
         self.node_name = settings.node_name
-        self._path = f"/api/v1/nodes/{settings.node_name}"
+        self._path = f"/api/v1/nodes/{path_segment(settings.node_name)}"
         self._client = client or publishing_client(settings)
         self._published: str | bool | None = False  # False: nothing written by this process
         self._log = get_logger(output="node-annotation", node=self.node_name)
@@ -62,8 +69,7 @@ class PartitionsAnnotation:
         """The annotation's value on the node now (None: absent)."""
 
         def read() -> str | None:
-            node = self._client.request("GET", self._path)
-            return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
+            return self._annotation(self._client.request("GET", self._path))
 
         return self._client.run(f"read node {self.node_name}", read)
 
@@ -71,21 +77,29 @@ class PartitionsAnnotation:
         """Remove the annotation if it is there (a node without it is not written to)."""
 
         def remove() -> None:
-            node = self._client.request("GET", self._path)
-            if PARTITIONS_ANNOTATION in string_map(node, "metadata", "annotations"):
-                patch = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: None}}}
-                self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+            if self._annotation(self._client.request("GET", self._path)) is not None:
+                self._write(None)
 
         self._client.run(f"remove the gpu partitions annotation of {self.node_name}", remove)
         self._published = None
 
     def _patch(self, value: str | None) -> None:
+        self._client.run(f"annotate node {self.node_name}", lambda: self._write(value))
 
+    def _write(self, value: str | None) -> None:
+        """One merge patch of the annotation; the answer is the node as the write left it,
+        and one that does not show the write (a server or proxy that answered without
+        applying it) is no confirmation."""
         patch: dict[str, Any] = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: value}}}
-        self._client.run(
-            f"annotate node {self.node_name}",
-            lambda: self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH),
-        )
+        answer = self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+        if self._annotation(answer) != value:
+            raise bad_answer(f"a node {self.node_name} that does not hold what was written")
+
+    def _annotation(self, node: JSON) -> str | None:
+        """The annotation's value on ``node`` (None: absent), when it is this node."""
+        if (node.get("metadata") or {}).get("name") != self.node_name:
+            raise bad_answer(f"an object that is not node {self.node_name}")
+        return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
 
 
 class TopologyOutputs:
