@@ -12,7 +12,7 @@ import pytest
 from gfd import dra_source
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError
-from gfd.kube.client import KubeClient
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient
 from gfd.labels import build
 from gfd.settings import Config
 from tests.dra_slices import slices_for
@@ -49,6 +49,26 @@ def test_the_list_asks_the_server_for_this_node_only() -> None:
     path = dra_source.list_path("node-a", "tok/en")
     assert path.startswith("/apis/resource.k8s.io/v1/resourceslices?")
     assert "fieldSelector=spec.nodeName%3Dnode-a" in path and "continue=tok%2Fen" in path
+
+
+def _paged(pages: list[list[dict[str, Any]]]) -> dra_source.Request:
+    """A server that answers the list in ``pages``, each page's token naming the next."""
+
+    def request(path: str) -> dict[str, Any]:
+        at = int(path.rpartition("continue=p")[2]) if "continue=p" in path else 0
+        token = f"p{at + 1}" if at + 1 < len(pages) else ""
+        return {"items": pages[at], "metadata": {"resourceVersion": "1", "continue": token}}
+
+    return request
+
+
+def test_pages_of_slices_past_what_any_node_takes_fail_the_pass_in_one_line() -> None:
+    pool = slices_for(node(gpu(0), gpu(1), gpu(2), gpu(3)), NODE, split=4)
+    for item in pool:  # each page within an answer's limit, together past any node's slices
+        item["metadata"]["annotations"] = {"pad": "x" * (MAX_ANSWER_BYTES - 64 * 1024)}
+    with pytest.raises(DiscoveryError) as caught:
+        dra_source.SliceReader(NODE, _paged([[item] for item in pool])).snapshot()
+    assert "MiB" in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_generations_deletions_and_no_driver(api: FakeApiServer, kubeconfig: str) -> None:

@@ -19,7 +19,9 @@ The stream is a channel from the API server and bounded as such:
 - at most :data:`EVENT_BURST` lines at once and :data:`EVENTS_PER_SECOND` after, blank ones
   included: a flood ends the stream (one object, or one node's handful of slices: nobody
   edits them that fast);
-- at most :data:`MAX_OBJECTS` objects held: more ends the stream;
+- at most :data:`MAX_OBJECTS` objects held, of at most :data:`MAX_HELD_BYTES` together
+  (each within an answer's limit, many could otherwise add up to gigabytes): more ends the
+  stream;
 - a stream asks the server to end it after ``timeoutSeconds``; one still open
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
 - anything that is not an event of an object the selector picks ends the stream.
@@ -62,6 +64,9 @@ JSON = dict[str, Any]
 WATCH_SECONDS = 1800
 #: the most objects one watch holds (pages of PAGE_SIZE on a list)
 MAX_OBJECTS = 1600
+#: the most the objects one watch holds may take together, as compact JSON (a node's
+#: ResourceSlices take a few hundred KiB)
+MAX_HELD_BYTES = 8 * 1024 * 1024
 PAGE_SIZE = 100
 #: a stream still open this long after its timeoutSeconds is stalled
 STALL_GRACE_SECONDS = 30.0
@@ -107,6 +112,11 @@ def reconnect_wait(failures: int) -> float:
     the whole of the last wait, not bunched in its upper half)."""
     base = min(RECONNECT_MAX_SECONDS, RECONNECT_INITIAL_SECONDS * 2 ** max(0, failures - 1))
     return float(random.uniform(0, base))
+
+
+def held_size(obj: Any) -> int:
+    """What ``obj`` takes as compact JSON (ASCII: characters are bytes)."""
+    return len(json.dumps(obj, separators=(",", ":")))
 
 
 def stream_wait() -> float:
@@ -170,8 +180,9 @@ class CollectionWatch:
         self._opened: float | None = None
         self._thread: threading.Thread | None = None
         self.refused = False
-        #: the objects held, by name, once the first list answered
+        #: the objects held, by name, once the first list answered, and each one's size
         self.objects: Objects = {}
+        self._sizes: dict[str, int] = {}
         #: what the followers were last told (see _view)
         self.current: Any = None
         self.synced = False
@@ -218,9 +229,13 @@ class CollectionWatch:
         if present and self._keep(obj):
             if name not in self.objects and len(self.objects) >= MAX_OBJECTS:
                 raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
-            self.objects[name] = obj
+            size = held_size(obj)
+            if sum(self._sizes.values()) - self._sizes.get(name, 0) + size > MAX_HELD_BYTES:
+                raise bad_answer(f"more than {MAX_HELD_BYTES >> 20} MiB of {self.what}")
+            self.objects[name], self._sizes[name] = obj, size
         else:
             self.objects.pop(name, None)
+            self._sizes.pop(name, None)
 
     def _give_up(self, reason: str) -> None:
         with self._lock:
@@ -323,6 +338,7 @@ class CollectionWatch:
         """List what the selector picks, page by page: the objects and the version to watch
         from."""
         objects: Objects = {}
+        sizes: dict[str, int] = {}
         token = ""
         for _ in range(-(-MAX_OBJECTS // PAGE_SIZE)):
             query = {"fieldSelector": self.selector, "limit": str(PAGE_SIZE)}
@@ -336,13 +352,15 @@ class CollectionWatch:
                 raise bad_answer("a list without items or a resourceVersion")
             for item in items:
                 if isinstance(item, dict) and self._belongs(item) and self._keep(item):
-                    objects[name_of(item)] = item
+                    objects[name_of(item)], sizes[name_of(item)] = item, held_size(item)
+            if sum(sizes.values()) > MAX_HELD_BYTES:
+                raise bad_answer(f"more than {MAX_HELD_BYTES >> 20} MiB of {self.what}")
             token = cont if isinstance(cont := meta.get("continue"), str) else ""
             if not token:
                 break
         if token or len(objects) > MAX_OBJECTS:  # pages left after the last one allowed
             raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
-        self.objects = objects
+        self.objects, self._sizes = objects, sizes
         self.resource_version = version
         self._tell()
 
