@@ -197,8 +197,15 @@ def real_path_or_same(path: str) -> str:
 
 def hold_while_written(fd: int) -> None:
     """Mark the temporary file open as ``fd`` as being written (until ``fd`` is closed);
-    OSError when someone holds it already (it is being reclaimed: this write fails)."""
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    BlockingIOError when someone holds it already (it is being reclaimed: this write
+    fails).  A filesystem without locks writes unheld: nothing can be reclaimed there
+    either, since reclaiming takes the same lock first."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError:
+        return
 
 
 def reclaim_abandoned(directory: int, names: re.Pattern[str]) -> int:
