@@ -23,6 +23,7 @@ import pytest
 from gfd import observability
 from gfd.kube import watch
 from gfd.kube.ratelimit import RateLimiter
+from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION, NFD_FEATURE_LABELS_ANNOTATION
 from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION
 from gfd.settings import resolve
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
@@ -518,6 +519,40 @@ def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
             lambda: api.node("n1")["metadata"][field] == metadata[field], "the repair", PATIENCE
         )
         assert [r.method for r in api.requests[before:] if "watch=" not in r.query] == repair
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
+def test_labels_nfd_gives_up_are_published_by_gfd_at_once(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A key NFD's master records as its own is left to NFD; once NFD lets it go (its
+    NodeFeature deleted, as a reload from the NodeFeature output to node labels does) the
+    watch sees it and gfd publishes the key itself, not at its next change."""
+    claimed = "nvidia.com/gpu.count"
+    api.edit(
+        "Node",
+        "n1",
+        "",
+        lambda node: node["metadata"].update(
+            labels={claimed: "7"}, annotations={NFD_FEATURE_LABELS_ANNOTATION: claimed}
+        ),
+    )
+    gfd = daemon(api, tmp_path, "--use-node-labels")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        assert api.node_labels("n1")[claimed] == "7"  # NFD's
+
+        def nfd_lets_go(node: dict[str, Any]) -> None:
+            del node["metadata"]["labels"][claimed]
+            del node["metadata"]["annotations"][NFD_FEATURE_LABELS_ANNOTATION]
+
+        api.edit("Node", "n1", "", nfd_lets_go)
+        gfd.wait_until(lambda: api.node_labels("n1").get(claimed) == "8", "gfd's", PATIENCE)
+        managed = api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION].split(",")
+        assert claimed in managed
         assert gfd.stop(signal.SIGTERM) == 0
     finally:
         gfd.kill()
