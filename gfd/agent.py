@@ -476,7 +476,9 @@ class Agent:
         self._move_metrics(settings)
         self.settings = settings
         self.output = output
+        self._unwatch(self.topology_outputs)
         self.topology_outputs = make_topology_outputs(settings)
+        self._watch(self.topology_outputs)
         new = self._places()
         # a place the new settings publish to again is theirs now: never remove it
         self._retiring = {place: r for place, r in self._retiring.items() if place not in new}
@@ -557,6 +559,7 @@ class Agent:
 
     def run(self) -> int:
         self._watch(self.output)
+        self._watch(self.topology_outputs)
         self._follow_slices()
         if self._node_label is not None:  # the reader the CLI made to choose the first entry
             self._watch_node_label(self._node_label)

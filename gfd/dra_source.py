@@ -25,7 +25,7 @@ from gfd.config import Config
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError, PublishError, UsageError
 from gfd.kube.client import KubeClient, bad_answer, retry_budget
-from gfd.kube.watch import CollectionWatch, name_of, watch_client
+from gfd.kube.watch import MAX_HELD_BYTES, CollectionWatch, held_size, name_of, watch_client
 from gfd.labels import build
 from gfd.observability import Metrics, get_logger
 from gfd.settings import Settings
@@ -129,7 +129,10 @@ class SliceReader:
         return items
 
     def _list(self) -> list[Any]:
+        """This node's slices of the driver, page by page: what the watch would hold, under
+        the watch's bounds (no more pages than its objects fill, no more bytes together)."""
         items: list[Any] = []
+        size = 0
         token = ""
         for _ in range(MAX_PAGES):
             answer = self._request(list_path(self.node, token))
@@ -137,6 +140,12 @@ class SliceReader:
             meta = answer.get("metadata")
             if not isinstance(page, list) or not isinstance(meta, Mapping):
                 raise DiscoveryError(f"resourceslices of node {self.node}: not a list answer")
+            page = [i for i in page if dra.is_driver_slice(i) and dra.node_of(i) == self.node]
+            size += sum(held_size(item) for item in page)
+            if size > MAX_HELD_BYTES:
+                raise DiscoveryError(
+                    f"resourceslices of node {self.node}: more than {MAX_HELD_BYTES >> 20} MiB"
+                )
             items.extend(page)
             version = meta.get("resourceVersion")
             self.resource_version = version if isinstance(version, str) else ""

@@ -26,7 +26,9 @@ the caller says which file it was, clipped, in its own words.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
+import re
 import stat
 from collections.abc import Callable
 from typing import TypeVar
@@ -182,3 +184,65 @@ def real_path_or_same(path: str) -> str:
         return os.path.realpath(path)
     except FileNotFoundError:
         return path
+
+
+# ----------------------------------------------------------------- temporary files gfd writes
+# A temporary file is written beside an output and renamed over it.  A gfd killed between the
+# two (SIGKILL, the OOM killer, a node losing power) cannot remove it, and nothing else does:
+# each such death would leave one more in a directory NFD or koordlet reads.  So each writer
+# holds an exclusive lock on its temporary file from creation to rename, which the kernel
+# drops with the process however it ends, and the files gfd names that nobody holds are
+# reclaimed.
+
+
+def hold_while_written(fd: int) -> None:
+    """Mark the temporary file open as ``fd`` as being written (until ``fd`` is closed);
+    BlockingIOError when someone holds it already (it is being reclaimed: this write
+    fails).  A filesystem without locks writes unheld: nothing can be reclaimed there
+    either, since reclaiming takes the same lock first."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise
+    except OSError:
+        return
+
+
+def reclaim_abandoned(directory: int, names: re.Pattern[str]) -> int:
+    """Remove from the directory open as ``directory`` the temporary files a gfd that died
+    mid-write left: entries whose whole name ``names`` matches that are regular files of
+    this user held by no writer.  Nothing else is opened (a device, FIFO or symlink there
+    is left alone, unopened) and nothing is followed; whatever cannot be judged stays.
+    Returns how many were removed."""
+    removed = 0
+    try:
+        entries = os.scandir(directory)
+    except OSError:
+        return 0
+    with entries:
+        for entry in entries:
+            if names.fullmatch(entry.name) and _abandoned(directory, entry.name):
+                removed += 1
+    return removed
+
+
+def _abandoned(directory: int, name: str) -> bool:
+    """Remove ``name`` when it is an abandoned temporary file (see above); True if so."""
+    try:
+        fd = open_regular(name, dir_fd=directory, follow=False)
+    except UnreadableFileError:
+        return False
+    try:
+        opened = os.fstat(fd)
+        if opened.st_uid != os.geteuid():
+            return False
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live writer holds it
+        now = os.stat(name, dir_fd=directory, follow_symlinks=False)
+        if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+            return False
+        os.unlink(name, dir_fd=directory)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

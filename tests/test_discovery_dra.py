@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -205,3 +207,36 @@ def test_quantities_in_every_form() -> None:
     assert dra.parse_quantity("85899345920", "m") == 85899345920
     assert dra.parse_quantity("1e3", "m") == 1000
     assert dra.parse_quantity("2k", "m") == 2000
+
+
+def _twice(where: str, kind: str) -> list[dict[str, Any]]:
+    """A pool whose ``kind`` device is published a second time: in the same slice, in
+    another slice of the pool, or in a second pool of the driver on the node."""
+    snap = node(gpu(0, mig=mig("1g.5gb", "1g.5gb")), gpu(1))
+    pool = slices_for(snap, NODE, split=2 if where == "another-slice" else 1)
+
+    def of_kind(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [d for d in devices if d["attributes"]["type"]["string"] == kind]
+
+    origin = next(s for s in pool if of_kind(s["spec"]["devices"]))
+    again = copy.deepcopy(of_kind(origin["spec"]["devices"])[0])
+    if where == "another-pool":
+        stale = copy.deepcopy(pool[0])
+        stale["metadata"]["name"] = "stale"
+        stale["spec"]["pool"]["name"] = "stale-pool"
+        stale["spec"]["devices"] = [again]
+        return [*pool, stale]
+    holder = next(s for s in pool if s is not origin) if where == "another-slice" else origin
+    holder["spec"]["devices"].append(again)
+    return pool
+
+
+@pytest.mark.parametrize("kind", ["mig", "gpu"])
+@pytest.mark.parametrize("where", ["same-slice", "another-slice", "another-pool"])
+def test_a_device_published_twice_fails_the_pass_never_counts_twice(where: str, kind: str) -> None:
+    state = dra.select_pool(_twice(where, kind), NODE)
+    assert state.complete
+    with pytest.raises(DiscoveryError) as caught:
+        dra.to_snapshot(state.slices)
+    message = str(caught.value)
+    assert "twice" in message and "\n" not in message and len(message) < 600

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from gfd import dra_source
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError
-from gfd.kube.client import KubeClient
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient
 from gfd.labels import build
 from gfd.settings import Config
 from tests.dra_slices import slices_for
@@ -49,6 +50,47 @@ def test_the_list_asks_the_server_for_this_node_only() -> None:
     path = dra_source.list_path("node-a", "tok/en")
     assert path.startswith("/apis/resource.k8s.io/v1/resourceslices?")
     assert "fieldSelector=spec.nodeName%3Dnode-a" in path and "continue=tok%2Fen" in path
+
+
+def _paged(
+    pages: list[list[dict[str, Any]]], *, loop: bool = False, endless: bool = False
+) -> dra_source.Request:
+    """A server that answers the list in ``pages``, each page's token naming the next;
+    ``loop``: the first page's token names itself; ``endless``: past the last page, empty
+    pages whose tokens never end."""
+
+    def request(path: str) -> dict[str, Any]:
+        at = int(path.rpartition("continue=p")[2]) if "continue=p" in path else 0
+        more = endless or at + 1 < len(pages)
+        token = "p0" if loop else f"p{at + 1}" if more else ""
+        items = pages[at] if at < len(pages) else []
+        return {"items": items, "metadata": {"resourceVersion": "1", "continue": token}}
+
+    return request
+
+
+def _padded(pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    for item in pool:  # each page within an answer's limit, together past any node's slices
+        item["metadata"]["annotations"] = {"pad": "x" * (MAX_ANSWER_BYTES - 64 * 1024)}
+    return pool
+
+
+POOL = slices_for(node(gpu(0), gpu(1), gpu(2), gpu(3)), NODE, split=4)
+
+
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        (lambda: _paged([[item] for item in _padded(copy.deepcopy(POOL))]), "MiB"),
+        (lambda: _paged([POOL], loop=True), "more than 1600 slices"),
+        (lambda: _paged([POOL], endless=True), "more than 1600 slices"),
+    ],
+    ids=["bytes", "looping-token", "endless-tokens"],
+)
+def test_a_list_past_what_any_node_takes_fails_the_pass_in_one_line(server: Any, said: str) -> None:
+    with pytest.raises(DiscoveryError) as caught:
+        dra_source.SliceReader(NODE, server()).snapshot()
+    assert said in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_generations_deletions_and_no_driver(api: FakeApiServer, kubeconfig: str) -> None:

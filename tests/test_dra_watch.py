@@ -16,7 +16,7 @@ import pytest
 
 from gfd import dra_source
 from gfd.kube import watch
-from gfd.kube.client import KubeClient
+from gfd.kube.client import MAX_ANSWER_BYTES, KubeClient
 from gfd.settings import resolve
 from tests.dra_slices import slices_for
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
@@ -164,19 +164,29 @@ def test_a_refused_watch_falls_back_to_a_list_per_pass_with_one_line(
     assert "403" in lines[0]
 
 
+@pytest.mark.parametrize("bound", ["objects", "bytes"])
 def test_more_slices_than_the_bound_are_never_held(
     api: FakeApiServer,
     watched: tuple[dra_source.SliceReader, Wakes],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    bound: str,
 ) -> None:
     reader, _ = watched
     eventually(lambda: reader.watching and api.open_watches == 1, "the watch")
-    monkeypatch.setattr(watch, "MAX_OBJECTS", 2)
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
-    _publish(api, slices_for(node(gpu(0), gpu(1), gpu(2)), NODE, split=3))
-    eventually(lambda: "more than 2 objects" in capsys.readouterr().err, "the bound")
+    pool = slices_for(node(gpu(0), gpu(1), gpu(2), gpu(3)), NODE, split=4)
+    if bound == "objects":
+        monkeypatch.setattr(watch, "MAX_OBJECTS", 2)
+    for item in pool if bound == "bytes" else ():
+        # each slice within an answer's limit, together past what any node's slices take
+        item["metadata"]["annotations"] = {"pad": "x" * (MAX_ANSWER_BYTES - 64 * 1024)}
+    _publish(api, pool)
+    said = "more than 2 objects" if bound == "objects" else "MiB of ResourceSlices"
+    eventually(lambda: said in capsys.readouterr().err, "the bound")
     assert reader._watch is not None and len(reader._watch.objects) <= 2
+    held = sum(len(json.dumps(item)) for item in reader._watch.objects.values())
+    assert held <= 8 * 1024 * 1024
 
 
 def _slice_event(node_name: str) -> bytes:

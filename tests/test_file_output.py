@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime
+import fcntl
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +15,9 @@ from gfd.outputs import make_output
 from gfd.outputs.file import MAX_FEATURES_FILE_BYTES, FileOutput, format_expiry
 from gfd.settings import resolve
 from tests.helpers import Clock
+from tests.process import run_gfd
+
+DGX1 = "examples/snapshots/dgx1-v100-cube-mesh.yaml"
 
 
 def test_publish_writes_sorted_lines_atomically(tmp_path: Path) -> None:
@@ -204,3 +209,42 @@ def test_cleanup_removes_a_file_with_expiry(tmp_path: Path) -> None:
     output.publish({"nvidia.com/a": "1"})
     output.cleanup()
     assert not path.exists()
+
+
+#: (the directory gfd writes its temporary files in, as the output's place; the flags that
+#: write there; the name of a temporary file gfd gives there, from a number)
+TEMPORARY_PLACES = [
+    pytest.param(
+        "features.d", lambda place: ["-o", f"{place}/gfd"], ".gfd-{:08d}", id="features file"
+    ),
+    pytest.param(
+        "koordlet/.gfd-tmp",
+        lambda place: ["-o", "-", "--koordlet-device-infos-dir", os.path.dirname(place)],
+        "gfd-1-{:08x}",
+        id="koordlet device-info file",
+    ),
+]
+
+
+@pytest.mark.parametrize(("where", "flags", "named"), TEMPORARY_PLACES)
+def test_the_temporary_files_a_killed_gfd_left_are_reclaimed_and_nothing_else(
+    tmp_path: Path, where: str, flags: Any, named: str
+) -> None:
+    place = tmp_path / where
+    place.mkdir(parents=True, mode=0o700)
+    outside = tmp_path / "outside"
+    outside.write_text("kept")
+    abandoned, held, fifo, link = (place / named.format(n) for n in range(4))
+    abandoned.write_text("nvidia.com/gpu.cou")  # a gfd killed mid-write: its lock went with it
+    held.write_text("nvidia.com/")  # another gfd writing it now (a roll-out overlap)
+    os.mkfifo(fifo)
+    link.symlink_to(outside)
+    (place / ".gfd-notes").write_text("a name gfd never gives")
+    kept = {held.name, fifo.name, link.name, ".gfd-notes"}
+    with held.open("rb") as writer:
+        fcntl.flock(writer, fcntl.LOCK_EX)
+        result = run_gfd("--oneshot", "--snapshot-file", DGX1, *flags(str(place)))
+    assert result.returncode == 0, result.stderr
+    assert kept <= set(os.listdir(place))
+    assert abandoned.name not in os.listdir(place)
+    assert outside.read_text() == "kept"

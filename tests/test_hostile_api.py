@@ -28,6 +28,8 @@ from gfd.outputs.nodelabels import (
     NodeLabelsOutput,
     owned_keys_from,
 )
+from gfd.outputs.topology_extras import PartitionsAnnotation
+from gfd.partition_table import Partition
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
 from tests.fakes.waits import client_without_waits
@@ -385,17 +387,88 @@ def test_cleanup_against_bad_answers_fails_and_says_so(
     assert gfd_keys_on(api) == A
 
 
-def test_cleanup_whose_patch_is_not_applied_fails(api: FakeApiServer, kubeconfig: str) -> None:
+NAME_NF = "nvidia-features-for-n1"
+TABLE = {2: (Partition((0, 1)),)}
+OTHER_TABLE = {4: (Partition((0, 1, 2, 3)),)}
+
+
+def _nodefeature(kubeconfig: str, client: KubeClient) -> NodeFeatureOutput:
+    return NodeFeatureOutput(settings(kubeconfig, use_node_feature_api=True), client=client)
+
+
+#: (operation, the verb answered 200 with the object as it was, the one-line complaint):
+#: every write gfd sends, each followed by what it reads back of its own write
+UNAPPLIED_WRITES = [
+    pytest.param(
+        lambda kubeconfig, client: NodeLabelsOutput(
+            settings(kubeconfig, use_node_labels=True), client=client
+        ).publish(B),
+        "PATCH",
+        "does not hold what was written",
+        id="node-labels-publish",
+    ),
+    pytest.param(
+        lambda kubeconfig, client: NodeLabelsOutput(
+            settings(kubeconfig, use_node_labels=True), client=client
+        ).cleanup(),
+        "PATCH",
+        "still carries",
+        id="node-labels-cleanup",
+    ),
+    pytest.param(
+        lambda kubeconfig, client: _nodefeature(kubeconfig, client).publish(B),
+        "PUT",
+        "does not hold what was written",
+        id="nodefeature-update",
+    ),
+    pytest.param(
+        lambda kubeconfig, client: PartitionsAnnotation(
+            settings(kubeconfig, use_node_labels=True), client=client
+        ).publish(OTHER_TABLE),
+        "PATCH",
+        "does not hold what was written",
+        id="partitions-annotation",
+    ),
+    pytest.param(
+        lambda kubeconfig, client: PartitionsAnnotation(
+            settings(kubeconfig, use_node_labels=True), client=client
+        ).cleanup(),
+        "PATCH",
+        "does not hold what was written",
+        id="partitions-annotation-cleanup",
+    ),
+    pytest.param(
+        lambda kubeconfig, client: _nodefeature(kubeconfig, client).publish(B),
+        "POST",
+        "does not hold what was written",
+        id="nodefeature-create",
+    ),
+]
+
+
+@pytest.mark.parametrize(("operation", "verb", "refused"), UNAPPLIED_WRITES)
+def test_a_write_answered_but_not_applied_fails(
+    api: FakeApiServer, kubeconfig: str, operation: Any, verb: str, refused: str
+) -> None:
     node_labels(kubeconfig).publish(A)
-    # the server answers 200 with the node as it was, and changes nothing
-    unchanged = json.dumps(api.node("n1")).encode()
-    api.inject(Fault(body=unchanged, method="PATCH", count=None))
+    node_feature(kubeconfig).publish(A)
+    PartitionsAnnotation(settings(kubeconfig, use_node_labels=True)).publish(TABLE)
+    # the server answers 200 with the object as it was (a create: as it was before it was
+    # deleted), and changes nothing
+    kind, name, namespace = (
+        ("Node", "n1", "") if verb == "PATCH" else ("NodeFeature", NAME_NF, "default")
+    )
+    before = api.get(kind, name, namespace)
+    api.inject(Fault(body=json.dumps(before).encode(), method=verb, count=None))
+    if verb == "POST":
+        api.delete(kind, name, namespace)
+        before = None
     waits = WaitsOnlyClock()
     client = KubeClient(kubeconfig, budget=BUDGET, sleep=waits.sleep, clock=waits.clock)
-    output = NodeLabelsOutput(settings(kubeconfig, use_node_labels=True), client=client)
     with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
-        output.cleanup()
-    refused_every_time("still carries", logs, raised.value)
+        operation(kubeconfig, client)
+    refused_every_time(refused, logs, raised.value)
+    assert api.get(kind, name, namespace) == before
 
 
 class WaitsOnlyClock:

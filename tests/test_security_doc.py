@@ -107,6 +107,7 @@ ALLOWED_OPENS = {
         "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW), only where memfd_create is missing"
     ),
     ("gfd/outputs/file.py", "_write"): "the temporary file it made with mkstemp",
+    ("gfd/outputs/file.py", "_reclaim_once"): "the features file's directory (O_DIRECTORY)",
     ("gfd/outputs/file.py", "write_without_blocking"): "stdout's pipe, reopened to write",
     ("gfd/outputs/koordlet.py", "_open_directory"): "directories (O_DIRECTORY)",
     ("gfd/outputs/koordlet.py", "_write"): "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW)",

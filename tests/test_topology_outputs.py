@@ -19,10 +19,12 @@ from gfd import snapshot as snapshot_io
 from gfd.agent import Agent
 from gfd.labels.partitioning import partition_table
 from gfd.outputs.koordlet import DEFAULT_DIR, FILE_NAME, KoordletDeviceInfos, device_infos
-from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION
+from gfd.outputs.nodelabels import VERIFY_INTERVAL_SECONDS
+from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION, PartitionsAnnotation
 from gfd.settings import Settings
 from tests import koordlet_model as koordlet
 from tests.fakes.fake_apiserver import FakeApiServer
+from tests.helpers import Clock
 from tests.process import run_gfd_here
 from tests.test_manifests import (  # the manifest helpers and their fixture
     DAEMONSETS,
@@ -199,6 +201,28 @@ def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_p
     restarted = Agent(settings, reload_settings=lambda: settings)
     assert restarted.run_pass()
     assert api.count("PATCH") == patches
+    assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
+
+
+def test_without_the_watch_a_removed_annotation_is_put_back_at_the_interval(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """Where the node cannot be watched, the annotation is checked as the labels are: one
+    read of the node every VERIFY_INTERVAL_SECONDS (the watched repair: tests/test_watch.py)."""
+    clock = Clock()
+    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    annotation = PartitionsAnnotation(settings, clock=clock)
+    table = partition_table(load(EXAMPLES / "hgx-h100-nvswitch.yaml"), None)
+    assert annotation.publish(table)
+    api.edit(
+        "Node", "n1", "", lambda node: node["metadata"]["annotations"].pop(PARTITIONS_ANNOTATION)
+    )
+    reads = api.count("GET")
+    clock.now += VERIFY_INTERVAL_SECONDS - 1
+    assert not annotation.publish(table)
+    assert api.count("GET") == reads  # within the interval: nothing read
+    clock.now += 1
+    assert annotation.publish(table)
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
 
 

@@ -26,11 +26,14 @@ import pytest
 from gfd import observability
 from gfd.kube import watch
 from gfd.kube.ratelimit import RateLimiter
+from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION, NFD_FEATURE_LABELS_ANNOTATION
+from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION
 from gfd.settings import resolve
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.process import ROOT, Daemon
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
+HGX = str(Path(ROOT) / "examples" / "snapshots" / "hgx-h100-nvswitch.yaml")
 #: a guard against a hung test, not a timing assertion
 PATIENCE = 30.0
 
@@ -569,26 +572,76 @@ def test_after_an_outage_a_node_sends_one_watch_and_one_create(
         gfd.kill()
 
 
+#: what gfd owns on its node, each with how someone else removes it and the requests that
+#: repair it (the labels' read of the node, and the annotation's own, then the patch)
+OWNED_ON_THE_NODE = [
+    pytest.param((), "labels", "nvidia.com/gpu.count", ["GET", "PATCH"], id="label"),
+    pytest.param(
+        ("--topology-labels", "--snapshot-file", HGX),
+        "annotations",
+        PARTITIONS_ANNOTATION,
+        ["GET", "GET", "PATCH"],
+        id="partitions annotation",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "field", "key", "repair"), OWNED_ON_THE_NODE)
 def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer,
+    tmp_path: Path,
+    args: tuple[str, ...],
+    field: str,
+    key: str,
+    repair: list[str],
 ) -> None:
-    gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms")
+    gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms", *args)
     try:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")
         before = len(api.requests)
         gfd.wait_for("pass finished", count=10)  # passes at 100 ms: not one request
         assert len(api.requests) == before
-        labels = api.node_labels("n1")
-        api.edit(
-            "Node", "n1", "", lambda node: node["metadata"]["labels"].pop("nvidia.com/gpu.count")
+        metadata = api.node("n1")["metadata"]
+        api.edit("Node", "n1", "", lambda node: node["metadata"][field].pop(key))
+        gfd.wait_until(
+            lambda: api.node("n1")["metadata"][field] == metadata[field], "the repair", PATIENCE
         )
-        gfd.wait_until(lambda: api.node_labels("n1") == labels, "the repair", PATIENCE)
-        # the repair: one read of the node and one patch, nothing else
-        assert [r.method for r in api.requests[before:] if "watch=" not in r.query] == [
-            "GET",
-            "PATCH",
-        ]
+        assert [r.method for r in api.requests[before:] if "watch=" not in r.query] == repair
+        assert gfd.stop(signal.SIGTERM) == 0
+    finally:
+        gfd.kill()
+
+
+def test_labels_nfd_gives_up_are_published_by_gfd_at_once(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A key NFD's master records as its own is left to NFD; once NFD lets it go (its
+    NodeFeature deleted, as a reload from the NodeFeature output to node labels does) the
+    watch sees it and gfd publishes the key itself, not at its next change."""
+    claimed = "nvidia.com/gpu.count"
+    api.edit(
+        "Node",
+        "n1",
+        "",
+        lambda node: node["metadata"].update(
+            labels={claimed: "7"}, annotations={NFD_FEATURE_LABELS_ANNOTATION: claimed}
+        ),
+    )
+    gfd = daemon(api, tmp_path, "--use-node-labels")
+    try:
+        gfd.wait_for("pass finished")
+        gfd.wait_until(lambda: api.open_watches == 1, "the watch")
+        assert api.node_labels("n1")[claimed] == "7"  # NFD's
+
+        def nfd_lets_go(node: dict[str, Any]) -> None:
+            del node["metadata"]["labels"][claimed]
+            del node["metadata"]["annotations"][NFD_FEATURE_LABELS_ANNOTATION]
+
+        api.edit("Node", "n1", "", nfd_lets_go)
+        gfd.wait_until(lambda: api.node_labels("n1").get(claimed) == "8", "gfd's", PATIENCE)
+        managed = api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION].split(",")
+        assert claimed in managed
         assert gfd.stop(signal.SIGTERM) == 0
     finally:
         gfd.kill()

@@ -284,8 +284,13 @@ def _device_where(item: Mapping[str, Any], position: int, device: Any) -> str:
 
 
 def _collect(slices: Iterable[Mapping[str, Any]]) -> dict[str, _GpuParts]:
-    """The devices of every slice grouped per physical GPU (keyed by its UUID)."""
+    """The devices of every slice grouped per physical GPU (keyed by its UUID).
+
+    A GPU or MIG device (by its UUID) published twice -- twice in a slice, in two slices of
+    the pool, or in a second pool of the driver on the node -- is refused, naming both
+    places: counted twice it would label capacity the node does not have."""
     gpus: dict[str, _GpuParts] = {}
+    seen: dict[str, str] = {}  # UUID -> where it was published first
     for item in slices:
         devices = _spec(item).get("devices") or []
         if not isinstance(devices, list):
@@ -296,11 +301,20 @@ def _collect(slices: Iterable[Mapping[str, Any]]) -> dict[str, _GpuParts]:
             where = _device_where(item, position, device)
             if not isinstance(device, Mapping):
                 raise DiscoveryError(f"{where}: expected a mapping")
-            _add_device(gpus, device, where)
+            uuid = _add_device(gpus, device, where)
+            if uuid is None:
+                continue
+            if uuid in seen:
+                raise DiscoveryError(
+                    f"{where}: device {describe(uuid)} is published twice (also as {seen[uuid]})"
+                )
+            seen[uuid] = where
     return gpus
 
 
-def _add_device(gpus: dict[str, _GpuParts], device: Mapping[str, Any], where: str) -> None:
+def _add_device(gpus: dict[str, _GpuParts], device: Mapping[str, Any], where: str) -> str | None:
+    """Add ``device`` to its GPU's parts; the UUID of the GPU or MIG device it is (None: a
+    placement offered, or a kind that is no GPU)."""
     kind = _string(device, where, "type")
     if kind == "gpu":
         uuid = _string(device, where, "uuid")
@@ -312,17 +326,18 @@ def _add_device(gpus: dict[str, _GpuParts], device: Mapping[str, Any], where: st
         parts.partitionable = bool(device.get("consumesCounters"))
         # a partitionable GPU's "memory" is the largest MIG profile's, not the GPU's total
         parts.memory_mib = None if memory is None or parts.partitionable else memory >> 20
-        return
+        return uuid
     if kind != "mig":
-        return  # vfio functions and kinds this release does not know are no GPUs to label
+        return None  # vfio functions and kinds this release does not know are no GPUs
     parent = _string(device, where, "parentUUID")
     parts = gpus.setdefault(parent, _GpuParts(_common(device, where)))
     if _attribute(device, ("uuid",), where) is None:
         parts.partitionable = True  # an offered placement, not a MIG device that exists
-        return
+        return None
     if parts.mig is None:
         parts.mig = []
     parts.mig.append(_mig_device(device, where))
+    return _string(device, where, "uuid")
 
 
 # --------------------------------------------------------------------------- snapshot

@@ -24,7 +24,9 @@ The stream is a channel from the API server and bounded as such:
 - at most :data:`EVENT_BURST` lines at once and :data:`EVENTS_PER_SECOND` after, blank ones
   included: a flood ends the stream (one object, or one node's handful of slices: nobody
   edits them that fast);
-- at most :data:`MAX_OBJECTS` objects held: more ends the stream;
+- at most :data:`MAX_OBJECTS` objects held, of at most :data:`MAX_HELD_BYTES` together
+  (each within an answer's limit, many could otherwise add up to gigabytes): more ends the
+  stream;
 - a stream asks the server to end it after ``timeoutSeconds``; one still open
   :data:`STALL_GRACE_SECONDS` later is stalled: the total deadline of the request ends it;
 - anything that is not an event of an object the selector picks ends the stream.
@@ -68,6 +70,9 @@ JSON = dict[str, Any]
 WATCH_SECONDS = 1800
 #: the most objects one watch holds (pages of PAGE_SIZE on a list)
 MAX_OBJECTS = 1600
+#: the most the objects one watch holds may take together, as compact JSON (a node's
+#: ResourceSlices take a few hundred KiB)
+MAX_HELD_BYTES = 8 * 1024 * 1024
 PAGE_SIZE = 100
 #: a stream still open this long after its timeoutSeconds is stalled
 STALL_GRACE_SECONDS = 30.0
@@ -122,6 +127,11 @@ def reconnect_wait(failures: int) -> float:
     if base / 2 < RECONNECT_MAX_SECONDS:  # below the cap, or the first wait at it
         return float(random.uniform(0, min(base, RECONNECT_MAX_SECONDS)))
     return float(random.uniform(0.9, 1.1) * RECONNECT_MAX_SECONDS)
+
+
+def held_size(obj: Any) -> int:
+    """What ``obj`` takes as compact JSON (ASCII: characters are bytes)."""
+    return len(json.dumps(obj, separators=(",", ":")))
 
 
 def stream_wait() -> float:
@@ -185,8 +195,9 @@ class CollectionWatch:
         self._opened: float | None = None
         self._thread: threading.Thread | None = None
         self.refused = False
-        #: the objects held, by name, once the first list answered
+        #: the objects held, by name, once the first list answered, and each one's size
         self.objects: Objects = {}
+        self._sizes: dict[str, int] = {}
         #: what the followers were last told (see _view)
         self.current: Any = None
         self.synced = False
@@ -195,6 +206,7 @@ class CollectionWatch:
         self.watch_list = False
         #: the objects of a WatchList's initial events so far, until its closing bookmark
         self._initial: Objects | None = None
+        self._initial_sizes: dict[str, int] = {}
         self._log = get_logger(watch=what)
 
     def _view(self) -> Any:
@@ -232,14 +244,18 @@ class CollectionWatch:
             except Exception:  # a follower's bug must not end the watch
                 self._log.exception("a follower of the watch failed")
 
-    def _hold(self, held: Objects, obj: JSON, present: bool) -> None:
+    def _hold(self, held: Objects, sizes: dict[str, int], obj: JSON, present: bool) -> None:
         name = name_of(obj)
         if present and self._keep(obj):
             if name not in held and len(held) >= MAX_OBJECTS:
                 raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
-            held[name] = obj
+            size = held_size(obj)
+            if sum(sizes.values()) - sizes.get(name, 0) + size > MAX_HELD_BYTES:
+                raise bad_answer(f"more than {MAX_HELD_BYTES >> 20} MiB of {self.what}")
+            held[name], sizes[name] = obj, size
         else:
             held.pop(name, None)
+            sizes.pop(name, None)
 
     def _give_up(self, reason: str) -> None:
         with self._lock:
@@ -345,6 +361,7 @@ class CollectionWatch:
         """List what the selector picks, page by page: the objects and the version to watch
         from."""
         objects: Objects = {}
+        sizes: dict[str, int] = {}
         token = ""
         for _ in range(-(-MAX_OBJECTS // PAGE_SIZE)):
             query = {"fieldSelector": self.selector, "limit": str(PAGE_SIZE)}
@@ -358,13 +375,15 @@ class CollectionWatch:
                 raise bad_answer("a list without items or a resourceVersion")
             for item in items:
                 if isinstance(item, dict) and self._belongs(item) and self._keep(item):
-                    objects[name_of(item)] = item
+                    objects[name_of(item)], sizes[name_of(item)] = item, held_size(item)
+            if sum(sizes.values()) > MAX_HELD_BYTES:
+                raise bad_answer(f"more than {MAX_HELD_BYTES >> 20} MiB of {self.what}")
             token = cont if isinstance(cont := meta.get("continue"), str) else ""
             if not token:
                 break
         if token or len(objects) > MAX_OBJECTS:  # pages left after the last one allowed
             raise bad_answer(f"more than {MAX_OBJECTS} objects of {self.what}")
-        self.objects = objects
+        self.objects, self._sizes = objects, sizes
         self.resource_version = version
         self._tell()
 
@@ -390,7 +409,7 @@ class CollectionWatch:
             query["resourceVersion"] = self.resource_version
         else:  # the object as it is now, a bookmark closing that, then the changes
             query.update(sendInitialEvents="true", resourceVersionMatch="NotOlderThan")
-            self._initial = {}
+            self._initial, self._initial_sizes = {}, {}
         path = f"{self._collection}?{urlencode(query)}"
         try:
             open_stream(self._client, path, self._read_events)
@@ -459,9 +478,9 @@ class CollectionWatch:
                 f"a watch event of another kind or object ({quote_answer(str(kind), 20)})"
             )
         if self._initial is not None:  # the state as it is now: told whole, at its end
-            self._hold(self._initial, obj, kind != "DELETED")
+            self._hold(self._initial, self._initial_sizes, obj, kind != "DELETED")
             return
-        self._hold(self.objects, obj, kind != "DELETED")
+        self._hold(self.objects, self._sizes, obj, kind != "DELETED")
         self.resource_version = version
         self._tell()
 
@@ -472,7 +491,8 @@ class CollectionWatch:
             # serve the WatchList (what it sent is no whole state): list from now on
             self.watch_list = False
             raise bad_answer("a bookmark before the end of a WatchList's initial events")
-        self.objects, self._initial = self._initial or {}, None
+        self.objects, self._sizes = self._initial or {}, self._initial_sizes
+        self._initial = None
         self.resource_version = version
         self._tell()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import re
 import select
 import stat
 import sys
@@ -32,8 +33,10 @@ from gfd.files import (
     NoWorkingDirectoryError,
     UnreadableFileError,
     absolute_path,
+    hold_while_written,
     open_regular,
     read_bounded,
+    reclaim_abandoned,
 )
 from gfd.observability import get_logger
 from gfd.outputs import Labels, Output
@@ -46,6 +49,10 @@ MAX_FEATURES_FILE_BYTES = 64 * 1024
 #: NFD's directive (source/local/local.go: DirectivePrefix "# +", DirectiveExpiryTime); it
 #: applies to the lines after it, so it is the first line
 EXPIRY_DIRECTIVE = "# +expiry-time="
+#: the names ``tempfile.mkstemp`` gives the temporary files beside the features file (the
+#: prefix, then eight of its letters, digits and underscores): those a killed gfd left are
+#: reclaimed (gfd.files)
+TEMPORARY_NAMES = re.compile(r"\.gfd-[a-z0-9_]{8}")
 
 
 #: the latest expiry RFC 3339 (and Python) can write, 9999-12-31T23:59:59Z as Unix time: a
@@ -223,12 +230,14 @@ class FileOutput(Output):
         self._clock = clock
         #: (device, inode, content) of the file this process last wrote
         self._written: tuple[int, int, bytes] | None = None
+        self._reclaimed = False
 
     # ------------------------------------------------------------- the Output protocol
 
     def publish(self, labels: Labels) -> None:
         """Write ``labels`` unless the file already holds them with a fresh expiry (a
         restarted gfd finds its predecessor's file and leaves it be)."""
+        self._reclaim_once()
         if self.expiry_horizon is not None and self._state(labels) == "current":
             return
         self._write(labels)
@@ -236,6 +245,7 @@ class FileOutput(Output):
     def verify(self, labels: Labels) -> bool:
         """Put back a file removed or edited by someone else (True), renew a lapsing
         expiry (a write, but not a change: False)."""
+        self._reclaim_once()
         state = self._state(labels)
         if state == "current":
             return False
@@ -259,9 +269,30 @@ class FileOutput(Output):
             self._remove()
 
     def cleanup(self) -> None:
+        self._reclaim_once()
         self._remove()
 
     # ------------------------------------------------------------- internals
+
+    def _reclaim_once(self) -> None:
+        """Remove the temporary files a gfd killed mid-write left beside the file (once
+        the directory can be opened; a live writer's are kept)."""
+        if self._reclaimed:
+            return
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            directory = os.open(os.path.dirname(self.path), flags)
+        except OSError:
+            return  # no directory yet: the write says so
+        self._reclaimed = True
+        try:
+            removed = reclaim_abandoned(directory, TEMPORARY_NAMES)
+        finally:
+            os.close(directory)
+        if removed:
+            get_logger(output=self.kind).info(
+                "removed temporary files a stopped gfd left", path=self.shown, removed=removed
+            )
 
     def _expiry_text(self) -> str | None:
         if self.expiry_horizon is None:
@@ -312,13 +343,14 @@ class FileOutput(Output):
         try:
             fd, temporary = tempfile.mkstemp(prefix=".gfd-", dir=directory)
             with os.fdopen(fd, "wb") as handle:
+                hold_while_written(fd)  # to its rename: the lock ends with the descriptor
                 handle.write(data)
                 handle.flush()
-                os.fsync(handle.fileno())
-                written = os.fstat(handle.fileno())
-            os.chmod(temporary, 0o644)
-            os.replace(temporary, self.path)
-            temporary = None
+                os.fchmod(fd, 0o644)
+                os.fsync(fd)
+                written = os.fstat(fd)
+                os.replace(temporary, self.path)
+                temporary = None
             self._written = (written.st_dev, written.st_ino, data)
         except OSError as exc:
             raise PublishError(f"cannot write {self.shown}: {exc.strerror or exc}") from None

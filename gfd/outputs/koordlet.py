@@ -63,13 +63,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import stat
 from typing import Any
 
 from gfd.echo import clip_path
 from gfd.errors import PublishError
-from gfd.files import UnreadableFileError, read_regular
+from gfd.files import UnreadableFileError, hold_while_written, read_regular, reclaim_abandoned
 from gfd.observability import get_logger
 from gfd.partition_table import PartitionTable
 from gfd.snapshot import Snapshot
@@ -78,6 +79,8 @@ FILE_NAME = "gfd-nvidia-gpus.json"
 #: the file is read back (to see whether it still holds what gfd wrote) up to this size
 MAX_FILE_BYTES = 4 * 1024 * 1024
 TEMP_DIR = ".gfd-tmp"
+#: the names gfd gives its temporary files there: those a killed gfd left are reclaimed
+TEMPORARY_NAMES = re.compile(r"gfd-[0-9]+-[0-9a-f]{8}")
 VENDOR = "nvidia"
 GPU_CORE = "koordinator.sh/gpu-core"
 GPU_MEMORY = "koordinator.sh/gpu-memory"
@@ -163,6 +166,7 @@ class KoordletDeviceInfos:
         self.shown = clip_path(self.path)
         self.shown_temp = clip_path(os.path.join(directory, TEMP_DIR))
         self._written: str | None = None
+        self._reclaimed = False
         self._log = get_logger(output="koordlet-device-infos", path=self.shown)
 
     def publish(self, snapshot: Snapshot, table: PartitionTable) -> bool:
@@ -279,15 +283,19 @@ class KoordletDeviceInfos:
                 )
             if status.st_mode & 0o077:  # ours, but others may write in it: private first
                 os.fchmod(temp_dir, 0o700)
+            if not self._reclaimed:
+                self._reclaimed = True
+                reclaim_abandoned(temp_dir, TEMPORARY_NAMES)
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
             fd = os.open(name, flags | getattr(os, "O_CLOEXEC", 0), 0o644, dir_fd=temp_dir)
             try:
                 with os.fdopen(fd, "wb") as handle:
+                    hold_while_written(fd)  # to its rename: a killed gfd's file is reclaimed
                     handle.write(data)
                     handle.flush()
                     os.fchmod(handle.fileno(), 0o644)
                     os.fsync(handle.fileno())
-                os.replace(name, FILE_NAME, src_dir_fd=temp_dir, dst_dir_fd=directory)
+                    os.replace(name, FILE_NAME, src_dir_fd=temp_dir, dst_dir_fd=directory)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=temp_dir)

@@ -234,8 +234,8 @@ class NodeFeatureOutput(WatchedOutput):
             }
             if owners:
                 body["metadata"]["ownerReferences"] = owners
-            self._written = _version(
-                self._checked(self._client.request("POST", self._collection, body))
+            self._written = self._confirmed(
+                self._client.request("POST", self._collection, body), desired
             )
             self._log.info(
                 "created NodeFeature object", object=self.object_name, labels=len(desired)
@@ -256,9 +256,23 @@ class NodeFeatureOutput(WatchedOutput):
         updated.setdefault("status", {})
         # metadata.resourceVersion stays as read: a concurrent write answers 409 and the
         # retry policy re-runs the whole read-compare-write
-        self._written = _version(self._checked(self._client.request("PUT", self._path, updated)))
+        self._written = self._confirmed(self._client.request("PUT", self._path, updated), desired)
         self._log.info("updated NodeFeature object", object=self.object_name, labels=len(desired))
         return True
+
+    def _confirmed(self, answer: JSON, desired: Mapping[str, str]) -> str | None:
+        """The version of the object a write answered with, when it holds what was written:
+        an answer without the labels (a server or proxy that answered without applying the
+        write) is no confirmation."""
+        self._checked(answer)
+        labels = string_map(answer, "spec", "labels")
+        if labels != dict(desired) or string_map(answer, "metadata", "labels") != {
+            NODE_NAME_LABEL: self.node_name
+        }:
+            raise bad_answer(
+                f"a NodeFeature {self.object_name} that does not hold what was written"
+            )
+        return _version(answer)
 
     def _resolve_owner_references(self) -> list[JSON] | None:
         """The DaemonSet (controller) and the pod, as upstream; [] when there are none.

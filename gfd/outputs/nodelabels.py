@@ -14,7 +14,9 @@ What keeps ownership honest:
   annotation: a hand-edited annotation listing ``nvidia.com/gpu.present`` owns nothing.
 - Keys NFD's master records as its own (annotation ``nfd.node.kubernetes.io/feature-labels``,
   also with an ``<instance>.`` prefix) are NFD's: never set, removed or claimed here; which
-  keys were left to NFD is logged once.
+  keys were left to NFD is logged once.  One NFD lets go of (its NodeFeature deleted, as a
+  reload from that output to this one does) is gfd's again: the watch sees the record
+  change and gfd publishes the key at once.
 - After a write whose answer did not arrive (a 504 from a proxy, a timeout), the node is
   read again before the next write, and every key that write tried to set counts as owned
   until a later write is confirmed — so a write that landed unseen never leaves labels
@@ -114,8 +116,11 @@ class NodeLabelsOutput(WatchedOutput):
         self._owned: frozenset[str] | None = None
         # keys a write tried to set whose outcome is unknown: owned until a write is confirmed
         self._unconfirmed: frozenset[str] = frozenset()
-        # the keys NFD's master claims, as last read from the node
+        # the keys NFD's master claims, as last read from the node, and the keys gfd would
+        # publish were NFD not claiming some (a change in which of those NFD claims is a
+        # change to act on: a key NFD lets go of is gfd's to publish at once)
         self._nfd: frozenset[str] = frozenset()
+        self._wanted: frozenset[str] = frozenset()
         self._logged_left_out: frozenset[str] = frozenset()
         self._log = get_logger(output=self.kind, node=self.node_name)
         # the labels last published or verified (those gfd may own): what the watch compares
@@ -140,7 +145,10 @@ class NodeLabelsOutput(WatchedOutput):
             return True
         if (node.get("metadata") or {}).get("resourceVersion") == self._written:
             return False  # gfd's own patch
-        return bool(self._differences(self._checked_node(node), desired, owned))
+        wanted = self._wanted
+        if nfd_keys_from(self._checked_node(node)) & wanted != self._nfd & wanted:
+            return True  # NFD took or let go of some of gfd's keys
+        return bool(self._differences(node, desired, owned))
 
     # ------------------------------------------------------------- the Output protocol
 
@@ -235,6 +243,7 @@ class NodeLabelsOutput(WatchedOutput):
 
     def _ours(self, labels: Mapping[str, str]) -> dict[str, str]:
         """The labels this output may set: those gfd can own, less those NFD claims."""
+        self._wanted = frozenset(key for key in labels if can_produce(key))
         self._note_left_out(
             frozenset(key for key in labels if key in self._nfd),
             frozenset(key for key in labels if not can_produce(key)),
@@ -270,6 +279,14 @@ class NodeLabelsOutput(WatchedOutput):
         answer = self._checked_node(
             self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
         )
+        # the answer is the node as the write left it: one that does not show the write (a
+        # server or proxy that answered without applying it) is no confirmation
+        problems = self._differences(answer, desired, owned)
+        if problems:
+            raise bad_answer(
+                f"a node that does not hold what was written ({len(problems)}: "
+                f"{', '.join(problems[:LISTED])})"
+            )
         self._written = (answer.get("metadata") or {}).get("resourceVersion")
         self._owned = frozenset(desired)
         self._unconfirmed = frozenset()

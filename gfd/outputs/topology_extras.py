@@ -12,14 +12,27 @@ publish does (logged, counted, retried next pass).
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from gfd.grammar import PREFIX
-from gfd.kube.client import MERGE_PATCH, KubeClient, publishing_client
+from gfd.kube.client import (
+    JSON,
+    MERGE_PATCH,
+    KubeClient,
+    KubeError,
+    bad_answer,
+    path_segment,
+    publishing_client,
+)
 from gfd.kube.shapes import string_map
+from gfd.kube.watch import watch_client
 from gfd.labels.partitioning import partition_table
 from gfd.observability import get_logger
 from gfd.outputs.koordlet import KoordletDeviceInfos
+from gfd.outputs.nodelabels import VERIFY_INTERVAL_SECONDS
+from gfd.outputs.watched import OwnedObject
 from gfd.partition_table import dumps
 
 if TYPE_CHECKING:
@@ -33,24 +46,68 @@ PARTITIONS_ANNOTATION = f"{PREFIX}gfd.gpu-partitions"
 
 
 class PartitionsAnnotation:
-    """The partition table as one gfd-owned annotation on the Node."""
+    """The partition table as one gfd-owned annotation on the Node.
 
-    def __init__(self, settings: Settings, *, client: KubeClient | None = None) -> None:
+    Owned as the labels are: the watch of the node (the one the node-labels output runs)
+    tells when someone else removed or edited it, and the pass after that reads the node
+    and writes it again; where the watch is refused, the node is read again every
+    :data:`VERIFY_INTERVAL_SECONDS`."""
 
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: KubeClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         assert settings.node_name
         self.node_name = settings.node_name
-        self._path = f"/api/v1/nodes/{settings.node_name}"
+        self._path = f"/api/v1/nodes/{path_segment(settings.node_name)}"
         self._client = client or publishing_client(settings)
         self._published: str | bool | None = False  # False: nothing written by this process
+        self._written: str | None = None  # the node's version after gfd's own last patch
+        self._stale = False  # the watch saw the annotation undone: read the node again
+        self._clock = clock
+        self._read_at: float | None = None  # when the node was last read or written
         self._log = get_logger(output="node-annotation", node=self.node_name)
+        self._watched = OwnedObject(
+            lambda: watch_client(
+                settings.kubeconfig,
+                settings.kube_api_qps,
+                settings.kube_api_burst,
+                self._client.rate_limiter,
+            ),
+            "/api/v1/nodes",
+            self.node_name,
+            f"Node {self.node_name}",
+            self._undone,
+        )
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """``wake()`` when a change undoes the annotation."""
+        self._watched.start(wake, lambda: None)
+
+    def unwatch(self) -> None:
+        self._watched.stop()
+
+    def _undone(self, node: JSON | None) -> bool:
+        published = self._published
+        if published is False or (node is not None and _version(node) == self._written):
+            return False  # nothing published yet, or gfd's own patch
+        try:
+            differs = node is None or self._annotation(node) != published
+        except KubeError:
+            differs = True  # a shape gfd cannot compare: the pass reads the node properly
+        self._stale = self._stale or differs
+        return self._stale
 
     def publish(self, table: PartitionTable) -> bool:
-
         value = dumps(table) if table else None
-        if value == self._published:
+        if value == self._published and not self._stale and not self._due():
             return False
-        if self._published is False and self._current() == value:
-            # a restart on a node that already carries this table writes nothing
+        if (self._published is False or value == self._published) and self._current() == value:
+            # a restart on a node that already carries this table, or a repair that found
+            # it put back already, writes nothing
             self._published = value
             return False
         self._patch(value)
@@ -58,12 +115,22 @@ class PartitionsAnnotation:
         self._log.info("patched the gpu partitions annotation", partitions=bool(value))
         return True
 
+    def _due(self) -> bool:
+        """Whether the node is read again now: the watch is refused (or not yet listed) and
+        the last read is older than the interval."""
+        if self._watched.view()[0]:
+            return False
+        read_at = self._read_at
+        return read_at is None or self._clock() - read_at >= VERIFY_INTERVAL_SECONDS
+
     def _current(self) -> str | None:
         """The annotation's value on the node now (None: absent)."""
 
         def read() -> str | None:
-            node = self._client.request("GET", self._path)
-            return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
+            self._stale = False
+            value = self._annotation(self._client.request("GET", self._path))
+            self._read_at = self._clock()
+            return value
 
         return self._client.run(f"read node {self.node_name}", read)
 
@@ -71,21 +138,37 @@ class PartitionsAnnotation:
         """Remove the annotation if it is there (a node without it is not written to)."""
 
         def remove() -> None:
-            node = self._client.request("GET", self._path)
-            if PARTITIONS_ANNOTATION in string_map(node, "metadata", "annotations"):
-                patch = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: None}}}
-                self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+            if self._annotation(self._client.request("GET", self._path)) is not None:
+                self._write(None)
 
         self._client.run(f"remove the gpu partitions annotation of {self.node_name}", remove)
         self._published = None
 
     def _patch(self, value: str | None) -> None:
+        self._client.run(f"annotate node {self.node_name}", lambda: self._write(value))
 
+    def _write(self, value: str | None) -> None:
+        """One merge patch of the annotation; the answer is the node as the write left it,
+        and one that does not show the write (a server or proxy that answered without
+        applying it) is no confirmation."""
         patch: dict[str, Any] = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: value}}}
-        self._client.run(
-            f"annotate node {self.node_name}",
-            lambda: self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH),
-        )
+        self._stale = False
+        answer = self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
+        if self._annotation(answer) != value:
+            raise bad_answer(f"a node {self.node_name} that does not hold what was written")
+        self._written = _version(answer)
+        self._read_at = self._clock()
+
+    def _annotation(self, node: JSON) -> str | None:
+        """The annotation's value on ``node`` (None: absent), when it is this node."""
+        if (node.get("metadata") or {}).get("name") != self.node_name:
+            raise bad_answer(f"an object that is not node {self.node_name}")
+        return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
+
+
+def _version(node: JSON) -> str | None:
+    version = (node.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
 
 
 class TopologyOutputs:
@@ -104,6 +187,16 @@ class TopologyOutputs:
             self.annotation.publish(table)
         if self.koordlet is not None:
             self.koordlet.publish(snapshot, table)
+
+    def watch(self, wake: Callable[[], None]) -> None:
+        """``wake()`` when a change undoes what was published (the annotation; the koordlet
+        file is checked every pass)."""
+        if self.annotation is not None:
+            self.annotation.watch(wake)
+
+    def unwatch(self) -> None:
+        if self.annotation is not None:
+            self.annotation.unwatch()
 
     def cleanup(self) -> None:
         if self.annotation is not None:
