@@ -39,14 +39,9 @@ from gfd.snapshot import (
 )
 
 __all__ = [
-    "GPU_NAMES",
-    "MIG_PROFILES",
-    "config_documents",
-    "configs",
-    "mig_strategies",
-    "resource_names",
-    "snapshots",
-]
+    "GPU_NAMES", "MIG_PROFILES", "config_documents", "configs", "mig_strategies",
+    "resource_names", "snapshots",
+]  # fmt: skip
 
 # ----------------------------------------------------------------------------- tables
 

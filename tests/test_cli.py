@@ -58,13 +58,9 @@ def test_timestamp_label_is_present_by_default() -> None:
 
 def test_seed_example_end_to_end() -> None:
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        "examples/snapshots/dgx-a100-mig-mixed.yaml",
-        "--config-file",
-        "examples/configs/renaming.yaml",
-    )
+        "--oneshot", "--no-timestamp", "--config-file", "examples/configs/renaming.yaml",
+        "--snapshot-file", "examples/snapshots/dgx-a100-mig-mixed.yaml",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     labels = dict(line.split("=", 1) for line in result.stdout.splitlines())
     assert labels["nvidia.com/a100.count"] == "8"

@@ -267,14 +267,10 @@ def test_tegra_node_through_the_command(sysfs: FakeSysfs, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(cuda_source, "load_library", load)
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--device-discovery-strategy=tegra",
-        "--container-driver-root=/host",
-        "--machine-type-file",
-        "/nonexistent/product_name",
+        "--oneshot", "--no-timestamp", "--device-discovery-strategy=tegra",
+        "--container-driver-root=/host", "--machine-type-file", "/nonexistent/product_name",
         env={"GFD_SYSFS_ROOT": str(sysfs.root)},
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     expected = ROOT / "tests/fixtures/expected/jetson-agx-orin-tegra.none.labels"
     assert result.stdout == expected.read_text()

@@ -63,12 +63,8 @@ def test_discovery_leaves_out_the_display(settings: Settings, display_name: str)
     found = discover(settings, nvml=fake.module)
     assert [gpu.index for gpu in found.gpus] == [0, 1, 2, 4]  # NVML's own indices
     assert {gpu.name for gpu in found.gpus} == {"NVIDIA A100-SXM4-80GB"}
-    assert [gpu.pci_bus_id for gpu in found.gpus] == [
-        "0000:01:00.0",
-        "0000:47:00.0",
-        "0000:81:00.0",
-        "0000:c2:00.0",
-    ]
+    buses = [gpu.pci_bus_id for gpu in found.gpus]
+    assert buses == ["0000:01:00.0", "0000:47:00.0", "0000:81:00.0", "0000:c2:00.0"]
     # nothing beyond its name is asked of the display
     assert fake.calls["nvmlDeviceGetName"] == 5
     assert fake.calls["nvmlDeviceGetUUID"] == 4

@@ -158,13 +158,7 @@ def test_the_recorder_sees_what_a_mode_does_import(tmp_path: Path) -> None:
     """The other side: a run that logs on the console format loads structlog (a JSON line
     does not: tests/test_imports_logging.py)."""
     debug = record_imports(
-        tmp_path,
-        "--oneshot",
-        "--snapshot-file",
-        DGX,
-        "--log-level",
-        "debug",
-        "--log-format",
-        "console",
-    )
+        tmp_path, "--oneshot", "--snapshot-file", DGX, "--log-level", "debug",
+        "--log-format", "console",
+    )  # fmt: skip
     assert loaded(debug, ["structlog"]) == ["structlog"]

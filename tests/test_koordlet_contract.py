@@ -70,15 +70,8 @@ def test_the_file_decodes_into_xpu_device_info_exactly(name: str, snap: Snapshot
     devices = koordlet.decode_devices(written(snap), strict=True)
     assert len(devices) == len(snap.gpus)
     for device in devices:
-        assert set(device) == {
-            "vendor",
-            "model",
-            "uuid",
-            "minor",
-            "resources",
-            "topology",
-            "status",
-        }
+        keys = {"vendor", "model", "uuid", "minor", "resources", "topology", "status"}
+        assert set(device) == keys
         assert koordlet._go_int(device["minor"], 32) is not None  # ParseInt(minor, 10, 32)
         for value in device["resources"].values():
             partitions.parse_quantity(value)  # resource.ParseQuantity

@@ -103,14 +103,6 @@ def versions() -> list[str]:
 
 # ---------------------------------------------------------------------- helpers
 
-EXPECTED_OVERLAYS = {
-    "nfd-features-file",
-    "nfd-worker-sidecar",
-    "nodefeature",
-    "node-labels",
-    "oneshot-job",
-    "node-labels-cleanup-job",
-}
 # overlay -> (kind of the gfd workload, the output gfd must select)
 WORKLOADS = {
     "nfd-features-file": ("DaemonSet", "file"),
@@ -122,13 +114,11 @@ WORKLOADS = {
 }
 DAEMONSETS = [o for o, (kind, _) in WORKLOADS.items() if kind == "DaemonSet"]
 JOBS = [o for o, (kind, _) in WORKLOADS.items() if kind == "Job"]
+EXPECTED_OVERLAYS = set(WORKLOADS)
 CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-}
+    "Namespace", "ClusterRole", "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
 
 
 def only(objects: list[Obj], kind: str, name: str | None = None) -> Obj:

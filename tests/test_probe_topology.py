@@ -246,15 +246,11 @@ def hostile(fake: FakeNvml, names: list[str], behaviour: Any) -> None:
 
 
 TOPOLOGY_CALLS = [
-    "nvmlDeviceGetMinorNumber",
-    "nvmlDeviceGetCpuAffinity",
-    "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkVersion",
-    "nvmlDeviceGetNvLinkRemoteDeviceType",
-    "nvmlDeviceGetNvLinkRemotePciInfo",
-    "nvmlDeviceGetTopologyCommonAncestor",
+    "nvmlDeviceGetMinorNumber", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNvLinkState",
+    "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkRemoteDeviceType",
+    "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetTopologyCommonAncestor",
     "nvmlDeviceGetP2PStatus",
-]
+]  # fmt: skip
 
 
 def raising(*args: Any) -> Any:

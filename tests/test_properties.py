@@ -123,25 +123,10 @@ def family(major: int, minor: int) -> str:
 
 
 RESOURCE_SUFFIXES = (
-    "product",
-    "count",
-    "replicas",
-    "sharing-strategy",
-    "memory",
-    "machine",
-    "mode",
-    "family",
-    "compute.major",
-    "compute.minor",
-    "multiprocessors",
-    "slices.gi",
-    "slices.ci",
-    "engines.copy",
-    "engines.decoder",
-    "engines.encoder",
-    "engines.jpeg",
-    "engines.ofa",
-)
+    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
+    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
+    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
+)  # fmt: skip
 SINGLE_OVERRIDES = set(RESOURCE_SUFFIXES) - {"machine", "mode", "family"}
 SINGLE_OVERRIDES -= {"compute.major", "compute.minor"}
 
@@ -208,20 +193,11 @@ def mig_type_labels(resource: str, parent: Gpu, device: MigDevice, sharing: Shar
     replicas, _ = replicas_for(resource, sharing)
     parts = (parent.name, "MIG", device.profile.replace("+", "."))
     labels = sharing_part(resource, sharing, parts, replicas)
-    e = device.engines
-    labels.update(
-        {
-            "memory": str(device.memory_mib),
-            "multiprocessors": str(device.multiprocessors),
-            "slices.gi": str(device.slices.gi),
-            "slices.ci": str(device.slices.ci),
-            "engines.copy": str(e.copy),
-            "engines.decoder": str(e.decoder),
-            "engines.encoder": str(e.encoder),
-            "engines.jpeg": str(e.jpeg),
-            "engines.ofa": str(e.ofa),
-        }
-    )
+    labels["memory"] = str(device.memory_mib)
+    labels["multiprocessors"] = str(device.multiprocessors)
+    labels["slices.gi"], labels["slices.ci"] = str(device.slices.gi), str(device.slices.ci)
+    for engine in ("copy", "decoder", "encoder", "jpeg", "ofa"):
+        labels[f"engines.{engine}"] = str(getattr(device.engines, engine))
     return labels
 
 

@@ -406,15 +406,9 @@ def test_a_resource_listed_twice_through_the_command(tmp_path: Path) -> None:
 
     config = write(tmp_path, TWICE)
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--config-file",
-        config,
-        "--snapshot-file",
-        "examples/snapshots/dgx-a100.yaml",
-        "--log-format",
-        "console",
-    )
+        "--oneshot", "--no-timestamp", "--config-file", config,
+        "--snapshot-file", "examples/snapshots/dgx-a100.yaml", "--log-format", "console",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "nvidia.com/gpu.replicas=4\n" in result.stdout
     assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB-SHARED\n" in result.stdout
