@@ -52,10 +52,15 @@ def resource(labels: dict[str, str], name: str) -> dict[str, str]:
     return {suffix: v for suffix, v in found.items() if suffix in SUFFIXES}
 
 
+def pairs(text: str) -> dict[str, str]:
+    """'a=x b=y' as a mapping."""
+    return dict(item.split("=", 1) for item in text.split())
+
+
 def expect(labels: dict[str, str], wanted: str, prefix: str = P) -> None:
     """Each ``key=value`` of ``wanted`` (keys without ``prefix``) is among ``labels``."""
-    pairs = dict(item.split("=", 1) for item in wanted.split())
-    assert {key: labels.get(prefix + key) for key in pairs} == pairs
+    want = pairs(wanted)
+    assert {key: labels.get(prefix + key) for key in want} == want
 
 
 # ----------------------------------------------------------------- node-wide labels
@@ -137,18 +142,11 @@ def test_clique_omitted_with_a_warning_when_gpus_disagree(other: Fabric) -> None
 
 def test_full_gpu_resource_labels() -> None:
     labels = labels_of(node(gpu(0), gpu(1)))
-    assert resource(labels, "gpu") == {
-        "compute.major": "8",
-        "compute.minor": "0",
-        "count": "2",
-        "family": "ampere",
-        "machine": "DGXA100-920-23687-2530-000",
-        "memory": "40960",
-        "mode": "compute",
-        "product": "NVIDIA-A100-SXM4-40GB",
-        "replicas": "1",
-        "sharing-strategy": "none",
-    }
+    assert resource(labels, "gpu") == pairs(
+        "compute.major=8 compute.minor=0 count=2 family=ampere memory=40960 mode=compute"
+        " machine=DGXA100-920-23687-2530-000 product=NVIDIA-A100-SXM4-40GB replicas=1"
+        " sharing-strategy=none"
+    )
 
 
 @pytest.mark.parametrize(
@@ -276,21 +274,11 @@ def test_mixed_strategy_labels_each_profile() -> None:
     )
     labels = labels_of(snapshot, "mixed")
     assert labels[P + "gpu.count"] == "3"
-    assert resource(labels, "mig-1g.5gb") == {
-        "count": "2",
-        "product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
-        "replicas": "1",
-        "sharing-strategy": "none",
-        "memory": "4864",
-        "multiprocessors": "14",
-        "slices.gi": "1",
-        "slices.ci": "1",
-        "engines.copy": "1",
-        "engines.decoder": "0",
-        "engines.encoder": "0",
-        "engines.jpeg": "0",
-        "engines.ofa": "0",
-    }
+    assert resource(labels, "mig-1g.5gb") == pairs(
+        "count=2 product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb replicas=1 sharing-strategy=none"
+        " memory=4864 multiprocessors=14 slices.gi=1 slices.ci=1 engines.copy=1"
+        " engines.decoder=0 engines.encoder=0 engines.jpeg=0 engines.ofa=0"
+    )
     me = resource(labels, "mig-1g.5gb.me")
     assert me["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"
     assert me["count"] == "1" and me["engines.jpeg"] == "1"
@@ -498,18 +486,11 @@ def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
         "    - {name: nvidia.com/gpu, replicas: 2}\n"
     )
     labels = resource(labels_of(node(on, off), "none", sliced), "gpu")
-    assert labels == {
-        "product": "NVIDIA-A100-SXM4-40GB-SHARED",
-        "count": "2",
-        "replicas": "2",
-        "sharing-strategy": "time-slicing",
-        "memory": "40960",
-        "machine": "DGXA100-920-23687-2530-000",
-        "mode": "compute",
-        "family": "ampere",
-        "compute.major": "8",
-        "compute.minor": "0",
-    }
+    assert labels == pairs(
+        "product=NVIDIA-A100-SXM4-40GB-SHARED count=2 replicas=2 sharing-strategy=time-slicing"
+        " memory=40960 machine=DGXA100-920-23687-2530-000 mode=compute family=ampere"
+        " compute.major=8 compute.minor=0"
+    )
 
 
 def test_what_the_full_gpu_lacks_is_kept_from_the_mig_enabled_ones() -> None:
