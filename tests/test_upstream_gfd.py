@@ -22,6 +22,7 @@ from gfd.config import Config
 from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.snapshot import Mig, Snapshot, Vgpu, VgpuDevice
+from tests.helpers import table
 from tests.process import run_gfd_here
 from tests.test_upstream_lm import (
     ARCH_8_0,
@@ -238,17 +239,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("devices", "strategy", "timestamp", "patterns", "expected"),
-    [case[1:] for case in CASES],
-    ids=[case[0] for case in CASES],
-)
+@pytest.mark.parametrize(("devices", "strategy", "timestamp", "patterns", "expected"), table(CASES))
 def test_upstream_end_to_end_labels(
-    devices: tuple[Mock, ...],
-    strategy: str,
-    timestamp: bool,
-    patterns: str,
-    expected: dict[str, str],
+    devices: tuple[Mock, ...], strategy: str, timestamp: bool, patterns: str, expected: dict
 ) -> None:
     built = build(mock_node(*devices), strategy, Config(), TIMESTAMP if timestamp else None)
     assert built.labels == whole(expected)
