@@ -27,9 +27,7 @@ from tests.upstream import Reference, require_reference
 #: data generation (snapshots are big on purpose).  Each property keeps its own
 #: ``max_examples``; HYPOTHESIS_PROFILE picks another registered profile.
 settings.register_profile(
-    "gfd",
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    "gfd", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gfd"))
 

@@ -28,10 +28,7 @@ def nvml_oneshot(tmp_path: Path, *extra: str, machine_type_file: str | None = No
         "--machine-type-file",
         machine_type_file or overrides["machine_type_file"],
         *extra,
-        env={
-            "RECORD_FAKE_NVML_SNAPSHOT": str(as_json),
-            "GFD_SYSFS_ROOT": overrides["sysfs_root"],
-        },
+        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
     )
 
 

@@ -77,10 +77,7 @@ def test_upstreams_defaults_let_ten_requests_through_at_once(
 
 @pytest.mark.parametrize(
     "factory",
-    [
-        "gfd.outputs.nodefeature:NodeFeatureOutput",
-        "gfd.outputs.nodelabels:NodeLabelsOutput",
-    ],
+    ["gfd.outputs.nodefeature:NodeFeatureOutput", "gfd.outputs.nodelabels:NodeLabelsOutput"],
 )
 def test_the_outputs_build_their_client_with_the_settings_limits(
     kubeconfig: str, factory: str

@@ -315,9 +315,7 @@ def test_single_strategy_invalid_configurations(gpus: tuple) -> None:  # type: i
     result = build(node(*gpus), "single", Config(), None)
     labels = resource(result.labels, "gpu")
     expect(
-        labels,
-        "product=NVIDIA-A100-SXM4-40GB-MIG-INVALID count=0 replicas=0 memory=0",
-        prefix="",
+        labels, "product=NVIDIA-A100-SXM4-40GB-MIG-INVALID count=0 replicas=0 memory=0", prefix=""
     )
     assert "multiprocessors" not in labels
     assert any("MIG-INVALID" in w for w in result.warnings)
@@ -507,8 +505,7 @@ def test_products_are_sanitised_part_by_part() -> None:
     snapshot = node(gpu(0, name, mig=mig("1g.5gb+me")))
     labels = labels_of(snapshot, "mixed")
     expect(
-        labels,
-        "gpu.product=NVIDIA-A100-SXM4 mig-1g.5gb.me.product=NVIDIA-A100-SXM4-MIG-1g.5gb.me",
+        labels, "gpu.product=NVIDIA-A100-SXM4 mig-1g.5gb.me.product=NVIDIA-A100-SXM4-MIG-1g.5gb.me"
     )
     invalid = labels_of(node(gpu(0, name, mig=mig()), gpu(1, name)), "single")
     assert invalid[P + "gpu.product"] == "NVIDIA-A100-SXM4-MIG-INVALID"

@@ -1010,8 +1010,7 @@ NODEFEATURE_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("requester", "name", "node_label", "labels", "allowed"),
-    table(NODEFEATURE_CASES),
+    ("requester", "name", "node_label", "labels", "allowed"), table(NODEFEATURE_CASES)
 )
 def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
     requester: str | None,

@@ -101,9 +101,7 @@ def test_drift_series_follow_the_disagreeing_set(metrics: PrometheusMetrics) -> 
     assert not [key for key in samples(metrics) if key[0] == "gfd_dra_drift"]
 
 
-def test_a_failed_pass_keeps_the_last_success_and_label_count(
-    metrics: PrometheusMetrics,
-) -> None:
+def test_a_failed_pass_keeps_the_last_success_and_label_count(metrics: PrometheusMetrics) -> None:
     metrics.pass_finished("success", 0.01, 12)
     metrics.pass_finished("error", 0.01, None)
     found = samples(metrics)

@@ -121,10 +121,7 @@ def test_mig_enabled_profile_labels_equal_upstream(
         assert not any(key.startswith("nvidia.com/mig-") for key in labels)
 
 
-SHARING = {
-    "time-slicing": "timeSlicing:\n    renameByDefault: true\n",
-    "mps": "mps:\n",
-}
+SHARING = {"time-slicing": "timeSlicing:\n    renameByDefault: true\n", "mps": "mps:\n"}
 
 
 def sharing_config(kind: str, replicas: int, into: Path) -> Path:
