@@ -191,11 +191,8 @@ BAD_INPUTS = [
         {},
         "replicas: must be at least 2, got 1",
     ),
-    (
-        ["--config-file", "{cfg:resources:\n  gpus:\n  - {pattern: '*', name: Not_Valid}\n}"],
-        {},
-        "resources.gpus[0].name: invalid resource name 'Not_Valid'",
-    ),
+    (["--config-file", "{cfg:resources:\n  gpus:\n  - {pattern: '*', name: Not_Valid}\n}"], {},
+     "resources.gpus[0].name: invalid resource name 'Not_Valid'"),
     (["--use-node-feature-api", "--use-node-labels", "--node-name", "n"], {}, "choose at most one"),
     (["--use-node-labels"], {}, "--node-name"),
     (["--snapshot-file", "{snap:version: v1\ngpus: 3\n}"], {}, "gpus: expected a list, got 3"),
@@ -206,12 +203,9 @@ BAD_INPUTS = [
     (["--metrics-address", "\u202eevil:9400"], {}, "--metrics-address '\\u202eevil:9400'"),
     ([], {"GFD_METRICS_ADDRESS": "a b:9400"}, "GFD_METRICS_ADDRESS='a b:9400'"),
     (["--metrics-address", ":\uff19\uff14"], {}, "--metrics-address ':\uff19\uff14'"),
-    (
-        ["--config-file", '{cfg:flags:\n  gfd:\n    metricsAddress: "h\u00e9:1"\n}'],
-        {},
-        "flags.gfd.metricsAddress: 'h\u00e9:1'",
-    ),
-]
+    (["--config-file", '{cfg:flags:\n  gfd:\n    metricsAddress: "h\u00e9:1"\n}'], {},
+     "flags.gfd.metricsAddress: 'h\u00e9:1'"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "env", "message"), BAD_INPUTS)

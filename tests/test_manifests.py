@@ -244,15 +244,13 @@ def test_validation_targets_the_oldest_supported_and_the_newest_kubernetes(
 
 
 TYPOS: list[tuple[str, Callable[[Obj], None]]] = [
-    (
-        "container securityContext key",
-        lambda ds: gfd_container(ds)["securityContext"].update(readOnlyRootFilesytem=True),
-    ),
+    ("container securityContext key",
+     lambda ds: gfd_container(ds)["securityContext"].update(readOnlyRootFilesytem=True)),
     ("pod spec key", lambda ds: pod_spec(ds).update(toleration=pod_spec(ds)["tolerations"])),
     ("probe key", lambda ds: gfd_container(ds)["livenessProbe"].update(httpGett={"path": "/"})),
     ("top-level spec key", lambda ds: ds["spec"].update(selecter=ds["spec"]["selector"])),
     ("wrong type", lambda ds: gfd_container(ds)["ports"][0].update(containerPort="8080")),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("mutate", [m for _, m in TYPOS], ids=[n for n, _ in TYPOS])

@@ -163,65 +163,30 @@ MIG_3G_20 = new_mig_device(3, 0, 20)
 MIG_1G_5 = new_mig_device(1, 0, 5)
 
 CASES = [
-    (
-        # main_test.go TestRunOneshot: expected-output.txt + expected-output-vgpu.txt
-        "TestRunOneshot",
-        (full_gpu(),),
-        "none",
-        True,
-        EXPECTED_OUTPUT,
-        node_wide(False) | FULL_GPU,
-    ),
-    (
-        # main_test.go TestRunWithNoTimestamp: the same without gfd.timestamp
-        "TestRunWithNoTimestamp",
-        (full_gpu(),),
-        "none",
-        False,
-        EXPECTED_OUTPUT,
-        node_wide(False, timestamp=False) | FULL_GPU,
-    ),
-    (
-        # mig_test.go TestMigStrategyNone: count 1, product MOCKMODEL, memory 300; the
-        # MIG-enabled device (compute capability 0.0) is labelled without sharing
-        "TestMigStrategyNone",
-        (mig_enabled_device(MIG_3G_20000, MIG_3G_20000),),
-        "none",
-        True,
-        EXPECTED_OUTPUT_MIG_NONE,
-        node_wide(True) | gpu_labels(1, 0, "MOCKMODEL", "none"),
-    ),
-    (
-        # mig_test.go TestMigStrategySingleForNoMigDevices: mig.strategy single, count 1,
-        # product MOCKMODEL, memory 300
-        "TestMigStrategySingleForNoMigDevices",
-        (full_gpu(),),
-        "single",
-        True,
-        EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(False) | FULL_GPU | {"mig.strategy": "single"},
-    ),
-    (
-        # mig_test.go TestMigStrategySingleForMigDeviceMigDisabled: MIG devices listed on a
-        # MIG-disabled GPU are ignored (count 1, product MOCKMODEL, memory 300).  The mock
-        # ties MIG capability to MIG mode; a GPU that has MIG devices is MIG-capable, so
-        # the snapshot says capable and mig.capable is true here.
-        "TestMigStrategySingleForMigDeviceMigDisabled",
-        (Mock(mig=Mig(False, (MIG_3G_20000, MIG_3G_20000))),),
-        "single",
-        True,
-        EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(True) | FULL_GPU | {"mig.strategy": "single"},
-    ),
-    (
-        # mig_test.go TestMigStrategySingle: count 2, product MOCKMODEL-MIG-3g.20gb, memory 20
-        "TestMigStrategySingle",
-        (mig_enabled_device(MIG_3G_20, MIG_3G_20),),
-        "single",
-        True,
-        EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(True) | mig_resource("gpu", 2, "3g.20gb", 20, 3) | {"mig.strategy": "single"},
-    ),
+    # main_test.go TestRunOneshot: expected-output.txt + expected-output-vgpu.txt
+    ("TestRunOneshot", (full_gpu(),), "none", True, EXPECTED_OUTPUT, node_wide(False) | FULL_GPU),
+    # main_test.go TestRunWithNoTimestamp: the same without gfd.timestamp
+    ("TestRunWithNoTimestamp", (full_gpu(),), "none", False, EXPECTED_OUTPUT,
+     node_wide(False, timestamp=False) | FULL_GPU),
+    # mig_test.go TestMigStrategyNone: count 1, product MOCKMODEL, memory 300; the
+    # MIG-enabled device (compute capability 0.0) is labelled without sharing
+    ("TestMigStrategyNone", (mig_enabled_device(MIG_3G_20000, MIG_3G_20000),), "none", True,
+     EXPECTED_OUTPUT_MIG_NONE, node_wide(True) | gpu_labels(1, 0, "MOCKMODEL", "none")),
+    # mig_test.go TestMigStrategySingleForNoMigDevices: mig.strategy single, count 1,
+    # product MOCKMODEL, memory 300
+    ("TestMigStrategySingleForNoMigDevices", (full_gpu(),), "single", True,
+     EXPECTED_OUTPUT_MIG_SINGLE, node_wide(False) | FULL_GPU | {"mig.strategy": "single"}),
+    # mig_test.go TestMigStrategySingleForMigDeviceMigDisabled: MIG devices listed on a
+    # MIG-disabled GPU are ignored (count 1, product MOCKMODEL, memory 300).  The mock
+    # ties MIG capability to MIG mode; a GPU that has MIG devices is MIG-capable, so
+    # the snapshot says capable and mig.capable is true here.
+    ("TestMigStrategySingleForMigDeviceMigDisabled",
+     (Mock(mig=Mig(False, (MIG_3G_20000, MIG_3G_20000))),), "single", True,
+     EXPECTED_OUTPUT_MIG_SINGLE, node_wide(True) | FULL_GPU | {"mig.strategy": "single"}),
+    # mig_test.go TestMigStrategySingle: count 2, product MOCKMODEL-MIG-3g.20gb, memory 20
+    ("TestMigStrategySingle", (mig_enabled_device(MIG_3G_20, MIG_3G_20),), "single", True,
+     EXPECTED_OUTPUT_MIG_SINGLE,
+     node_wide(True) | mig_resource("gpu", 2, "3g.20gb", 20, 3) | {"mig.strategy": "single"}),
     (
         # mig_test.go TestMigStrategyMixed: mig.strategy mixed, gpu.count 1, product
         # MOCKMODEL, memory 300, a count for mig-3g.20gb and for mig-1g.5gb
@@ -236,7 +201,7 @@ CASES = [
         | mig_resource("mig-3g.20gb", 1, "3g.20gb", 20, 3)
         | mig_resource("mig-1g.5gb", 1, "1g.5gb", 5, 1),
     ),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("devices", "strategy", "timestamp", "patterns", "expected"), table(CASES))

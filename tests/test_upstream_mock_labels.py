@@ -361,14 +361,9 @@ PRODUCT_NAMES = [
     ("NVIDIA_Under_", False, "none", "NVIDIA_Under_", "NVIDIA_Under"),
     ("-", False, "none", "-", ""),
     (LONG_NAME, False, "none", LONG_PRODUCT, LONG_PRODUCT[:63]),
-    (
-        LONG_NAME,
-        True,
-        "single",
-        LONG_PRODUCT + "-MIG-INVALID",
-        "NVIDIA-A100-SXM4-40GB-Extra-Long-Qualifier-Extra-Lo-MIG-INVALID",
-    ),
-]
+    (LONG_NAME, True, "single", LONG_PRODUCT + "-MIG-INVALID",
+     "NVIDIA-A100-SXM4-40GB-Extra-Long-Qualifier-Extra-Lo-MIG-INVALID"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "mig_enabled", "strategy", "theirs", "ours"), PRODUCT_NAMES)
@@ -432,20 +427,14 @@ CLUSTER = "00000000-0000-0000-0000-000000000001"
 #: (fabric of every GPU, fabric of GPU 1 alone or None, gpu.clique or None)
 FABRICS = [
     ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "completed"}, None, f"{CLUSTER}.7"),
-    (
-        {"cluster_uuid": "ABCDEF01-2345-6789-abcd-ef0123456789", "clique_id": 4294967295},
-        None,
-        "abcdef01-2345-6789-abcd-ef0123456789.4294967295",
-    ),
+    ({"cluster_uuid": "ABCDEF01-2345-6789-abcd-ef0123456789", "clique_id": 4294967295}, None,
+     "abcdef01-2345-6789-abcd-ef0123456789.4294967295"),
     ({"cluster_uuid": "00000000-0000-0000-0000-000000000000", "clique_id": 0}, None, None),
     ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "in_progress"}, None, None),
     (None, None, None),
-    (
-        {"cluster_uuid": CLUSTER, "clique_id": 0, "state": "auto"},
-        {"cluster_uuid": CLUSTER, "clique_id": 3, "state": "auto"},
-        None,
-    ),
-]
+    ({"cluster_uuid": CLUSTER, "clique_id": 0, "state": "auto"},
+     {"cluster_uuid": CLUSTER, "clique_id": 3, "state": "auto"}, None),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("fabric", "one_gpu", "clique"), FABRICS)
