@@ -831,18 +831,11 @@ OLD_WITH_OPERATOR_LABELS = edited(GOOD, LABELS, OPERATOR_LABELS)
 POLICY_CASES = [
     case("own node: add nvidia.com/ labels and the annotation", GOOD, True),
     case("own node: remove an owned label", edited(GOOD, LABELS, {GPU_COUNT: None}), True, GOOD),
-    case(
-        "own node: first labels on a node without labels or annotations",
-        node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None),
-        True,
-        node("gpu-node-1", {}, None),
-    ),
-    case(
-        "own node: cleanup removes the annotation",
-        edited(GOOD, ANNOTATIONS, {"nvidia.com/gfd.managed-labels": None}),
-        True,
-        GOOD,
-    ),
+    case("own node: first labels on a node without labels or annotations",
+         node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None), True,
+         node("gpu-node-1", {}, None)),
+    case("own node: cleanup removes the annotation",
+         edited(GOOD, ANNOTATIONS, {"nvidia.com/gfd.managed-labels": None}), True, GOOD),
     case("another node", GOOD, False, by="gpu-node-2"),
     case("token without a node", GOOD, False, by=None),
     denied("change a label outside nvidia.com/", LABELS, {"kubernetes.io/hostname": "x"}),
@@ -864,23 +857,14 @@ POLICY_CASES = [
         for key in [*OPERATOR_LABELS, "nvidia.com/gpu.present"]
         for verb, value in (("change", "changed"), ("remove", None))
     ),
-    denied(
-        "add a nvidia.com/ key gfd cannot produce",
-        LABELS,
-        {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"},
-    ),
-    case(
-        "add gfd keys of a renamed MIG resource",
-        edited(GOOD, LABELS, {"nvidia.com/mig-1g.5gb.me.slices.gi": "1"}),
-        True,
-    ),
-    case(
-        "gfd keys change while operator labels stay",
-        edited(OLD_WITH_OPERATOR_LABELS, LABELS, {GPU_COUNT: "4"}),
-        True,
-        OLD_WITH_OPERATOR_LABELS,
-    ),
-]
+    denied("add a nvidia.com/ key gfd cannot produce", LABELS,
+           {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"}),
+    case("add gfd keys of a renamed MIG resource",
+         edited(GOOD, LABELS, {"nvidia.com/mig-1g.5gb.me.slices.gi": "1"}), True),
+    case("gfd keys change while operator labels stay",
+         edited(OLD_WITH_OPERATOR_LABELS, LABELS, {GPU_COUNT: "4"}), True,
+         OLD_WITH_OPERATOR_LABELS),
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
