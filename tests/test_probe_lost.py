@@ -36,23 +36,17 @@ def document_with(lost: list[dict[str, Any]]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("lost", "where"),
     [
-        pytest.param(
-            [{"index": 9, "reason": "a"}, {"index": 9, "reason": "b"}],
-            "lost_gpus[1].index",
-            id="same-index-twice",
-        ),
-        pytest.param(
-            [{"pci_bus_id": "0000:c1:00.0"}, {"pci_bus_id": "0000:C1:00.0"}],
-            "lost_gpus[1].pci_bus_id",
-            id="same-bus-twice",
-        ),
+        pytest.param([{"index": 9, "reason": "a"}, {"index": 9, "reason": "b"}],
+                     "lost_gpus[1].index", id="same-index-twice"),
+        pytest.param([{"pci_bus_id": "0000:c1:00.0"}, {"pci_bus_id": "0000:C1:00.0"}],
+                     "lost_gpus[1].pci_bus_id", id="same-bus-twice"),
         pytest.param(
             [{"pci_bus_id": "0000:07:00.0"}],  # GPU 0 of the DGX A100 answers
             "lost_gpus[0].pci_bus_id",
             id="bus-of-an-answering-gpu",
         ),
     ],
-)
+)  # fmt: skip
 def test_contradictory_lost_entries_are_snapshot_errors(
     lost: list[dict[str, Any]], where: str, tmp_path: Path
 ) -> None:

@@ -159,32 +159,22 @@ def test_api_outputs_need_a_node_name(flag: str) -> None:
         ("version: v1\nflags:\n  migStrategy: bogus\n", "flags.migStrategy: 'bogus'"),
         ("version: v1\nflags:\n  gfd:\n    sleepInterval: 0s\n", "flags.gfd.sleepInterval"),
         ("version: v1\nflags:\n  failOnInitError: maybe\n", "flags.failOnInitError"),
-        (
-            "sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n",
-            "sharing.timeSlicing.resources[0].replicas: must be at least 2, got 1",
-        ),
+        ("sharing:\n  timeSlicing:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 1}\n",
+         "sharing.timeSlicing.resources[0].replicas: must be at least 2, got 1"),
         ("sharing:\n  timeSlicing:\n    resources: []\n", "no resources specified"),
         ("sharing:\n  mps:\n    resources:\n    - {replicas: 2}\n", "resources[0].name: required"),
-        (
-            "sharing:\n  mps:\n    resources:\n    - {name: gpu}\n",
-            "resources[0].replicas: required",
-        ),
-        (
-            "sharing:\n  timeSlicing:\n    resources:\n    - {name: Bad_Name, replicas: 2}\n",
-            "must be a DNS subdomain",
-        ),
-        (
-            "resources:\n  gpus:\n  - {pattern: '*', name: A100}\n",
-            "resources.gpus[0].name: invalid resource name 'A100'",
-        ),
-        (
-            "resources:\n  gpus:\n  - {pattern: '*', name: " + "a" * 50 + "}\n",
-            "longer than 63 characters",
-        ),
+        ("sharing:\n  mps:\n    resources:\n    - {name: gpu}\n",
+         "resources[0].replicas: required"),
+        ("sharing:\n  timeSlicing:\n    resources:\n    - {name: Bad_Name, replicas: 2}\n",
+         "must be a DNS subdomain"),
+        ("resources:\n  gpus:\n  - {pattern: '*', name: A100}\n",
+         "resources.gpus[0].name: invalid resource name 'A100'"),
+        ("resources:\n  gpus:\n  - {pattern: '*', name: " + "a" * 50 + "}\n",
+         "longer than 63 characters"),
         ("resources:\n  mig:\n  - {name: small}\n", "resources.mig[0].pattern"),
         ("- just\n- a list\n", "expected a mapping"),
     ],
-)
+)  # fmt: skip
 def test_bad_config_is_one_line_naming_the_key(text: str, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_config_text(text, "cfg.yaml")
@@ -214,14 +204,10 @@ def test_unknown_keys_are_warnings_naming_the_key() -> None:
     ("text", "expected"),
     [
         ("sharng: {}\n", "sharng: unknown key, ignored (did you mean sharing?)"),
-        (
-            "resources: {gpu: []}\n",
-            "resources.gpu: unknown key, ignored (did you mean resources.gpus?)",
-        ),
-        (
-            "sharing: {timeSlice: {resources: [{name: gpu, replicas: 2}]}}\n",
-            "sharing.timeSlice: unknown key, ignored (did you mean sharing.timeSlicing?)",
-        ),
+        ("resources: {gpu: []}\n",
+         "resources.gpu: unknown key, ignored (did you mean resources.gpus?)"),
+        ("sharing: {timeSlice: {resources: [{name: gpu, replicas: 2}]}}\n",
+         "sharing.timeSlice: unknown key, ignored (did you mean sharing.timeSlicing?)"),
         (
             "sharing: {timeSlicing: {renameByDefualt: true, "
             "resources: [{name: gpu, replicas: 2}]}}\n",
@@ -233,13 +219,11 @@ def test_unknown_keys_are_warnings_naming_the_key() -> None:
             "sharing.timeSlicing.resources[0].replica: unknown key, ignored "
             "(did you mean sharing.timeSlicing.resources[0].replicas?)",
         ),
-        (
-            "flags: {plugins: {}}\n",
-            "flags.plugins: unknown key, ignored (did you mean flags.plugin?)",
-        ),
+        ("flags: {plugins: {}}\n",
+         "flags.plugins: unknown key, ignored (did you mean flags.plugin?)"),
         ("zzzzzz: 1\n", "zzzzzz: unknown key, ignored"),
     ],
-)
+)  # fmt: skip
 def test_an_unknown_config_key_names_the_closest_known_key(text: str, expected: str) -> None:
     """A typo in the config is caught like a typo in a flag: the warning names the key
     that was probably meant, and says nothing when no known key is close."""

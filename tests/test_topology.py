@@ -463,18 +463,12 @@ topology:
         ("  gpus: [{index: 2}]", "topology.gpus[0].index: no GPU has index 2"),
         ("  gpus: [{index: 0}, {index: 0}]", "topology.gpus[1].index: duplicate index 0"),
         ("  gpus: [{index: 0, colour: red}]", "topology.gpus[0].colour: unknown key"),
-        (
-            "  gpus: [{index: 0, nvlinks: [{link: 0, remote: switch}]}]",
-            "topology.gpus[0].nvlinks[0].remote: expected one of gpu, nvswitch, other",
-        ),
-        (
-            "  gpus: [{index: 0, nvlinks: [{link: 1}, {link: 1}]}]",
-            "topology.gpus[0].nvlinks[1].link: duplicate link 1",
-        ),
-        (
-            "  gpus: [{index: 0, nvlinks: [{link: 0, version: 0}]}]",
-            "topology.gpus[0].nvlinks[0].version: NVLink generations start at 1",
-        ),
+        ("  gpus: [{index: 0, nvlinks: [{link: 0, remote: switch}]}]",
+         "topology.gpus[0].nvlinks[0].remote: expected one of gpu, nvswitch, other"),
+        ("  gpus: [{index: 0, nvlinks: [{link: 1}, {link: 1}]}]",
+         "topology.gpus[0].nvlinks[1].link: duplicate link 1"),
+        ("  gpus: [{index: 0, nvlinks: [{link: 0, version: 0}]}]",
+         "topology.gpus[0].nvlinks[0].version: NVLink generations start at 1"),
         ("  gpus: [{index: 0, cpu_affinity: '0-3;8'}]", "topology.gpus[0].cpu_affinity"),
         ("  gpus: [{index: 0, numa_node: -1}]", "topology.gpus[0].numa_node"),
         ("  gpus: [{index: 0, pcie_root: 0000:3a}]", "topology.gpus[0].pcie_root: expected"),
@@ -486,7 +480,7 @@ topology:
         ("  pairs: [{gpus: [0, 1], pcie: near}]", "topology.pairs[0].pcie: expected one of"),
         ("  pairs: [{gpus: [0, 1], nvlink_p2p: 1}]", "topology.pairs[0].nvlink_p2p"),
     ],
-)
+)  # fmt: skip
 def test_bad_topology_names_the_exact_path(section: str, message: str) -> None:
     with pytest.raises(SnapshotError) as caught:
         snapshot_io.loads(BASE + section + "\n", "node.yaml")
