@@ -46,36 +46,15 @@ __all__ = [
 # ----------------------------------------------------------------------------- tables
 
 GPU_NAMES = (
-    "NVIDIA A100-SXM4-40GB",
-    "NVIDIA A100-SXM4-80GB",
-    "NVIDIA A100 80GB PCIe",
-    "NVIDIA A30",
-    "NVIDIA H100 80GB HBM3",
-    "NVIDIA H100 NVL",
-    "NVIDIA H200",
-    "NVIDIA GB200",
-    "NVIDIA B200",
-    "NVIDIA L40S",
-    "NVIDIA RTX A6000",
-    "NVIDIA GeForce RTX 4090",
-    "NVIDIA TITAN X (Pascal)",
-    "Tesla V100-SXM2-16GB",
-    "Tesla T4",
-    "Quadro RTX 6000",
-    "GRID A100X-4C",
+    "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A30",
+    "NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA GB200", "NVIDIA B200",
+    "NVIDIA L40S", "NVIDIA RTX A6000", "NVIDIA GeForce RTX 4090", "NVIDIA TITAN X (Pascal)",
+    "Tesla V100-SXM2-16GB", "Tesla T4", "Quadro RTX 6000", "GRID A100X-4C",
     # odd ones: parentheses, runs of spaces, edges that are not alphanumeric, non-ASCII,
     # characters that sanitising deletes, nothing left after sanitising, very long
-    "  NVIDIA   spaced  (out)  ",
-    "(((parens)))",
-    "-dash-first_",
-    ".dot.first.",
-    "NVIDIA Ä/Ö GPU",
-    "tab\tand\nnewline",
-    "*star*",
-    "",
-    "NVIDIA " + "VeryLongProductName-" * 5,
-    "x" * 70,
-)
+    "  NVIDIA   spaced  (out)  ", "(((parens)))", "-dash-first_", ".dot.first.", "NVIDIA Ä/Ö GPU",
+    "tab\tand\nnewline", "*star*", "", "NVIDIA " + "VeryLongProductName-" * 5, "x" * 70,
+)  # fmt: skip
 
 #: profile -> (memory_mib, multiprocessors, (gi, ci), (copy, decoder, encoder, jpeg, ofa))
 MIG_PROFILES: dict[str, tuple[int, int, tuple[int, int], tuple[int, int, int, int, int]]] = {
@@ -105,15 +84,9 @@ CLUSTER_UUIDS = ("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", "0c0ffee0-1111-4222-833
 VGPU_DEVICES = (("460.16", "r460_00"), ("535.129.03", "r535_00"), ("550.54.15", "r550_40"))
 
 MACHINES = (
-    "DGXA100 920-23687-2530-000",
-    "ProLiant XL675d Gen10 Plus",
-    "PowerEdge (R750xa)",
-    "  padded   machine  ",
-    "line\x85break\u2028sep",
-    "",
-    "...",
-    "NVIDIA DGX H100 " + "Z" * 60,
-)
+    "DGXA100 920-23687-2530-000", "ProLiant XL675d Gen10 Plus", "PowerEdge (R750xa)",
+    "  padded   machine  ", "line\x85break\u2028sep", "", "...", "NVIDIA DGX H100 " + "Z" * 60,
+)  # fmt: skip
 
 # -------------------------------------------------------------------------- snapshots
 
