@@ -31,15 +31,9 @@ from gfd.snapshot import Gpu, MigDevice, Snapshot
 
 DRIVER = "gpu.nvidia.com"
 ARCHITECTURES = {
-    3: "Kepler",
-    5: "Maxwell",
-    6: "Pascal",
-    7: "Volta",
-    8: "Ampere",
-    9: "Hopper",
-    10: "Blackwell",
+    3: "Kepler", 5: "Maxwell", 6: "Pascal", 7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell",
     12: "Blackwell",
-}
+}  # fmt: skip
 
 
 def semver(text: str) -> str:

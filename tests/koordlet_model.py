@@ -38,14 +38,9 @@ TOPOLOGY = {
 }
 STATUS = {"healthy": "bool", "errCode": "string", "errMessage": "string"}
 XPU_DEVICE_INFO = {
-    "vendor": "string",
-    "model": "string",
-    "uuid": "string",
-    "minor": "string",
-    "resources": "map",
-    "topology": TOPOLOGY,
-    "status": STATUS,
-}
+    "vendor": "string", "model": "string", "uuid": "string", "minor": "string", "resources": "map",
+    "topology": TOPOLOGY, "status": STATUS,
+}  # fmt: skip
 
 #: pkg/koordlet/metricsadvisor/devices/helper/topology.go, pcieRegexp
 PCIE_REGEXP = re.compile(r"pci\d{4}:[0-9a-fA-F]{2}")

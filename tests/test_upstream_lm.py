@@ -194,13 +194,9 @@ def mig_labels(
 
 
 INVALID = {
-    "gpu.count": "0",
-    "gpu.replicas": "0",
-    "gpu.memory": "0",
-    "gpu.product": "MOCKMODEL-MIG-INVALID",
-    "gpu.sharing-strategy": "",
-    "mig.strategy": "single",
-}
+    "gpu.count": "0", "gpu.replicas": "0", "gpu.memory": "0",
+    "gpu.product": "MOCKMODEL-MIG-INVALID", "gpu.sharing-strategy": "", "mig.strategy": "single",
+}  # fmt: skip
 
 # =========================================================================================
 # internal/lm/mig-strategy_test.go, TestMigStrategyNoneLabels
