@@ -96,14 +96,10 @@ def mig_device(
     attributes.update(_common(gpu, snapshot, release))
     engines = device.engines
     capacity = {
-        "multiprocessors": device.multiprocessors,
-        "copyEngines": engines.copy,
-        "decoders": engines.decoder,
-        "encoders": engines.encoder,
-        "jpegEngines": engines.jpeg,
-        "ofaEngines": engines.ofa,
-        "memory": device.memory_mib << 20,
-    }
+        "multiprocessors": device.multiprocessors, "copyEngines": engines.copy,
+        "decoders": engines.decoder, "encoders": engines.encoder, "jpegEngines": engines.jpeg,
+        "ofaEngines": engines.ofa, "memory": device.memory_mib << 20,
+    }  # fmt: skip
     profile = device.profile.replace(".", "")
     return {
         "name": f"gpu-{gpu.index}-mig-{profile}-{position}-{position}",

@@ -29,13 +29,9 @@ COMMIT = "a7a1b76bbf81abd26f9c377de1f31a60dd965f6e"
 #: | a nested struct (pointer: null allowed) | ("list", struct) (a slice)
 P2P_LINK = {"peerMinor": "string", "type": "string"}
 TOPOLOGY = {
-    "p2pLinks": ("list", P2P_LINK),
-    "mustHonorPartition": "bool",
-    "socketID": "string",
-    "nodeID": "string",
-    "pcieID": "string",
-    "busID": "string",
-}
+    "p2pLinks": ("list", P2P_LINK), "mustHonorPartition": "bool", "socketID": "string",
+    "nodeID": "string", "pcieID": "string", "busID": "string",
+}  # fmt: skip
 STATUS = {"healthy": "bool", "errCode": "string", "errMessage": "string"}
 XPU_DEVICE_INFO = {
     "vendor": "string", "model": "string", "uuid": "string", "minor": "string", "resources": "map",

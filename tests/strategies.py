@@ -250,14 +250,9 @@ def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
     # fabric's presence and a varying fabric's cluster and clique
     count = len(indices)
     per_gpu = {
-        "model": len(models),
-        "pci_class": len(PCI_CLASSES),
-        "enabled": 2,
-        "devices_when_disabled": 10,
-        "fabric": 2,
-        "cluster": len(CLUSTER_UUIDS),
-        "clique": 3,
-    }
+        "model": len(models), "pci_class": len(PCI_CLASSES), "enabled": 2,
+        "devices_when_disabled": 10, "fabric": 2, "cluster": len(CLUSTER_UUIDS), "clique": 3,
+    }  # fmt: skip
     choice = {
         key: draw_indices(draw, options, count, count) if count else []
         for key, options in per_gpu.items()

@@ -257,15 +257,11 @@ def test_a_relabelled_node_gets_the_new_config_and_labels_in_one_pass(tmp_path: 
     chosen = [entry for entry in logs if entry["event"] == "node config chosen"]
     assert chosen == [
         {
-            "node": "n1",
-            "output": "file",
-            "event": "node config chosen",
-            "log_level": "info",
-            "entry": "mig-single",
-            "reason": f"node label {LABEL}=mig-single",
+            "node": "n1", "output": "file", "event": "node config chosen", "log_level": "info",
+            "entry": "mig-single", "reason": f"node label {LABEL}=mig-single",
             "previous": "mig-mixed",
         }
-    ]
+    ]  # fmt: skip
 
 
 def test_an_unchanged_label_reloads_nothing(tmp_path: Path) -> None:

@@ -310,22 +310,17 @@ def model_labels(
         cuda_major, cuda_minor = str(snap.driver.cuda // 1000), str(snap.driver.cuda % 1000 // 10)
         labels.update(
             {
-                "cuda.driver.major": major,
-                "cuda.driver.minor": minor,
-                "cuda.driver.rev": rev,
-                "cuda.driver-version.major": major,
-                "cuda.driver-version.minor": minor,
+                "cuda.driver.major": major, "cuda.driver.minor": minor, "cuda.driver.rev": rev,
+                "cuda.driver-version.major": major, "cuda.driver-version.minor": minor,
                 "cuda.driver-version.revision": rev,
-                "cuda.driver-version.full": snap.driver.version,
-                "cuda.runtime.major": cuda_major,
-                "cuda.runtime.minor": cuda_minor,
-                "cuda.runtime-version.major": cuda_major,
+                "cuda.driver-version.full": snap.driver.version, "cuda.runtime.major": cuda_major,
+                "cuda.runtime.minor": cuda_minor, "cuda.runtime-version.major": cuda_major,
                 "cuda.runtime-version.minor": cuda_minor,
                 "cuda.runtime-version.full": f"{cuda_major}.{cuda_minor}",
                 "mig.capable": "true" if any(g.mig is not None for g in snap.gpus) else "false",
                 "mps.capable": "true" if config.sharing.strategy == "mps" else "false",
             }
-        )
+        )  # fmt: skip
         if strategy != "none":
             labels["mig.strategy"] = strategy
         cliques = {f"{g.fabric.cluster_uuid}.{g.fabric.clique_id}" for g in snap.gpus if g.fabric}

@@ -133,14 +133,11 @@ def mock_node(*devices: Mock) -> Snapshot:
 
 def node_wide(mig_capable: bool, timestamp: bool = True) -> dict[str, str]:
     labels = cuda_labels("400", "300", "", "400.300", "8", "0") | {
-        "gpu.machine": "product-name",
-        "gpu.mode": "graphics",
-        "mig.capable": "true" if mig_capable else "false",
-        "mps.capable": "false",
-        "vgpu.present": "true",
-        "vgpu.host-driver-version": "470.63.01",
+        "gpu.machine": "product-name", "gpu.mode": "graphics",
+        "mig.capable": "true" if mig_capable else "false", "mps.capable": "false",
+        "vgpu.present": "true", "vgpu.host-driver-version": "470.63.01",
         "vgpu.host-driver-branch": "r470_00",
-    }
+    }  # fmt: skip
     if timestamp:
         labels["gfd.timestamp"] = str(TIMESTAMP)
     return labels

@@ -168,12 +168,9 @@ ARCH_8_0 = {"gpu.compute.major": "8", "gpu.compute.minor": "0", "gpu.family": "a
 
 def gpu_labels(count: int, replicas: int, product: str, strategy: str, memory: int = 300):
     return {
-        "gpu.count": str(count),
-        "gpu.replicas": str(replicas),
-        "gpu.memory": str(memory),
-        "gpu.product": product,
-        "gpu.sharing-strategy": strategy,
-    }
+        "gpu.count": str(count), "gpu.replicas": str(replicas), "gpu.memory": str(memory),
+        "gpu.product": product, "gpu.sharing-strategy": strategy,
+    }  # fmt: skip
 
 
 def mig_labels(
@@ -428,19 +425,12 @@ def test_gpu_mode_labeler(classes: tuple[Any, ...], expected: str) -> None:
 
 def cuda_labels(major: str, minor: str, rev: str, full: str, cmaj: str, cmin: str) -> dict:
     return {
-        "cuda.driver.major": major,
-        "cuda.driver.minor": minor,
-        "cuda.driver.rev": rev,
-        "cuda.runtime.major": cmaj,
-        "cuda.runtime.minor": cmin,
-        "cuda.driver-version.major": major,
-        "cuda.driver-version.minor": minor,
-        "cuda.driver-version.revision": rev,
-        "cuda.driver-version.full": full,
-        "cuda.runtime-version.major": cmaj,
-        "cuda.runtime-version.minor": cmin,
-        "cuda.runtime-version.full": f"{cmaj}.{cmin}",
-    }
+        "cuda.driver.major": major, "cuda.driver.minor": minor, "cuda.driver.rev": rev,
+        "cuda.runtime.major": cmaj, "cuda.runtime.minor": cmin, "cuda.driver-version.major": major,
+        "cuda.driver-version.minor": minor, "cuda.driver-version.revision": rev,
+        "cuda.driver-version.full": full, "cuda.runtime-version.major": cmaj,
+        "cuda.runtime-version.minor": cmin, "cuda.runtime-version.full": f"{cmaj}.{cmin}",
+    }  # fmt: skip
 
 
 CUDA_KEYS = tuple(cuda_labels("", "", "", "", "", ""))

@@ -157,25 +157,20 @@ class FakeNvLink:
 # nvmlNvlinkVersion_t enum as pynvml's constants (and nvml.h) declare it (A100 reports
 # NVML_NVLINK_VERSION_3_1); NVIDIA's mock returns the generation itself.
 DRIVER_NVLINK_VERSION = {
-    1: real.NVML_NVLINK_VERSION_1_0,
-    2: real.NVML_NVLINK_VERSION_2_0,
-    3: real.NVML_NVLINK_VERSION_3_1,
-    4: real.NVML_NVLINK_VERSION_4_0,
+    1: real.NVML_NVLINK_VERSION_1_0, 2: real.NVML_NVLINK_VERSION_2_0,
+    3: real.NVML_NVLINK_VERSION_3_1, 4: real.NVML_NVLINK_VERSION_4_0,
     5: real.NVML_NVLINK_VERSION_5_0,
-}
+}  # fmt: skip
 REMOTE_TYPE = {
     "gpu": real.NVML_NVLINK_DEVICE_TYPE_GPU,
     "nvswitch": real.NVML_NVLINK_DEVICE_TYPE_SWITCH,
     "other": real.NVML_NVLINK_DEVICE_TYPE_UNKNOWN,
 }
 TOPOLOGY_LEVEL = {
-    "internal": real.NVML_TOPOLOGY_INTERNAL,
-    "single": real.NVML_TOPOLOGY_SINGLE,
-    "multiple": real.NVML_TOPOLOGY_MULTIPLE,
-    "hostbridge": real.NVML_TOPOLOGY_HOSTBRIDGE,
-    "node": real.NVML_TOPOLOGY_NODE,
-    "system": real.NVML_TOPOLOGY_SYSTEM,
-}
+    "internal": real.NVML_TOPOLOGY_INTERNAL, "single": real.NVML_TOPOLOGY_SINGLE,
+    "multiple": real.NVML_TOPOLOGY_MULTIPLE, "hostbridge": real.NVML_TOPOLOGY_HOSTBRIDGE,
+    "node": real.NVML_TOPOLOGY_NODE, "system": real.NVML_TOPOLOGY_SYSTEM,
+}  # fmt: skip
 
 
 @dataclass
