@@ -52,16 +52,10 @@ def gpu(
     fabric: Fabric | None = None,
 ) -> Gpu:
     return Gpu(
-        index=index,
-        uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
-        name=name,
-        pci_bus_id=f"0000:{index + 1:02x}:00.0",
-        pci_class=pci_class,
-        memory_mib=memory,
-        compute_capability=ComputeCapability(*cc),
-        mig=mig,
-        fabric=fabric,
-    )
+        index=index, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000", name=name,
+        pci_bus_id=f"0000:{index + 1:02x}:00.0", pci_class=pci_class, memory_mib=memory,
+        compute_capability=ComputeCapability(*cc), mig=mig, fabric=fabric,
+    )  # fmt: skip
 
 
 def mig(*profiles: str, enabled: bool = True) -> Mig:

@@ -276,17 +276,12 @@ def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
             fabric = Fabric(CLUSTER_UUIDS[choice["cluster"][n]], choice["clique"][n])
         gpus.append(
             Gpu(
-                index=index,
-                uuid=f"GPU-{index:08x}-a537-ccbf-2965-8e9d90c0bd54",
-                name=model.name,
+                index=index, uuid=f"GPU-{index:08x}-a537-ccbf-2965-8e9d90c0bd54", name=model.name,
                 pci_bus_id=f"0000:{index + 7:02x}:00.0",
-                pci_class=PCI_CLASSES[choice["pci_class"][n]],
-                memory_mib=model.memory_mib,
-                compute_capability=model.compute_capability,
-                mig=mig,
-                fabric=fabric,
+                pci_class=PCI_CLASSES[choice["pci_class"][n]], memory_mib=model.memory_mib,
+                compute_capability=model.compute_capability, mig=mig, fabric=fabric,
             )
-        )
+        )  # fmt: skip
     return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=tuple(gpus))
 
 

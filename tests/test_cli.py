@@ -238,12 +238,9 @@ def test_mps_with_mig_enabled_gpus_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "mps.yaml"
     config.write_text("sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n")
     result = run_gfd(
-        "--oneshot",
-        "--snapshot-file",
-        "examples/snapshots/dgx-a100-mig-mixed.yaml",
-        "--config-file",
-        str(config),
-    )
+        "--oneshot", "--snapshot-file", "examples/snapshots/dgx-a100-mig-mixed.yaml",
+        "--config-file", str(config),
+    )  # fmt: skip
     assert result.returncode == 2
     assert "MPS sharing is not supported for MIG devices" in result.stderr
     assert result.stdout == ""

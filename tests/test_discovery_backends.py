@@ -61,12 +61,9 @@ def pci_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def settings_for(sysfs: FakeSysfs, strategy: str, **changes: Any) -> Settings:
     return replace(
-        Settings(),
-        device_discovery_strategy=strategy,
-        sysfs_root=str(sysfs.root),
-        machine_type_file="",
-        **changes,
-    )
+        Settings(), device_discovery_strategy=strategy, sysfs_root=str(sysfs.root),
+        machine_type_file="", **changes,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------- vfio
@@ -179,14 +176,9 @@ def test_vfio_node_through_the_command(sysfs: FakeSysfs, pci_ids: Path, tmp_path
     machine = tmp_path / "product_name"
     machine.write_text("ProLiant DL380 Gen10 Plus\n")
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--device-discovery-strategy",
-        "vfio",
-        "--machine-type-file",
-        str(machine),
-        env={"GFD_SYSFS_ROOT": str(sysfs.root)},
-    )
+        "--oneshot", "--no-timestamp", "--device-discovery-strategy", "vfio",
+        "--machine-type-file", str(machine), env={"GFD_SYSFS_ROOT": str(sysfs.root)},
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     expected = ROOT / "tests/fixtures/expected/kubevirt-a100-vfio.none.labels"
     assert result.stdout == expected.read_text()

@@ -37,23 +37,17 @@ def station(display_name: str = "NVIDIA DGX Display") -> FakeNvml:
         if index == 3:
             gpus.append(
                 FakeGpu(
-                    uuid=f"GPU-{index}",
-                    name=display_name,
-                    bus_id=f"00000000:{bus}:00.0",
-                    memory_total=4096 * 2**20,
-                    compute_capability=(7, 5),
+                    uuid=f"GPU-{index}", name=display_name, bus_id=f"00000000:{bus}:00.0",
+                    memory_total=4096 * 2**20, compute_capability=(7, 5),
                 )
-            )
+            )  # fmt: skip
         else:
             gpus.append(
                 FakeGpu(
-                    uuid=f"GPU-{index}",
-                    name="NVIDIA A100-SXM4-80GB",
-                    bus_id=f"00000000:{bus}:00.0",
-                    memory_total=A100_80GB_BYTES,
-                    mig_mode=0,
+                    uuid=f"GPU-{index}", name="NVIDIA A100-SXM4-80GB",
+                    bus_id=f"00000000:{bus}:00.0", memory_total=A100_80GB_BYTES, mig_mode=0,
                 )
-            )
+            )  # fmt: skip
     return FakeNvml(gpus)
 
 

@@ -51,14 +51,9 @@ def plain_gpu(**changes: object) -> FakeGpu:
 
 def one_g(gi_id: int, enum: int = pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE) -> FakeMigDevice:
     return FakeMigDevice(
-        gi_id=gi_id,
-        gi_profile_enum=enum,
-        memory_mib=4864,
-        multiprocessors=14,
-        gi_slices=1,
-        ci_slices=1,
-        engines=(1, 0, 0, 0, 0),
-    )
+        gi_id=gi_id, gi_profile_enum=enum, memory_mib=4864, multiprocessors=14, gi_slices=1,
+        ci_slices=1, engines=(1, 0, 0, 0, 0),
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------ the fake itself

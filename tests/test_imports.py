@@ -118,14 +118,9 @@ def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) ->
 def test_snapshot_oneshot_to_a_file_imports_only_what_it_uses(tmp_path: Path) -> None:
     features = tmp_path / "features"
     recorded = record_imports(
-        tmp_path,
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        DGX,
-        "--output-file",
-        str(features),
-    )
+        tmp_path, "--oneshot", "--no-timestamp", "--snapshot-file", DGX,
+        "--output-file", str(features),
+    )  # fmt: skip
     assert "nvidia.com/gpu.count=8\n" in features.read_text()
     assert loaded(recorded, NOT_FOR_THE_SNAPSHOT_PATH) == []
     assert not recorded["yaml_dumper_built"]
@@ -137,13 +132,10 @@ def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
     as_json.write_text(snapshot_io.dumps_json(node))
     overrides = build_from_snapshot(tmp_path / "node", node)
     recorded = record_imports(
-        tmp_path,
-        "--oneshot",
-        "--no-timestamp",
-        "--machine-type-file",
-        overrides["machine_type_file"],
+        tmp_path, "--oneshot", "--no-timestamp",
+        "--machine-type-file", overrides["machine_type_file"],
         env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
-    )
+    )  # fmt: skip
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML
     # imports gfd.snapshot and the real pynvml, so its imports are counted too.)

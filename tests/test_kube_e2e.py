@@ -57,19 +57,10 @@ def start(kubeconfig: str, node_snapshot: Path) -> Iterator[Callable[..., Daemon
 
     def start_daemon(output_flag: str, *extra: str) -> Daemon:
         daemon = Daemon(
-            output_flag,
-            "--node-name",
-            "n1",
-            "--kubeconfig",
-            kubeconfig,
-            "--snapshot-file",
-            str(node_snapshot),
-            "--sleep-interval",
-            INTERVAL,
-            "--no-timestamp",
-            *extra,
-            metrics=True,
-        )
+            output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
+            "--snapshot-file", str(node_snapshot), "--sleep-interval", INTERVAL, "--no-timestamp",
+            *extra, metrics=True,
+        )  # fmt: skip
         daemons.append(daemon)
         return daemon
 

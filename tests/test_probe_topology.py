@@ -54,10 +54,7 @@ def node(n: int, edges: list[tuple[int, int]], *, switch_links: int = 0) -> Snap
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
             Gpu(
-                index=i,
-                uuid=f"GPU-{i}",
-                name="Tesla V100",
-                pci_bus_id=bus(i),
+                index=i, uuid=f"GPU-{i}", name="Tesla V100", pci_bus_id=bus(i),
                 compute_capability=ComputeCapability(7, 0),
             )
             for i in range(n)
@@ -75,7 +72,7 @@ def node(n: int, edges: list[tuple[int, int]], *, switch_links: int = 0) -> Snap
                 for i in range(n)
             )
         ),
-    )
+    )  # fmt: skip
 
 
 def band(n: int, reach: int = 3, seed: int = 1) -> list[tuple[int, int]]:

@@ -624,15 +624,11 @@ def test_a_dgx_display_anywhere_changes_no_label(snap, config, strategy, name, i
     were and only adds a note."""
     assume(buildable(snap, config))
     display = Gpu(
-        index=index,
-        uuid=f"GPU-display-{index}",
-        name=name,
-        pci_bus_id="0000:c1:00.0",
-        pci_class=0x030000,
-        memory_mib=4096,
+        index=index, uuid=f"GPU-display-{index}", name=name, pci_bus_id="0000:c1:00.0",
+        pci_class=0x030000, memory_mib=4096,
         compute_capability=snapshot_format.ComputeCapability(7, 5),
         mig=Mig(mig_on, ()) if mig_on else None,
-    )
+    )  # fmt: skip
     with_display = replace(snap, gpus=(*snap.gpus, display))
     before = build(snap, strategy, config, None)
     after = build(with_display, strategy, config, None)

@@ -141,18 +141,14 @@ FULL = snapshot.Snapshot(
     topology=snapshot.Topology(
         gpus=(
             snapshot.GpuTopology(
-                index=0,
-                minor=0,
-                numa_node=0,
-                pcie_root="pci0000:17",
-                cpu_affinity="0-47",
+                index=0, minor=0, numa_node=0, pcie_root="pci0000:17", cpu_affinity="0-47",
                 nvlinks=(snapshot.NvLink(0, 4, "nvswitch", "0000:05:00.0"),),
             ),
         ),
         pairs=(snapshot.GpuPair((0, 1), "system", True),),
     ),
     discovery="vfio",
-)
+)  # fmt: skip
 DOCUMENT_TEXT = snapshot.dumps(FULL)
 
 

@@ -92,10 +92,7 @@ def nodes(draw: st.DrawFn) -> Node:
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
             Gpu(
-                index=i,
-                uuid=f"GPU-{i}",
-                name="GPU",
-                pci_bus_id=bus[i],
+                index=i, uuid=f"GPU-{i}", name="GPU", pci_bus_id=bus[i],
                 compute_capability=ComputeCapability(9, 0),
             )
             for i in range(n)
@@ -104,7 +101,7 @@ def nodes(draw: st.DrawFn) -> Node:
             gpus=tuple(entries),
             pairs=tuple(GpuPair(gpus=pair, nvlink_p2p=p2p[pair]) for pair in direct),
         ),
-    )
+    )  # fmt: skip
     return Node(snapshot, model, generation, total_links, any(switch.values()))
 
 

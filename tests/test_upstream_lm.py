@@ -85,18 +85,13 @@ def manager(*mocks: Mock, machine: str | None = None, vgpu: Vgpu | None = None) 
     """rt.NewManagerMockWithDevices(devices...)."""
     gpus = tuple(
         Gpu(
-            index=index,
-            uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
-            name=mock.name,
-            pci_bus_id=f"0000:{index + 1:02x}:00.0",
-            pci_class=mock.pci_class,
-            memory_mib=mock.memory,
-            compute_capability=ComputeCapability(*mock.cc),
-            mig=mock.mig,
+            index=index, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000", name=mock.name,
+            pci_bus_id=f"0000:{index + 1:02x}:00.0", pci_class=mock.pci_class,
+            memory_mib=mock.memory, compute_capability=ComputeCapability(*mock.cc), mig=mock.mig,
             fabric=mock.fabric,
         )
         for index, mock in enumerate(mocks)
-    )
+    )  # fmt: skip
     return Snapshot(driver=MOCK_DRIVER, machine=machine, vgpu=vgpu, gpus=gpus)
 
 

@@ -414,16 +414,11 @@ class FakeNvml:
         mig = self._mig(device)
         copy, decoder, encoder, jpeg, ofa = mig.engines
         return real.c_nvmlDeviceAttributes(
-            multiprocessorCount=mig.multiprocessors,
-            sharedCopyEngineCount=copy,
-            sharedDecoderCount=decoder,
-            sharedEncoderCount=encoder,
-            sharedJpegCount=jpeg,
-            sharedOfaCount=ofa,
-            gpuInstanceSliceCount=mig.gi_slices,
-            computeInstanceSliceCount=mig.ci_slices,
-            memorySizeMB=mig.memory_mib,
-        )
+            multiprocessorCount=mig.multiprocessors, sharedCopyEngineCount=copy,
+            sharedDecoderCount=decoder, sharedEncoderCount=encoder, sharedJpegCount=jpeg,
+            sharedOfaCount=ofa, gpuInstanceSliceCount=mig.gi_slices,
+            computeInstanceSliceCount=mig.ci_slices, memorySizeMB=mig.memory_mib,
+        )  # fmt: skip
 
     def _nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
         return self._mig(device).gi_id
@@ -601,13 +596,10 @@ def spread_slots(count: int, max_slots: int) -> list[int]:
 def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
     total = None if gpu.memory_mib is None else gpu.memory_mib * 2**20
     fake = FakeGpu(
-        uuid=gpu.uuid,
-        name=gpu.name,
-        bus_id=nvml_bus_id(gpu.pci_bus_id),
-        memory_total=total,
+        uuid=gpu.uuid, name=gpu.name, bus_id=nvml_bus_id(gpu.pci_bus_id), memory_total=total,
         compute_capability=(gpu.compute_capability.major, gpu.compute_capability.minor),
         empty_slot_error=empty_slot_error,
-    )
+    )  # fmt: skip
     if gpu.fabric is not None:
         try:
             cluster = uuid_module.UUID(gpu.fabric.cluster_uuid)
@@ -665,15 +657,11 @@ def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
         e = device.engines
         migs.append(
             FakeMigDevice(
-                gi_id=gi_id,
-                gi_profile_enum=enum,
-                memory_mib=device.memory_mib,
-                multiprocessors=device.multiprocessors,
-                gi_slices=g,
-                ci_slices=c,
+                gi_id=gi_id, gi_profile_enum=enum, memory_mib=device.memory_mib,
+                multiprocessors=device.multiprocessors, gi_slices=g, ci_slices=c,
                 engines=(e.copy, e.decoder, e.encoder, e.jpeg, e.ofa),
             )
-        )
+        )  # fmt: skip
     fake.max_mig_devices = max(7, len(migs))
     fake.mig_slots = dict(zip(spread_slots(len(migs), fake.max_mig_devices), migs, strict=True))
     fake.supported_profile_enums = BASE_PROFILE_ENUMS | {m.gi_profile_enum for m in migs}
@@ -744,17 +732,13 @@ def dgx_a100_mig_node(gpu_count: int = 8, migs_per_gpu: int = 7) -> FakeNvml:
             max_mig_devices=7,
             mig_slots={
                 slot: FakeMigDevice(
-                    gi_id=slot + 1,
-                    gi_profile_enum=P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-                    memory_mib=4864,
-                    multiprocessors=14,
-                    gi_slices=1,
-                    ci_slices=1,
+                    gi_id=slot + 1, gi_profile_enum=P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+                    memory_mib=4864, multiprocessors=14, gi_slices=1, ci_slices=1,
                     engines=(1, 0, 0, 0, 0),
                 )
                 for slot in range(migs_per_gpu)
             },
         )
         for index in range(gpu_count)
-    ]
+    ]  # fmt: skip
     return FakeNvml(gpus, driver_version="550.54.15", cuda_version=12040)
