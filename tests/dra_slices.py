@@ -88,11 +88,9 @@ def mig_device(
     gpu: Gpu, device: MigDevice, position: int, snapshot: Snapshot, release: str
 ) -> dict[str, Any]:
     attributes = {
-        "type": _string("mig"),
-        "uuid": _string(f"MIG-{gpu.uuid[4:]}-{position}"),
-        "parentUUID": _string(gpu.uuid),
-        "profile": _string(device.profile),
-    }
+        "type": _string("mig"), "uuid": _string(f"MIG-{gpu.uuid[4:]}-{position}"),
+        "parentUUID": _string(gpu.uuid), "profile": _string(device.profile),
+    }  # fmt: skip
     attributes.update(_common(gpu, snapshot, release))
     engines = device.engines
     capacity = {

@@ -70,11 +70,9 @@ def node(
     vgpu: Vgpu | None = None,
 ) -> Snapshot:
     return Snapshot(
-        driver=Driver(driver, cuda),
-        machine=machine,
-        vgpu=Vgpu() if vgpu is None else vgpu,
+        driver=Driver(driver, cuda), machine=machine, vgpu=Vgpu() if vgpu is None else vgpu,
         gpus=tuple(gpus),
-    )
+    )  # fmt: skip
 
 
 class Clock:

@@ -170,11 +170,9 @@ def device_topology(device: dict[str, Any]) -> dict[str, Any] | None:
     text = topology.get("nodeID") or ""
     node = -1 if text == "" else (_go_int(text, 32) or 0)  # a parse error leaves 0
     return {
-        "socketID": -1,
-        "nodeID": node,
-        "pcieID": topology.get("pcieID") or "",
+        "socketID": -1, "nodeID": node, "pcieID": topology.get("pcieID") or "",
         "busID": topology.get("busID") or "",
-    }
+    }  # fmt: skip
 
 
 def allocate_by_partition(

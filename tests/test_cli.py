@@ -81,11 +81,9 @@ def test_two_models_are_byte_identical_across_runs() -> None:
 def test_output_file_and_env_selection(tmp_path: Path) -> None:
     out = tmp_path / "labels"
     result = run_gfd_here(
-        "--no-timestamp",
-        "--snapshot-file",
-        DGX,
+        "--no-timestamp", "--snapshot-file", DGX,
         env={"GFD_ONESHOT": "yes", "GFD_OUTPUT_FILE": str(out)},
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     assert out.read_text() == DGX_LABELS

@@ -40,11 +40,9 @@ def settings(tmp_path: Path) -> Settings:
 
 def plain_gpu(**changes: object) -> FakeGpu:
     fields: dict[str, object] = {
-        "uuid": "GPU-0",
-        "name": "NVIDIA A100-SXM4-40GB",
-        "bus_id": "00000000:07:00.0",
+        "uuid": "GPU-0", "name": "NVIDIA A100-SXM4-40GB", "bus_id": "00000000:07:00.0",
         "memory_total": A100_BYTES,
-    }
+    }  # fmt: skip
     fields.update(changes)
     return FakeGpu(**fields)  # type: ignore[arg-type]
 

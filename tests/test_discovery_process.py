@@ -172,13 +172,11 @@ def fake_node(tmp_path: Path) -> Iterator[dict[str, Any]]:
     yield {
         "snapshot": snap,
         "env": {
-            "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}",
-            "FAKE_NVML_REPO": ROOT,
-            "FAKE_NVML_SNAPSHOT": str(VARIED),
-            "GFD_SYSFS_ROOT": overrides["sysfs_root"],
+            "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}", "FAKE_NVML_REPO": ROOT,
+            "FAKE_NVML_SNAPSHOT": str(VARIED), "GFD_SYSFS_ROOT": overrides["sysfs_root"],
         },
         "flags": ["--machine-type-file", overrides["machine_type_file"]],
-    }
+    }  # fmt: skip
 
 
 @pytest.fixture

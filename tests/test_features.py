@@ -94,10 +94,8 @@ def test_unknown_facts_are_left_out_and_an_h100_is_80_gib() -> None:
 
 def test_no_driver_no_features_and_lost_gpus_are_counted() -> None:
     assert node_features(replace(node(), driver=None)) == {
-        "flags": {},
-        "attributes": {},
-        "instances": {},
-    }
+        "flags": {}, "attributes": {}, "instances": {},
+    }  # fmt: skip
     lost = replace(node(gpu(0)), lost=(LostGpu(index=1),))
     assert node_features(lost)["attributes"]["nvidia.node"]["elements"]["gpus_lost"] == "1"
 

@@ -218,12 +218,9 @@ def test_lost_gpus_are_a_gauge(metrics: PrometheusMetrics) -> None:
 def test_dropped_log_lines_are_a_counter_read_at_each_scrape(clock: Clock) -> None:
     dropped = [0]
     served = PrometheusMetrics(
-        "127.0.0.1:0",
-        60.0,
-        monotonic=clock,
-        poll_interval=FAST,
+        "127.0.0.1:0", 60.0, monotonic=clock, poll_interval=FAST,
         log_lines_dropped=lambda: dropped[0],
-    )
+    )  # fmt: skip
     try:
         assert samples(served)[("gfd_log_lines_dropped_total", ())] == 0
         dropped[0] = 7

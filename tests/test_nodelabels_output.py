@@ -92,14 +92,12 @@ def test_a_change_is_one_patch_that_touches_only_owned_keys(
     assert api.requests[0].body == {
         "metadata": {
             "labels": {
-                "nvidia.com/gpu.count": "4",
-                "nvidia.com/gpu.memory": "40960",
-                "nvidia.com/gpu.product": None,
-                "nvidia.com/mig.capable": None,
+                "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "40960",
+                "nvidia.com/gpu.product": None, "nvidia.com/mig.capable": None,
             },
             "annotations": {MANAGED_LABELS_ANNOTATION: managed(new)},
         }
-    }
+    }  # fmt: skip
     assert api.node_labels("n1") == {**FOREIGN, **new}
 
 

@@ -79,11 +79,9 @@ def settings(tmp_path: Path) -> Settings:
 
 def gpu(index: int) -> FakeGpu:
     return FakeGpu(
-        uuid=f"GPU-{index}",
-        name="NVIDIA A100-SXM4-40GB",
-        bus_id=f"00000000:{index:02X}:00.0",
+        uuid=f"GPU-{index}", name="NVIDIA A100-SXM4-40GB", bus_id=f"00000000:{index:02X}:00.0",
         memory_total=A100_BYTES,
-    )
+    )  # fmt: skip
 
 
 def bind(device: Path, driver: str) -> None:

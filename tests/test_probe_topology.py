@@ -330,13 +330,11 @@ def test_bindings_declaring_a_billion_links_walk_at_most_the_limit(tmp_path: Pat
 def test_more_gpus_than_the_limit_skip_topology_not_the_pass(tmp_path: Path) -> None:
     gpus = [
         FakeGpu(
-            uuid=f"GPU-{i:04d}",
-            name="NVIDIA L40S",
-            bus_id=f"00000000:{i // 8 + 1:02X}:{i % 8:02X}.0",
-            memory_total=None,
+            uuid=f"GPU-{i:04d}", name="NVIDIA L40S",
+            bus_id=f"00000000:{i // 8 + 1:02X}:{i % 8:02X}.0", memory_total=None,
         )
         for i in range(MAX_TOPOLOGY_GPUS + 1)
-    ]
+    ]  # fmt: skip
     fake = FakeNvml(gpus)
     settings = replace(Settings(), topology_labels=True, sysfs_root=str(tmp_path))
     found = discover(settings, nvml=fake.module)

@@ -125,10 +125,7 @@ FULL = snapshot.Snapshot(
                 enabled=True,
                 devices=(
                     snapshot.MigDevice(
-                        "1g.10gb",
-                        9856,
-                        16,
-                        snapshot.MigSlices(1, 1),
+                        "1g.10gb", 9856, 16, snapshot.MigSlices(1, 1),
                         snapshot.MigEngines(1, 1, 1, 1, 1),
                     ),
                 ),

@@ -60,11 +60,9 @@ def singletons(scores: dict[int, int]) -> list[dict[str, Any]]:
 
 def group(minors: list[int], bandwidth: str, score: int) -> dict[str, Any]:
     return {
-        "minors": minors,
-        "gpuLinkType": "NVLink",
-        "ringBusBandwidth": bandwidth,
+        "minors": minors, "gpuLinkType": "NVLink", "ringBusBandwidth": bandwidth,
         "allocationScore": score,
-    }
+    }  # fmt: skip
 
 
 #: the DGX-1's NVLink pairs (examples/snapshots/dgx1-v100-cube-mesh.yaml): the hybrid cube

@@ -51,12 +51,10 @@ ENGINES = ("copy", "decoder", "encoder", "jpeg", "ofa")
 def new_mig_device(gi: int, ci: int, gb: int, **attributes: int) -> MigDevice:
     """rt.NewMigDevice(gi, ci, gb, attributes...)."""
     return MigDevice(
-        profile=f"{gi}g.{gb}gb",
-        memory_mib=gb,
-        multiprocessors=attributes.get("multiprocessors", 0),
-        slices=MigSlices(gi, ci),
+        profile=f"{gi}g.{gb}gb", memory_mib=gb,
+        multiprocessors=attributes.get("multiprocessors", 0), slices=MigSlices(gi, ci),
         engines=MigEngines(**{engine: attributes.get(engine, 0) for engine in ENGINES}),
-    )
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

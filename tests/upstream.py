@@ -185,11 +185,8 @@ def edited(profile: Path, into: Path, edit: Callable[[dict[str, Any]], object]) 
 def memory(total_bytes: int) -> dict[str, int]:
     """A GPU's ``memory:`` in the mock's profile, all of it free."""
     return {
-        "total_bytes": total_bytes,
-        "reserved_bytes": 0,
-        "free_bytes": total_bytes,
-        "used_bytes": 0,
-    }
+        "total_bytes": total_bytes, "reserved_bytes": 0, "free_bytes": total_bytes, "used_bytes": 0,
+    }  # fmt: skip
 
 
 def fake_pci_tree(

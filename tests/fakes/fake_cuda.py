@@ -134,10 +134,8 @@ class FakeCuda:
                 raise UnrealizableSnapshot("CUDA devices report no MIG, no fabric, a memory")
             devices.append(
                 CudaDevice(
-                    gpu.name,
-                    gpu.memory_mib * 2**20,
-                    gpu.compute_capability.major,
+                    gpu.name, gpu.memory_mib * 2**20, gpu.compute_capability.major,
                     gpu.compute_capability.minor,
                 )
-            )
+            )  # fmt: skip
         return cls(devices=devices, driver_version=snapshot.driver.cuda)
