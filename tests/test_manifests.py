@@ -995,13 +995,9 @@ NODEFEATURE_CASES = [
     ("requester", "name", "node_label", "labels", "allowed"), table(NODEFEATURE_CASES)
 )
 def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
-    requester: str | None,
-    name: str,
-    node_label: str,
-    labels: dict[str, str],
-    allowed: bool,
+    requester: str | None, name: str, node_label: str, labels: dict[str, str], allowed: bool,
     rendered: Render,
-) -> None:
+) -> None:  # fmt: skip
     objects = rendered("nodefeature")
     policy = Policy(only(objects, "ValidatingAdmissionPolicy"))
     namespace, account = service_account_of("nodefeature", objects)

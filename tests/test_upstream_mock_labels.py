@@ -65,13 +65,9 @@ def mock_reference(upstream_reference: Reference) -> Reference:
 
 
 def compare(
-    ref: Reference,
-    profile: Path,
-    strategy: str,
-    pci_class: str,
-    work: Path,
+    ref: Reference, profile: Path, strategy: str, pci_class: str, work: Path,
     config_file: Path | None = None,
-) -> dict[str, str]:
+) -> dict[str, str]:  # fmt: skip
     tree = pci_tree(profile, work, pci_class)
     labels = alike(*run_both(ref, profile, work, strategy, config_file, tree=tree))
     # The comparison means something only if both really read the mock and the fake tree.
@@ -368,14 +364,9 @@ PRODUCT_NAMES = [
 
 @pytest.mark.parametrize(("name", "mig_enabled", "strategy", "theirs", "ours"), PRODUCT_NAMES)
 def test_product_name_labels_against_upstream(
-    mock_reference: Reference,
-    name: str,
-    mig_enabled: bool,
-    strategy: str,
-    theirs: str,
-    ours: str | None,
-    tmp_path: Path,
-) -> None:
+    mock_reference: Reference, name: str, mig_enabled: bool, strategy: str, theirs: str,
+    ours: str | None, tmp_path: Path,
+) -> None:  # fmt: skip
     profile = with_name(mock_reference.profile("a100"), name, tmp_path / "named.yaml")
     if mig_enabled:
         profile = with_mig_enabled(profile, tmp_path / "named-mig.yaml")
@@ -439,12 +430,9 @@ FABRICS = [
 
 @pytest.mark.parametrize(("fabric", "one_gpu", "clique"), FABRICS)
 def test_fabric_clique_labels_equal_upstream(
-    mock_reference: Reference,
-    fabric: dict[str, object] | None,
-    one_gpu: dict[str, object] | None,
-    clique: str | None,
-    tmp_path: Path,
-) -> None:
+    mock_reference: Reference, fabric: dict[str, object] | None, one_gpu: dict[str, object] | None,
+    clique: str | None, tmp_path: Path,
+) -> None:  # fmt: skip
     """NVLink fabric attachment (GB200): the clique label when every GPU is attached to
     one cluster and clique, none otherwise, alike."""
 
