@@ -2,8 +2,7 @@
 
 ``api`` starts a :class:`FakeApiServer`; a module that wants node ``n1`` to exist declares
 ``API_NODE_N1 = {"labels": ..., "annotations": ...}`` (its labels and annotations), and
-``kubeconfig`` points the real client at the server.
-"""
+``kubeconfig`` points the real client at the server."""
 
 from __future__ import annotations
 

@@ -19,8 +19,7 @@ GPUs (the facts NVML gave gfd), following the driver's code at the tag named:
   the PCI address ``pcieBusID``; MIG devices add ``index`` and ``parentIndex`` (:143-181).
 - v25.8.0 (commit 2fbf1c9f): ``deviceinfo.go:85-116``, ``pcieBusID`` still, no index/minor.
 
-The cudaDriverVersion is ``major.minor`` of NVML's integer (``nvlib.go:557``).
-"""
+The cudaDriverVersion is ``major.minor`` of NVML's integer (``nvlib.go:557``)."""
 
 from __future__ import annotations
 

@@ -13,8 +13,7 @@ the Go module proxy in a usable form).  Each function names the Go function it f
   ``getPartitionTableFromXPUDevices``, ``buildXPUDeviceLabels`` and
   ``getXPUDeviceTopology`` (``pkg/koordlet/statesinformer/impl/states_device_linux.go``);
 - :func:`allocate_by_partition`: the outcome of ``allocateByPartition``
-  (``pkg/scheduler/plugins/deviceshare/allocator_gpu.go``) on an idle node.
-"""
+  (``pkg/scheduler/plugins/deviceshare/allocator_gpu.go``) on an idle node."""
 
 from __future__ import annotations
 

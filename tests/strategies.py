@@ -10,8 +10,7 @@ PCI class, MIG mode and layout, fabric.
 
 ``configs()`` draws :class:`gfd.config.Config` values directly (pattern lists and a
 sharing section); ``config_documents()`` draws config-file text together with the Config
-the loader must make of it.
-"""
+the loader must make of it."""
 
 from __future__ import annotations
 

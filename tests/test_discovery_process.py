@@ -10,8 +10,7 @@ Two kinds of run:
 
 Most runs call the command line in-process (tests/process.py: ``run_gfd_here``); real
 processes stay for the exit status 1 of a failed pass (no driver; a GPU lost, through the
-shim) and for the GPU lost while a process dumps its snapshot.
-"""
+shim) and for the GPU lost while a process dumps its snapshot."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 For every example and fixture snapshot, and for generated ones.  A snapshot without a
 driver is a node where NVML is unavailable: discovery raises NvmlUnavailableError and the
-host-only discovery gives it back.
-"""
+host-only discovery gives it back."""
 
 from __future__ import annotations
 

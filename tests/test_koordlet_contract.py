@@ -7,8 +7,7 @@ commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e: Go's JSON decoding into ``XPUDe
 (``pkg/koordlet/statesinformer/impl/states_device_linux.go``), ``GetXPUDevice``
 (``pkg/koordlet/metricsadvisor/devices/xpu/collector_xpu.go``).  Every snapshot of
 ``examples/snapshots`` (and the variants of tests/test_topology.py) is turned into the file
-gfd writes and read back as koordlet would.
-"""
+gfd writes and read back as koordlet would."""
 
 from __future__ import annotations
 

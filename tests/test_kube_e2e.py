@@ -2,8 +2,7 @@
 
 Progress is followed through the daemon's own ``/metrics`` (pass counters), never through
 wall-clock time: "at the next pass" means "by the time two more passes have finished" (the
-pass in flight when the file changed may have read the old one).
-"""
+pass in flight when the file changed may have read the old one)."""
 
 from __future__ import annotations
 

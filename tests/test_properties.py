@@ -2,8 +2,7 @@
 
 The checks are written against SPEC §3 and §5 without using the engine's helpers: the
 label grammar, sanitising, wildcard matching and the common-label rule are all re-stated
-here, so a mistake in the engine cannot hide behind the same mistake in the test.
-"""
+here, so a mistake in the engine cannot hide behind the same mistake in the test."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@ by the API server, a wait between retries, a credential plugin running, a main t
 where no Python handler runs, the exit itself.  SIGHUP is a reload or nothing, never a death;
 SIGTERM, SIGINT and SIGQUIT end the process with status 0.  Waits are guards against a hung
 test, except where the bound is what is tested: a stop ends the process within
-``signals.STOP_BOUND_SECONDS`` (plus slack for a loaded machine; without the fix, never).
-"""
+``signals.STOP_BOUND_SECONDS`` (plus slack for a loaded machine; without the fix, never)."""
 
 from __future__ import annotations
 

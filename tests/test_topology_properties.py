@@ -5,8 +5,7 @@ random NVSwitch links, one NVLink generation per GPU.  The model enumerates ever
 through a group's members; the table must list exactly the candidate groups that have one
 (on a node with NVSwitch links the index-aligned blocks, elsewhere every set of 2, 4, 8
 GPUs NVLink joins), with the best cycle's bottleneck as bandwidth, and score each by what
-it leaves (seed 003: the largest disjoint partition, then its best bandwidth).
-"""
+it leaves (seed 003: the largest disjoint partition, then its best bandwidth)."""
 
 from __future__ import annotations
 

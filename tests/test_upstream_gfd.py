@@ -7,8 +7,7 @@ expressions; vGPU lines are checked against ``expected-output-vgpu.txt`` only).
 
 upstream's node: the ``tests/test_upstream_lm.py`` mocks, the machine-type file
 ``/tmp/machine-type`` holding ``product-name\\n``, and the mock vGPU library (one vGPU
-device; the host driver strings below are ours, upstream's patterns accept any).
-"""
+device; the host driver strings below are ours, upstream's patterns accept any)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,7 @@ same, MIG-capable and enabled, compute capability **0.0** (no family/compute lab
 gi/ci, multiprocessors and engines 0 unless given; the manager: driver ``400.300``, CUDA 8.0.
 Where the stored tables predate the ``sharing-strategy`` label, the expected maps add it as
 upstream's ``baseLabeler`` (internal/lm/resource.go) emits it: the active strategy when
-replicas > 1, else ``none``; ``""`` in the single-strategy INVALID set (SPEC §5.2).
-"""
+replicas > 1, else ``none``; ``""`` in the single-strategy INVALID set (SPEC §5.2)."""
 
 from __future__ import annotations
 

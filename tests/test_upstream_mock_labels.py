@@ -13,8 +13,7 @@ Where the two differ the difference is asserted exactly: upstream at fault (labe
 that are not valid, two GPU models picked at random, a panic on a non-GPU function at a GPU
 bus id), or on purpose (a config's ``resources`` renames gfd's resource; a GPU on the bus
 that NVML does not list fails gfd's oneshot as lost).  Without ``../shared/nvidia-reference``
-the tests skip with one line (unless the bench script's build is at hand); with it they fail.
-"""
+the tests skip with one line (unless the bench script's build is at hand); with it they fail."""
 
 from __future__ import annotations
 

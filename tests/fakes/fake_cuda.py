@@ -4,8 +4,7 @@
 would: the same function names, called with the same ctypes arguments (``byref`` pointers
 it writes through, ``c_int`` values, a string buffer and its length), returning a
 ``CUresult`` int.  ``fail[function] = code`` makes a function return that code; ``calls``
-records every call by name.  ``from_snapshot`` builds the library a tegra snapshot implies.
-"""
+records every call by name.  ``from_snapshot`` builds the library a tegra snapshot implies."""
 
 from __future__ import annotations
 

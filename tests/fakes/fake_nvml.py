@@ -25,8 +25,7 @@ What it models:
 ``FakeNvml.from_snapshot(snapshot)`` inverts discovery: it produces the raw NVML values
 (memory in bytes, GPU-instance profile enums and ids, fabric structs) from which discovery
 must give the snapshot back.  It raises :class:`UnrealizableSnapshot` for a snapshot no
-NVML could produce (e.g. a MIG profile name that does not follow from the memory sizes).
-"""
+NVML could produce (e.g. a MIG profile name that does not follow from the memory sizes)."""
 
 from __future__ import annotations
 
