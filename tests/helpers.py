@@ -85,6 +85,27 @@ class Clock:
         return self.now
 
 
+#: the example snapshots the API tests publish, and node n1's labels and annotations that are
+#: not gfd's (a stock node's, a device plugin's and an operator's)
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "examples" / "snapshots"
+SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
+SNAPSHOT_B = SNAPSHOTS / "two-models.yaml"  # fewer labels: some of A's keys disappear
+FOREIGN = {
+    "kubernetes.io/hostname": "n1", "nvidia.com/gpu.present": "true",
+    "nvidia.com/device-plugin.config": "a100",
+}  # fmt: skip
+FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
+
+
+def expected_labels(path: Path) -> dict[str, str]:
+    """The labels of the snapshot at ``path`` (no MIG strategy, no config, no timestamp)."""
+    from gfd.config import Config
+    from gfd.labels import build
+    from gfd.snapshot import load
+
+    return build(load(str(path)), "none", Config(), None).labels
+
+
 def table(cases: list[tuple[Any, ...]]) -> list[Any]:
     """Rows (description, *values) of a table-driven test as pytest params, each with its
     description as its id."""
