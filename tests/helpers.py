@@ -85,6 +85,13 @@ class Clock:
         return self.now
 
 
+#: SPEC §5.2's per-resource label suffixes, in the order a resource's labels are listed
+RESOURCE_SUFFIXES = (
+    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
+    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
+    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
+)  # fmt: skip
+
 #: the example snapshots the API tests publish, and node n1's labels and annotations that are
 #: not gfd's (a stock node's, a device plugin's and an operator's)
 SNAPSHOTS = Path(__file__).resolve().parents[1] / "examples" / "snapshots"

@@ -23,7 +23,7 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
-from tests.helpers import H100, gpu, mig, node
+from tests.helpers import H100, RESOURCE_SUFFIXES, gpu, mig, node
 
 P = "nvidia.com/"
 
@@ -38,18 +38,11 @@ def config(text: str) -> Config:
     return parse_config_text(text, "test.yaml").config
 
 
-SUFFIXES = {
-    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
-    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
-    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
-}  # fmt: skip
-
-
 def resource(labels: dict[str, str], name: str) -> dict[str, str]:
     """The labels of one resource, keyed by suffix (``mig-1g.5gb`` excludes ``mig-1g.5gb.me``)."""
     prefix = f"{P}{name}."
     found = {k[len(prefix) :]: v for k, v in labels.items() if k.startswith(prefix)}
-    return {suffix: v for suffix, v in found.items() if suffix in SUFFIXES}
+    return {suffix: v for suffix, v in found.items() if suffix in RESOURCE_SUFFIXES}
 
 
 def pairs(text: str) -> dict[str, str]:

@@ -23,6 +23,7 @@ from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.settings import parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
+from tests.helpers import RESOURCE_SUFFIXES
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
 PROPERTY = settings(
@@ -121,11 +122,6 @@ def family(major: int, minor: int) -> str:
     return names.get(major, "undefined")
 
 
-RESOURCE_SUFFIXES = (
-    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
-    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
-    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
-)  # fmt: skip
 SINGLE_OVERRIDES = set(RESOURCE_SUFFIXES) - {"machine", "mode", "family"}
 SINGLE_OVERRIDES -= {"compute.major", "compute.minor"}
 
