@@ -8,8 +8,6 @@ Display")`` (pkg/nvlib/device/api.go) and ``VisitDevices`` skips a device whose
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -22,11 +20,6 @@ from tests.process import run_gfd_here
 from .fakes.fake_nvml import FakeGpu, FakeNvml
 
 A100_80GB_BYTES = 81920 * 2**20
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 def station(display_name: str = "NVIDIA DGX Display") -> FakeNvml:

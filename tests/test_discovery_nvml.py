@@ -33,11 +33,6 @@ A100_BYTES = 40960 * 2**20
 CLUSTER = uuid.UUID("7b968a6d-c8aa-45e1-9e07-e1e51be99c31")
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
-
-
 def plain_gpu(**changes: object) -> FakeGpu:
     fields: dict[str, object] = {
         "uuid": "GPU-0", "name": "NVIDIA A100-SXM4-40GB", "bus_id": "00000000:07:00.0",

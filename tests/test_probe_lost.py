@@ -8,7 +8,6 @@ import json
 import os
 import re
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -70,11 +69,6 @@ def test_thousands_of_lost_entries_are_served(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ sysfs
-
-
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 def gpu(index: int) -> FakeGpu:
