@@ -99,11 +99,8 @@ def test_vfio_gpus_come_in_bus_order_and_a_graphics_gpu_counts(
     for address in ("0001:01:00.0", "0000:65:00.0", "0000:17:00.0"):
         sysfs.add_passthrough_gpu(address, pci_class=0x030000, device_id=0x2330)
     found = discover(settings_for(sysfs, "vfio"))
-    assert [gpu.pci_bus_id for gpu in found.gpus] == [
-        "0000:17:00.0",
-        "0000:65:00.0",
-        "0001:01:00.0",
-    ]
+    buses = [gpu.pci_bus_id for gpu in found.gpus]
+    assert buses == ["0000:17:00.0", "0000:65:00.0", "0001:01:00.0"]
     assert [gpu.index for gpu in found.gpus] == [0, 1, 2]
     assert {gpu.name for gpu in found.gpus} == {"GH100 [H100 SXM5 80GB]"}
     assert {gpu.pci_class for gpu in found.gpus} == {0x030000}
@@ -121,10 +118,9 @@ def test_a_device_the_database_does_not_know_is_unknown_device(
 
 def test_the_database_is_read_for_nvidia_devices_only(pci_ids: Path) -> None:
     assert vfio.nvidia_device_names((str(pci_ids),)) == {
-        0x20B0: "GA100 [A100 SXM4 40GB]",
-        0x20F1: "GA100 [A100 PCIe 40GB]",
+        0x20B0: "GA100 [A100 SXM4 40GB]", 0x20F1: "GA100 [A100 PCIe 40GB]",
         0x2330: "GH100 [H100 SXM5 80GB]",
-    }
+    }  # fmt: skip
 
 
 def _resource(*regions: tuple[int, int]) -> str:

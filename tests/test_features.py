@@ -65,11 +65,8 @@ def test_mig_devices_and_profiles() -> None:
     snap = node(gpu(0, mig=mig("1g.5gb", "2g.10gb", "1g.5gb")), gpu(1, mig=mig(enabled=False)))
     features = node_features(snap)
     first, second = (e["attributes"] for e in features["instances"]["nvidia.gpu"]["elements"])
-    assert (first["mig_mode"], first["mig_profiles"], first["mig_devices"]) == (
-        "enabled",
-        "1g.5gb,2g.10gb",
-        "3",
-    )
+    mig_facts = (first["mig_mode"], first["mig_profiles"], first["mig_devices"])
+    assert mig_facts == ("enabled", "1g.5gb,2g.10gb", "3")
     assert second["mig_mode"] == "disabled"
     assert "mig_profiles" not in second  # no profile: left out, never ""
     migs = [e["attributes"] for e in features["instances"]["nvidia.mig"]["elements"]]

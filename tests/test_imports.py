@@ -108,11 +108,8 @@ def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) ->
     assert loaded(recorded, NOT_FOR_THE_SNAPSHOT_PATH) == []
     assert not recorded["yaml_dumper_built"]
     # what it does use is seen (the recorder works)
-    assert loaded(recorded, ["yaml", "gfd.outputs.file", "gfd.labels"]) == [
-        "yaml",
-        "gfd.outputs.file",
-        "gfd.labels",
-    ]
+    used = ["yaml", "gfd.outputs.file", "gfd.labels"]
+    assert loaded(recorded, used) == used
 
 
 def test_snapshot_oneshot_to_a_file_imports_only_what_it_uses(tmp_path: Path) -> None:
