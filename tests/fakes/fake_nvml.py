@@ -51,25 +51,15 @@ INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
 
 P = real  # profile enum constants, for brevity below
 
-# (G slices, suffix) -> NVML_GPU_INSTANCE_PROFILE_* enum, for the names a GPU can have.
+# (G slices, suffix) -> NVML_GPU_INSTANCE_PROFILE_* enum, for the names a GPU can have: the
+# suffix's spelling in the enum's name, and the slice counts that have it.
+ENUM_SUFFIXES = {"": ("", (1, 2, 3, 4, 6, 7, 8)), "+me": ("_REV1", (1, 2)),
+                 "+me.all": ("_ALL_ME", (1, 2)), "+gfx": ("_GFX", (1, 2, 3, 4)),
+                 "-me": ("_NO_ME", (1, 2))}  # fmt: skip
 PROFILE_ENUMS: dict[tuple[int, str], int] = {
-    (1, ""): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-    (2, ""): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
-    (3, ""): P.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
-    (4, ""): P.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
-    (6, ""): P.NVML_GPU_INSTANCE_PROFILE_6_SLICE,
-    (7, ""): P.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
-    (8, ""): P.NVML_GPU_INSTANCE_PROFILE_8_SLICE,
-    (1, "+me"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
-    (2, "+me"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1,
-    (1, "+me.all"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME,
-    (2, "+me.all"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME,
-    (1, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX,
-    (2, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-    (3, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX,
-    (4, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX,
-    (1, "-me"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME,
-    (2, "-me"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME,
+    (slices, suffix): getattr(P, f"NVML_GPU_INSTANCE_PROFILE_{slices}_SLICE{spelling}")
+    for suffix, (spelling, counts) in ENUM_SUFFIXES.items()
+    for slices in counts
 }
 SLICES_OF_ENUM = {enum: slices for (slices, _suffix), enum in PROFILE_ENUMS.items()}
 SLICES_OF_ENUM[P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2] = 1
@@ -98,15 +88,7 @@ PROFILE_IDS: dict[int, int] = {
     P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX: 39,
 }
 # What every fake MIG GPU supports besides the enums its devices use (an A100's plain set).
-BASE_PROFILE_ENUMS = frozenset(
-    {
-        P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
-    }
-)
+BASE_PROFILE_ENUMS = frozenset(PROFILE_ENUMS[slices, ""] for slices in (1, 2, 3, 4, 7))
 
 _PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me\.all|\+me|\+gfx|-me)?$")
 _SYSFS_BUS_ID = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
