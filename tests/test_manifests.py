@@ -5,7 +5,6 @@ package skips outside CI and fails in CI (CI=true)."""
 from __future__ import annotations
 
 import copy
-import http.client
 import importlib
 import importlib.util
 import json
@@ -30,7 +29,7 @@ from gfd.labels import keys
 from gfd.options import NFD_FEATURES_FILE, OPTIONS
 from gfd.settings import Settings, resolve
 from tests.helpers import SAFE_LOADER, manifests_tool, table
-from tests.process import free_port
+from tests.process import free_port, http_get
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -1011,20 +1010,13 @@ def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
 # ---------------------------------------------------------------------- probes, for real
 
 
-def _get(port: int, path: str) -> int | None:
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        connection.request("GET", path)
-        status = connection.getresponse().status
-        connection.close()
-        return status
-    except OSError:
-        return None
-
-
 def _poll(port: int, path: str, attempts: int = 200) -> Iterator[int | None]:
+    """The status of ``GET path`` (None while nothing listens), every 50 ms."""
     for _ in range(attempts):
-        yield _get(port, path)
+        try:
+            yield http_get(port, path)[0]
+        except OSError:
+            yield None
         time.sleep(0.05)
 
 
