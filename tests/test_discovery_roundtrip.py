@@ -220,6 +220,9 @@ def test_generated_snapshots_round_trip(
         options["bytes_strings"] = True
     with tempfile.TemporaryDirectory() as directory:
         found = discover_through_fakes(snapshot, Path(directory), **options)
-    assert found == snapshot
+    # a GPU named as the display adapter is skipped, as in the files (Hypothesis draws the
+    # code's string constants, so it does name one)
+    gpus = tuple(gpu for gpu in snapshot.gpus if not is_skipped_device(gpu.name))
+    assert found == replace(snapshot, gpus=gpus)
     # ...and through --dump-snapshot / --snapshot-file
     assert snapshot_io.loads(snapshot_io.dumps(found)) == found
