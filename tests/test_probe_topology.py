@@ -31,7 +31,7 @@ from gfd.snapshot import (
 )
 from tests.process import run_gfd_here
 
-from .fakes.fake_nvml import FakeGpu, FakeNvml
+from .fakes.fake_nvml import TOPOLOGY_FUNCTIONS, FakeGpu, FakeNvml
 from .fakes.fake_sysfs import build_from_snapshot
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "snapshots"
@@ -237,17 +237,9 @@ def test_link_graph_of_a_hand_built_oversized_snapshot_is_none() -> None:
 # ------------------------------------------------------------------ hostile NVML
 
 
-def hostile(fake: FakeNvml, names: list[str], behaviour: Any) -> None:
+def hostile(fake: FakeNvml, names: tuple[str, ...], behaviour: Any) -> None:
     for name in names:
         setattr(fake.module, name, behaviour)
-
-
-TOPOLOGY_CALLS = [
-    "nvmlDeviceGetMinorNumber", "nvmlDeviceGetCpuAffinity", "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkVersion", "nvmlDeviceGetNvLinkRemoteDeviceType",
-    "nvmlDeviceGetNvLinkRemotePciInfo", "nvmlDeviceGetTopologyCommonAncestor",
-    "nvmlDeviceGetP2PStatus",
-]  # fmt: skip
 
 
 def raising(*args: Any) -> Any:
@@ -278,7 +270,7 @@ def test_topology_calls_that_raise_or_answer_garbage_never_fail_discovery(
 ) -> None:
     snap = snapshot_io.load(str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"))
     fake = FakeNvml.from_snapshot(snap)
-    hostile(fake, TOPOLOGY_CALLS, behaviour)
+    hostile(fake, TOPOLOGY_FUNCTIONS, behaviour)
     overrides = build_from_snapshot(tmp_path, snap)
     found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.gpus == snap.gpus

@@ -545,6 +545,8 @@ class FakeNvml:
 #: every function of the pynvml surface the fake implements (the counted ones), in the order
 #: of its methods above (topology last)
 FUNCTIONS = tuple(name[1:] for name in vars(FakeNvml) if name.startswith("_nvml"))
+#: the calls of topology discovery: the fake's functions from the minor number on
+TOPOLOGY_FUNCTIONS = FUNCTIONS[FUNCTIONS.index("nvmlDeviceGetMinorNumber") :]
 
 
 # --------------------------------------------------------------------------- inversion
