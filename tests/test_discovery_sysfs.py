@@ -261,10 +261,16 @@ def test_scan_config_that_is_a_directory(tree: FakeSysfs) -> None:
 # ------------------------------------------------------------------ machine type
 
 
-def test_machine_type(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"  DGXA100 920-23687-2530-000 \n", "DGXA100 920-23687-2530-000"),
+    # upstream labels a node whose file is empty ``gpu.machine=`` (empty), not ``unknown``
+    (b"", ""), (b"\n", ""), (b"  \t\n", ""),
+    (b"Server \xff\xfe X\n", "Server \ufffd\ufffd X"),
+])  # fmt: skip
+def test_machine_type_is_the_file_stripped(tmp_path: Path, content: bytes, expected: str) -> None:
     path = tmp_path / "product_name"
-    path.write_text("  DGXA100 920-23687-2530-000 \n")
-    assert sysfs.read_machine_type(str(path)) == "DGXA100 920-23687-2530-000"
+    path.write_bytes(content)
+    assert sysfs.read_machine_type(str(path)) == expected
 
 
 def test_machine_type_unreadable(tmp_path: Path) -> None:
@@ -274,17 +280,3 @@ def test_machine_type_unreadable(tmp_path: Path) -> None:
 
 def test_machine_type_empty_path() -> None:
     assert sysfs.read_machine_type("") is None
-
-
-@pytest.mark.parametrize("content", [b"", b"\n", b"  \t\n"])
-def test_machine_type_empty_file_is_empty_string(tmp_path: Path, content: bytes) -> None:
-    """Upstream labels such a node ``gpu.machine=`` (empty), not ``unknown``."""
-    path = tmp_path / "product_name"
-    path.write_bytes(content)
-    assert sysfs.read_machine_type(str(path)) == ""
-
-
-def test_machine_type_not_utf8(tmp_path: Path) -> None:
-    path = tmp_path / "product_name"
-    path.write_bytes(b"Server \xff\xfe X\n")
-    assert sysfs.read_machine_type(str(path)) == "Server \ufffd\ufffd X"
