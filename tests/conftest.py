@@ -2,8 +2,7 @@
 
 ``api`` starts a :class:`FakeApiServer`; a module that wants node ``n1`` to exist declares
 ``API_NODE_N1 = {"labels": ..., "annotations": ...}`` (its labels and annotations), and
-``kubeconfig`` points the real client at the server.
-"""
+``kubeconfig`` points the real client at the server."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from gfd.observability import configure_logging, use_structlog
+from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.process import ROOT, Daemon
 from tests.upstream import Reference, require_reference
@@ -27,9 +28,7 @@ from tests.upstream import Reference, require_reference
 #: data generation (snapshots are big on purpose).  Each property keeps its own
 #: ``max_examples``; HYPOTHESIS_PROFILE picks another registered profile.
 settings.register_profile(
-    "gfd",
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    "gfd", deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "gfd"))
 
@@ -70,6 +69,12 @@ def api(request: pytest.FixtureRequest) -> Iterator[FakeApiServer]:
         if node is not None:
             server.add_node("n1", labels=node.get("labels"), annotations=node.get("annotations"))
         yield server
+
+
+@pytest.fixture(name="settings")
+def discovery_settings(tmp_path: Path) -> Settings:
+    """Settings for discovery on a fake NVML: an empty sysfs of the test's, no machine file."""
+    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
 
 
 @pytest.fixture

@@ -19,8 +19,7 @@ GPUs (the facts NVML gave gfd), following the driver's code at the tag named:
   the PCI address ``pcieBusID``; MIG devices add ``index`` and ``parentIndex`` (:143-181).
 - v25.8.0 (commit 2fbf1c9f): ``deviceinfo.go:85-116``, ``pcieBusID`` still, no index/minor.
 
-The cudaDriverVersion is ``major.minor`` of NVML's integer (``nvlib.go:557``).
-"""
+The cudaDriverVersion is ``major.minor`` of NVML's integer (``nvlib.go:557``)."""
 
 from __future__ import annotations
 
@@ -31,15 +30,9 @@ from gfd.snapshot import Gpu, MigDevice, Snapshot
 
 DRIVER = "gpu.nvidia.com"
 ARCHITECTURES = {
-    3: "Kepler",
-    5: "Maxwell",
-    6: "Pascal",
-    7: "Volta",
-    8: "Ampere",
-    9: "Hopper",
-    10: "Blackwell",
+    3: "Kepler", 5: "Maxwell", 6: "Pascal", 7: "Volta", 8: "Ampere", 9: "Hopper", 10: "Blackwell",
     12: "Blackwell",
-}
+}  # fmt: skip
 
 
 def semver(text: str) -> str:
@@ -94,22 +87,16 @@ def mig_device(
     gpu: Gpu, device: MigDevice, position: int, snapshot: Snapshot, release: str
 ) -> dict[str, Any]:
     attributes = {
-        "type": _string("mig"),
-        "uuid": _string(f"MIG-{gpu.uuid[4:]}-{position}"),
-        "parentUUID": _string(gpu.uuid),
-        "profile": _string(device.profile),
-    }
+        "type": _string("mig"), "uuid": _string(f"MIG-{gpu.uuid[4:]}-{position}"),
+        "parentUUID": _string(gpu.uuid), "profile": _string(device.profile),
+    }  # fmt: skip
     attributes.update(_common(gpu, snapshot, release))
     engines = device.engines
     capacity = {
-        "multiprocessors": device.multiprocessors,
-        "copyEngines": engines.copy,
-        "decoders": engines.decoder,
-        "encoders": engines.encoder,
-        "jpegEngines": engines.jpeg,
-        "ofaEngines": engines.ofa,
-        "memory": device.memory_mib << 20,
-    }
+        "multiprocessors": device.multiprocessors, "copyEngines": engines.copy,
+        "decoders": engines.decoder, "encoders": engines.encoder, "jpegEngines": engines.jpeg,
+        "ofaEngines": engines.ofa, "memory": device.memory_mib << 20,
+    }  # fmt: skip
     profile = device.profile.replace(".", "")
     return {
         "name": f"gpu-{gpu.index}-mig-{profile}-{position}-{position}",

@@ -52,16 +52,10 @@ def gpu(
     fabric: Fabric | None = None,
 ) -> Gpu:
     return Gpu(
-        index=index,
-        uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
-        name=name,
-        pci_bus_id=f"0000:{index + 1:02x}:00.0",
-        pci_class=pci_class,
-        memory_mib=memory,
-        compute_capability=ComputeCapability(*cc),
-        mig=mig,
-        fabric=fabric,
-    )
+        index=index, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000", name=name,
+        pci_bus_id=f"0000:{index + 1:02x}:00.0", pci_class=pci_class, memory_mib=memory,
+        compute_capability=ComputeCapability(*cc), mig=mig, fabric=fabric,
+    )  # fmt: skip
 
 
 def mig(*profiles: str, enabled: bool = True) -> Mig:
@@ -76,11 +70,9 @@ def node(
     vgpu: Vgpu | None = None,
 ) -> Snapshot:
     return Snapshot(
-        driver=Driver(driver, cuda),
-        machine=machine,
-        vgpu=Vgpu() if vgpu is None else vgpu,
+        driver=Driver(driver, cuda), machine=machine, vgpu=Vgpu() if vgpu is None else vgpu,
         gpus=tuple(gpus),
-    )
+    )  # fmt: skip
 
 
 class Clock:
@@ -91,6 +83,34 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+#: SPEC §5.2's per-resource label suffixes, in the order a resource's labels are listed
+RESOURCE_SUFFIXES = (
+    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
+    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
+    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
+)  # fmt: skip
+
+#: the example snapshots the API tests publish, and node n1's labels and annotations that are
+#: not gfd's (a stock node's, a device plugin's and an operator's)
+SNAPSHOTS = Path(__file__).resolve().parents[1] / "examples" / "snapshots"
+SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
+SNAPSHOT_B = SNAPSHOTS / "two-models.yaml"  # fewer labels: some of A's keys disappear
+FOREIGN = {
+    "kubernetes.io/hostname": "n1", "nvidia.com/gpu.present": "true",
+    "nvidia.com/device-plugin.config": "a100",
+}  # fmt: skip
+FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
+
+
+def expected_labels(path: Path) -> dict[str, str]:
+    """The labels of the snapshot at ``path`` (no MIG strategy, no config, no timestamp)."""
+    from gfd.config import Config
+    from gfd.labels import build
+    from gfd.snapshot import load
+
+    return build(load(str(path)), "none", Config(), None).labels
 
 
 def table(cases: list[tuple[Any, ...]]) -> list[Any]:

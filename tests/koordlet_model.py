@@ -13,8 +13,7 @@ the Go module proxy in a usable form).  Each function names the Go function it f
   ``getPartitionTableFromXPUDevices``, ``buildXPUDeviceLabels`` and
   ``getXPUDeviceTopology`` (``pkg/koordlet/statesinformer/impl/states_device_linux.go``);
 - :func:`allocate_by_partition`: the outcome of ``allocateByPartition``
-  (``pkg/scheduler/plugins/deviceshare/allocator_gpu.go``) on an idle node.
-"""
+  (``pkg/scheduler/plugins/deviceshare/allocator_gpu.go``) on an idle node."""
 
 from __future__ import annotations
 
@@ -29,23 +28,14 @@ COMMIT = "a7a1b76bbf81abd26f9c377de1f31a60dd965f6e"
 #: | a nested struct (pointer: null allowed) | ("list", struct) (a slice)
 P2P_LINK = {"peerMinor": "string", "type": "string"}
 TOPOLOGY = {
-    "p2pLinks": ("list", P2P_LINK),
-    "mustHonorPartition": "bool",
-    "socketID": "string",
-    "nodeID": "string",
-    "pcieID": "string",
-    "busID": "string",
-}
+    "p2pLinks": ("list", P2P_LINK), "mustHonorPartition": "bool", "socketID": "string",
+    "nodeID": "string", "pcieID": "string", "busID": "string",
+}  # fmt: skip
 STATUS = {"healthy": "bool", "errCode": "string", "errMessage": "string"}
 XPU_DEVICE_INFO = {
-    "vendor": "string",
-    "model": "string",
-    "uuid": "string",
-    "minor": "string",
-    "resources": "map",
-    "topology": TOPOLOGY,
-    "status": STATUS,
-}
+    "vendor": "string", "model": "string", "uuid": "string", "minor": "string", "resources": "map",
+    "topology": TOPOLOGY, "status": STATUS,
+}  # fmt: skip
 
 #: pkg/koordlet/metricsadvisor/devices/helper/topology.go, pcieRegexp
 PCIE_REGEXP = re.compile(r"pci\d{4}:[0-9a-fA-F]{2}")
@@ -179,11 +169,9 @@ def device_topology(device: dict[str, Any]) -> dict[str, Any] | None:
     text = topology.get("nodeID") or ""
     node = -1 if text == "" else (_go_int(text, 32) or 0)  # a parse error leaves 0
     return {
-        "socketID": -1,
-        "nodeID": node,
-        "pcieID": topology.get("pcieID") or "",
+        "socketID": -1, "nodeID": node, "pcieID": topology.get("pcieID") or "",
         "busID": topology.get("busID") or "",
-    }
+    }  # fmt: skip
 
 
 def allocate_by_partition(

@@ -23,27 +23,12 @@ GFD = [sys.executable, "-m", "gfd"]
 
 
 #: the environment variables gfd reads besides GFD_*: never inherited from outside the test
-GFD_VARIABLES = set(
-    [
-        "MIG_STRATEGY",
-        "FAIL_ON_INIT_ERROR",
-        "CONFIG_FILE",
-        "USE_NODE_FEATURE_API",
-        "DEVICE_DISCOVERY_STRATEGY",
-        "NODE_NAME",
-        "NAMESPACE",
-        "POD_NAME",
-        "KUBECONFIG",
-        "CONFIG_FILE_SRCDIR",
-        "NODE_LABEL",
-        "DEFAULT_CONFIG",
-        "FALLBACK_STRATEGIES",
-        "DRIVER_ROOT_CTR_PATH",
-        "CONTAINER_DRIVER_ROOT",
-        "KUBE_API_QPS",
-        "KUBE_API_BURST",
-    ]
-)
+GFD_VARIABLES = {
+    "MIG_STRATEGY", "FAIL_ON_INIT_ERROR", "CONFIG_FILE", "USE_NODE_FEATURE_API", "NODE_NAME",
+    "DEVICE_DISCOVERY_STRATEGY", "NAMESPACE", "POD_NAME", "KUBECONFIG", "CONFIG_FILE_SRCDIR",
+    "NODE_LABEL", "DEFAULT_CONFIG", "FALLBACK_STRATEGIES", "DRIVER_ROOT_CTR_PATH",
+    "CONTAINER_DRIVER_ROOT", "KUBE_API_QPS", "KUBE_API_BURST",
+}  # fmt: skip
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -10,8 +10,7 @@ PCI class, MIG mode and layout, fabric.
 
 ``configs()`` draws :class:`gfd.config.Config` values directly (pattern lists and a
 sharing section); ``config_documents()`` draws config-file text together with the Config
-the loader must make of it.
-"""
+the loader must make of it."""
 
 from __future__ import annotations
 
@@ -39,48 +38,22 @@ from gfd.snapshot import (
 )
 
 __all__ = [
-    "GPU_NAMES",
-    "MIG_PROFILES",
-    "config_documents",
-    "configs",
-    "mig_strategies",
-    "resource_names",
-    "snapshots",
-]
+    "GPU_NAMES", "MIG_PROFILES", "config_documents", "configs", "mig_strategies",
+    "resource_names", "snapshots",
+]  # fmt: skip
 
 # ----------------------------------------------------------------------------- tables
 
 GPU_NAMES = (
-    "NVIDIA A100-SXM4-40GB",
-    "NVIDIA A100-SXM4-80GB",
-    "NVIDIA A100 80GB PCIe",
-    "NVIDIA A30",
-    "NVIDIA H100 80GB HBM3",
-    "NVIDIA H100 NVL",
-    "NVIDIA H200",
-    "NVIDIA GB200",
-    "NVIDIA B200",
-    "NVIDIA L40S",
-    "NVIDIA RTX A6000",
-    "NVIDIA GeForce RTX 4090",
-    "NVIDIA TITAN X (Pascal)",
-    "Tesla V100-SXM2-16GB",
-    "Tesla T4",
-    "Quadro RTX 6000",
-    "GRID A100X-4C",
+    "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe", "NVIDIA A30",
+    "NVIDIA H100 80GB HBM3", "NVIDIA H100 NVL", "NVIDIA H200", "NVIDIA GB200", "NVIDIA B200",
+    "NVIDIA L40S", "NVIDIA RTX A6000", "NVIDIA GeForce RTX 4090", "NVIDIA TITAN X (Pascal)",
+    "Tesla V100-SXM2-16GB", "Tesla T4", "Quadro RTX 6000", "GRID A100X-4C",
     # odd ones: parentheses, runs of spaces, edges that are not alphanumeric, non-ASCII,
     # characters that sanitising deletes, nothing left after sanitising, very long
-    "  NVIDIA   spaced  (out)  ",
-    "(((parens)))",
-    "-dash-first_",
-    ".dot.first.",
-    "NVIDIA Ä/Ö GPU",
-    "tab\tand\nnewline",
-    "*star*",
-    "",
-    "NVIDIA " + "VeryLongProductName-" * 5,
-    "x" * 70,
-)
+    "  NVIDIA   spaced  (out)  ", "(((parens)))", "-dash-first_", ".dot.first.", "NVIDIA Ä/Ö GPU",
+    "tab\tand\nnewline", "*star*", "", "NVIDIA " + "VeryLongProductName-" * 5, "x" * 70,
+)  # fmt: skip
 
 #: profile -> (memory_mib, multiprocessors, (gi, ci), (copy, decoder, encoder, jpeg, ofa))
 MIG_PROFILES: dict[str, tuple[int, int, tuple[int, int], tuple[int, int, int, int, int]]] = {
@@ -110,15 +83,9 @@ CLUSTER_UUIDS = ("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", "0c0ffee0-1111-4222-833
 VGPU_DEVICES = (("460.16", "r460_00"), ("535.129.03", "r535_00"), ("550.54.15", "r550_40"))
 
 MACHINES = (
-    "DGXA100 920-23687-2530-000",
-    "ProLiant XL675d Gen10 Plus",
-    "PowerEdge (R750xa)",
-    "  padded   machine  ",
-    "line\x85break\u2028sep",
-    "",
-    "...",
-    "NVIDIA DGX H100 " + "Z" * 60,
-)
+    "DGXA100 920-23687-2530-000", "ProLiant XL675d Gen10 Plus", "PowerEdge (R750xa)",
+    "  padded   machine  ", "line\x85break\u2028sep", "", "...", "NVIDIA DGX H100 " + "Z" * 60,
+)  # fmt: skip
 
 # -------------------------------------------------------------------------- snapshots
 
@@ -282,14 +249,9 @@ def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
     # fabric's presence and a varying fabric's cluster and clique
     count = len(indices)
     per_gpu = {
-        "model": len(models),
-        "pci_class": len(PCI_CLASSES),
-        "enabled": 2,
-        "devices_when_disabled": 10,
-        "fabric": 2,
-        "cluster": len(CLUSTER_UUIDS),
-        "clique": 3,
-    }
+        "model": len(models), "pci_class": len(PCI_CLASSES), "enabled": 2,
+        "devices_when_disabled": 10, "fabric": 2, "cluster": len(CLUSTER_UUIDS), "clique": 3,
+    }  # fmt: skip
     choice = {
         key: draw_indices(draw, options, count, count) if count else []
         for key, options in per_gpu.items()
@@ -313,17 +275,12 @@ def snapshots(draw: st.DrawFn, max_gpus: int = 8) -> Snapshot:
             fabric = Fabric(CLUSTER_UUIDS[choice["cluster"][n]], choice["clique"][n])
         gpus.append(
             Gpu(
-                index=index,
-                uuid=f"GPU-{index:08x}-a537-ccbf-2965-8e9d90c0bd54",
-                name=model.name,
+                index=index, uuid=f"GPU-{index:08x}-a537-ccbf-2965-8e9d90c0bd54", name=model.name,
                 pci_bus_id=f"0000:{index + 7:02x}:00.0",
-                pci_class=PCI_CLASSES[choice["pci_class"][n]],
-                memory_mib=model.memory_mib,
-                compute_capability=model.compute_capability,
-                mig=mig,
-                fabric=fabric,
+                pci_class=PCI_CLASSES[choice["pci_class"][n]], memory_mib=model.memory_mib,
+                compute_capability=model.compute_capability, mig=mig, fabric=fabric,
             )
-        )
+        )  # fmt: skip
     return Snapshot(driver=driver, machine=machine, vgpu=vgpu, gpus=tuple(gpus))
 
 

@@ -20,13 +20,11 @@ def settings_for(tmp_path: Path, config_text: str) -> Settings:
     config.write_text(config_text)
     return resolve(
         {
-            "snapshot_file": MIG_NODE,
-            "output_file": str(tmp_path / "gfd"),
-            "config_file": str(config),
-            "no_timestamp": True,
+            "snapshot_file": MIG_NODE, "output_file": str(tmp_path / "gfd"),
+            "config_file": str(config), "no_timestamp": True,
         },
         {},
-    )
+    )  # fmt: skip
 
 
 MPS = "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n"
@@ -138,11 +136,9 @@ def test_the_koordlet_file_moves_without_a_gap(tmp_path: Path) -> None:
     new.mkdir()
     snapshot = "examples/snapshots/a100-pcie-nvlink-bridges.yaml"
     values = {
-        "output_file": "-",
-        "use_node_feature_api": False,
-        "snapshot_file": snapshot,
+        "output_file": "-", "use_node_feature_api": False, "snapshot_file": snapshot,
         "oneshot": False,
-    }
+    }  # fmt: skip
     first = resolve({**values, "koordlet_device_infos_dir": str(old)}, {})
     moved = resolve({**values, "koordlet_device_infos_dir": str(new)}, {})
     agent = Agent(first, reload_settings=lambda: moved)

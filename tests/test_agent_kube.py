@@ -8,32 +8,16 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from gfd import labels as labelling
-from gfd import snapshot
 from gfd.agent import Agent
-from gfd.config import Config
 from gfd.kube.client import retry_budget
 from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.settings import Settings, resolve
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import client_without_waits
+from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS, SNAPSHOT_A, SNAPSHOT_B, expected_labels
 from tests.loop import drive
-from tests.process import ROOT
 
-SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
-SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
-SNAPSHOT_B = SNAPSHOTS / "two-models.yaml"  # fewer labels: some of A's keys disappear
-FOREIGN = {
-    "kubernetes.io/hostname": "n1",
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/device-plugin.config": "a100",
-}
-FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
-
-
-def expected_labels(path: Path) -> dict[str, str]:
-    return labelling.build(snapshot.load(str(path)), "none", Config(), None).labels
 
 
 def api_settings(kubeconfig: str, node_snapshot: Path, **cli: Any) -> Settings:

@@ -37,11 +37,9 @@ def test_bad_config_on_reload_keeps_the_running_settings(
     config = tmp_path / "config.yaml"
     config.write_text("version: v1\nflags:\n  migStrategy: mixed\n")
     cli = {
-        "output_file": str(out),
-        "no_timestamp": True,
-        "snapshot_file": DGX,
+        "output_file": str(out), "no_timestamp": True, "snapshot_file": DGX,
         "config_file": str(config),
-    }
+    }  # fmt: skip
     first = settings(**cli)
     published: list[str] = []
 

@@ -14,42 +14,18 @@ MAX_FUNCTION_LINES = 60
 
 #: third-party and standard modules that may be imported inside a function: each is heavy or
 #: optional, and the paths that never need it (a plain oneshot, the file output) never load it
-LAZY_DEPENDENCIES = frozenset(
-    {
-        "kubernetes",
-        "prometheus_client",
-        "pynvml",
-        "urllib3",
-        "tenacity",
-        "yaml",
-        "click",
-        "structlog",
-        "decimal",
-        "ssl",
-        "http",
-    }
-)
+LAZY_DEPENDENCIES = frozenset({
+    "kubernetes", "prometheus_client", "pynvml", "urllib3", "tenacity", "yaml", "click",
+    "structlog", "decimal", "ssl", "http",
+})  # fmt: skip
 
 #: the layers, lowest first; a module sits in the layer of the longest prefix named here.  A
 #: module may import from its own layer and those below it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # base utilities: no knowledge of options, snapshots or the API
-    (
-        "gfd",
-        "gfd.errors",
-        "gfd.echo",
-        "gfd.durations",
-        "gfd.files",
-        "gfd.grammar",
-        "gfd.interrupt",
-        "gfd.redaction",
-        "gfd.signals",
-        "gfd.documents",
-        "gfd.logsink",
-        "gfd.config_choice",
-        "gfd.output_kinds",
-        "gfd.partition_table",
-    ),
+    ("gfd", "gfd.errors", "gfd.echo", "gfd.durations", "gfd.files", "gfd.grammar",
+     "gfd.interrupt", "gfd.redaction", "gfd.signals", "gfd.documents", "gfd.logsink",
+     "gfd.config_choice", "gfd.output_kinds", "gfd.partition_table"),
     # the models: the option table, the config file, the snapshot; logging and metrics
     ("gfd.settings", "gfd.config", "gfd.snapshot", "gfd.observability", "gfd.metrics"),
     # reading the host and computing the labels
@@ -62,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("gfd.agent",),
     # the entry points
     ("gfd.cli", "gfd.launch", "gfd.__main__"),
-)
+)  # fmt: skip
 
 #: the imports allowed to run from a lower layer to a higher one (at most two), by name
 UPWARD_IMPORTS: frozenset[tuple[str, str]] = frozenset()

@@ -58,13 +58,9 @@ def test_timestamp_label_is_present_by_default() -> None:
 
 def test_seed_example_end_to_end() -> None:
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        "examples/snapshots/dgx-a100-mig-mixed.yaml",
-        "--config-file",
-        "examples/configs/renaming.yaml",
-    )
+        "--oneshot", "--no-timestamp", "--config-file", "examples/configs/renaming.yaml",
+        "--snapshot-file", "examples/snapshots/dgx-a100-mig-mixed.yaml",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     labels = dict(line.split("=", 1) for line in result.stdout.splitlines())
     assert labels["nvidia.com/a100.count"] == "8"
@@ -85,11 +81,9 @@ def test_two_models_are_byte_identical_across_runs() -> None:
 def test_output_file_and_env_selection(tmp_path: Path) -> None:
     out = tmp_path / "labels"
     result = run_gfd_here(
-        "--no-timestamp",
-        "--snapshot-file",
-        DGX,
+        "--no-timestamp", "--snapshot-file", DGX,
         env={"GFD_ONESHOT": "yes", "GFD_OUTPUT_FILE": str(out)},
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     assert out.read_text() == DGX_LABELS
@@ -195,11 +189,8 @@ BAD_INPUTS = [
         {},
         "replicas: must be at least 2, got 1",
     ),
-    (
-        ["--config-file", "{cfg:resources:\n  gpus:\n  - {pattern: '*', name: Not_Valid}\n}"],
-        {},
-        "resources.gpus[0].name: invalid resource name 'Not_Valid'",
-    ),
+    (["--config-file", "{cfg:resources:\n  gpus:\n  - {pattern: '*', name: Not_Valid}\n}"], {},
+     "resources.gpus[0].name: invalid resource name 'Not_Valid'"),
     (["--use-node-feature-api", "--use-node-labels", "--node-name", "n"], {}, "choose at most one"),
     (["--use-node-labels"], {}, "--node-name"),
     (["--snapshot-file", "{snap:version: v1\ngpus: 3\n}"], {}, "gpus: expected a list, got 3"),
@@ -210,12 +201,9 @@ BAD_INPUTS = [
     (["--metrics-address", "\u202eevil:9400"], {}, "--metrics-address '\\u202eevil:9400'"),
     ([], {"GFD_METRICS_ADDRESS": "a b:9400"}, "GFD_METRICS_ADDRESS='a b:9400'"),
     (["--metrics-address", ":\uff19\uff14"], {}, "--metrics-address ':\uff19\uff14'"),
-    (
-        ["--config-file", '{cfg:flags:\n  gfd:\n    metricsAddress: "h\u00e9:1"\n}'],
-        {},
-        "flags.gfd.metricsAddress: 'h\u00e9:1'",
-    ),
-]
+    (["--config-file", '{cfg:flags:\n  gfd:\n    metricsAddress: "h\u00e9:1"\n}'], {},
+     "flags.gfd.metricsAddress: 'h\u00e9:1'"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "env", "message"), BAD_INPUTS)
@@ -248,12 +236,9 @@ def test_mps_with_mig_enabled_gpus_exits_2(tmp_path: Path) -> None:
     config = tmp_path / "mps.yaml"
     config.write_text("sharing:\n  mps:\n    resources:\n    - {name: gpu, replicas: 2}\n")
     result = run_gfd(
-        "--oneshot",
-        "--snapshot-file",
-        "examples/snapshots/dgx-a100-mig-mixed.yaml",
-        "--config-file",
-        str(config),
-    )
+        "--oneshot", "--snapshot-file", "examples/snapshots/dgx-a100-mig-mixed.yaml",
+        "--config-file", str(config),
+    )  # fmt: skip
     assert result.returncode == 2
     assert "MPS sharing is not supported for MIG devices" in result.stderr
     assert result.stdout == ""

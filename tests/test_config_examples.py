@@ -171,12 +171,9 @@ def test_an_entry_that_applies_to_nothing_is_warned_once_per_change(
     wrong = "resources:\n  gpus:\n  - {pattern: 'A100-*', name: a100}\n"
     config.write_text(wrong)
     cli = {
-        "sleep_interval": "1s",
-        "output_file": str(tmp_path / "gfd"),
-        "no_timestamp": True,
-        "snapshot_file": "examples/snapshots/dgx-a100.yaml",
-        "config_file": str(config),
-    }
+        "sleep_interval": "1s", "output_file": str(tmp_path / "gfd"), "no_timestamp": True,
+        "snapshot_file": "examples/snapshots/dgx-a100.yaml", "config_file": str(config),
+    }  # fmt: skip
 
     def said(expected: int) -> Callable[[Agent], None]:
         def check(agent: Agent) -> None:

@@ -61,12 +61,9 @@ def pci_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def settings_for(sysfs: FakeSysfs, strategy: str, **changes: Any) -> Settings:
     return replace(
-        Settings(),
-        device_discovery_strategy=strategy,
-        sysfs_root=str(sysfs.root),
-        machine_type_file="",
-        **changes,
-    )
+        Settings(), device_discovery_strategy=strategy, sysfs_root=str(sysfs.root),
+        machine_type_file="", **changes,
+    )  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------- vfio
@@ -102,11 +99,8 @@ def test_vfio_gpus_come_in_bus_order_and_a_graphics_gpu_counts(
     for address in ("0001:01:00.0", "0000:65:00.0", "0000:17:00.0"):
         sysfs.add_passthrough_gpu(address, pci_class=0x030000, device_id=0x2330)
     found = discover(settings_for(sysfs, "vfio"))
-    assert [gpu.pci_bus_id for gpu in found.gpus] == [
-        "0000:17:00.0",
-        "0000:65:00.0",
-        "0001:01:00.0",
-    ]
+    buses = [gpu.pci_bus_id for gpu in found.gpus]
+    assert buses == ["0000:17:00.0", "0000:65:00.0", "0001:01:00.0"]
     assert [gpu.index for gpu in found.gpus] == [0, 1, 2]
     assert {gpu.name for gpu in found.gpus} == {"GH100 [H100 SXM5 80GB]"}
     assert {gpu.pci_class for gpu in found.gpus} == {0x030000}
@@ -124,10 +118,9 @@ def test_a_device_the_database_does_not_know_is_unknown_device(
 
 def test_the_database_is_read_for_nvidia_devices_only(pci_ids: Path) -> None:
     assert vfio.nvidia_device_names((str(pci_ids),)) == {
-        0x20B0: "GA100 [A100 SXM4 40GB]",
-        0x20F1: "GA100 [A100 PCIe 40GB]",
+        0x20B0: "GA100 [A100 SXM4 40GB]", 0x20F1: "GA100 [A100 PCIe 40GB]",
         0x2330: "GH100 [H100 SXM5 80GB]",
-    }
+    }  # fmt: skip
 
 
 def _resource(*regions: tuple[int, int]) -> str:
@@ -179,14 +172,9 @@ def test_vfio_node_through_the_command(sysfs: FakeSysfs, pci_ids: Path, tmp_path
     machine = tmp_path / "product_name"
     machine.write_text("ProLiant DL380 Gen10 Plus\n")
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--device-discovery-strategy",
-        "vfio",
-        "--machine-type-file",
-        str(machine),
-        env={"GFD_SYSFS_ROOT": str(sysfs.root)},
-    )
+        "--oneshot", "--no-timestamp", "--device-discovery-strategy", "vfio",
+        "--machine-type-file", str(machine), env={"GFD_SYSFS_ROOT": str(sysfs.root)},
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     expected = ROOT / "tests/fixtures/expected/kubevirt-a100-vfio.none.labels"
     assert result.stdout == expected.read_text()
@@ -267,14 +255,10 @@ def test_tegra_node_through_the_command(sysfs: FakeSysfs, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(cuda_source, "load_library", load)
     result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--device-discovery-strategy=tegra",
-        "--container-driver-root=/host",
-        "--machine-type-file",
-        "/nonexistent/product_name",
+        "--oneshot", "--no-timestamp", "--device-discovery-strategy=tegra",
+        "--container-driver-root=/host", "--machine-type-file", "/nonexistent/product_name",
         env={"GFD_SYSFS_ROOT": str(sysfs.root)},
-    )
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     expected = ROOT / "tests/fixtures/expected/jetson-agx-orin-tegra.none.labels"
     assert result.stdout == expected.read_text()

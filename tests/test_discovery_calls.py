@@ -1,8 +1,7 @@
 """How many NVML calls one discovery makes: a bound per GPU, per MIG slot, per MIG device.
 
 The bound is what the facts need and no more; it fails as soon as a change adds calls per
-device (the agent repeats discovery every pass, on nodes with up to 8 GPUs x 7 MIG devices).
-"""
+device (the agent repeats discovery every pass, on nodes with up to 8 GPUs x 7 MIG devices)."""
 
 from __future__ import annotations
 

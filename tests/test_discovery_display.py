@@ -8,8 +8,6 @@ Display")`` (pkg/nvlib/device/api.go) and ``VisitDevices`` skips a device whose
 from __future__ import annotations
 
 import json
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -24,11 +22,6 @@ from .fakes.fake_nvml import FakeGpu, FakeNvml
 A100_80GB_BYTES = 81920 * 2**20
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
-
-
 def station(display_name: str = "NVIDIA DGX Display") -> FakeNvml:
     """A DGX Station A100 as nvidia-smi lists it: the display at index 3, among the A100s."""
     buses = ["01", "47", "81", "C1", "C2"]
@@ -37,23 +30,17 @@ def station(display_name: str = "NVIDIA DGX Display") -> FakeNvml:
         if index == 3:
             gpus.append(
                 FakeGpu(
-                    uuid=f"GPU-{index}",
-                    name=display_name,
-                    bus_id=f"00000000:{bus}:00.0",
-                    memory_total=4096 * 2**20,
-                    compute_capability=(7, 5),
+                    uuid=f"GPU-{index}", name=display_name, bus_id=f"00000000:{bus}:00.0",
+                    memory_total=4096 * 2**20, compute_capability=(7, 5),
                 )
-            )
+            )  # fmt: skip
         else:
             gpus.append(
                 FakeGpu(
-                    uuid=f"GPU-{index}",
-                    name="NVIDIA A100-SXM4-80GB",
-                    bus_id=f"00000000:{bus}:00.0",
-                    memory_total=A100_80GB_BYTES,
-                    mig_mode=0,
+                    uuid=f"GPU-{index}", name="NVIDIA A100-SXM4-80GB",
+                    bus_id=f"00000000:{bus}:00.0", memory_total=A100_80GB_BYTES, mig_mode=0,
                 )
-            )
+            )  # fmt: skip
     return FakeNvml(gpus)
 
 
@@ -63,12 +50,8 @@ def test_discovery_leaves_out_the_display(settings: Settings, display_name: str)
     found = discover(settings, nvml=fake.module)
     assert [gpu.index for gpu in found.gpus] == [0, 1, 2, 4]  # NVML's own indices
     assert {gpu.name for gpu in found.gpus} == {"NVIDIA A100-SXM4-80GB"}
-    assert [gpu.pci_bus_id for gpu in found.gpus] == [
-        "0000:01:00.0",
-        "0000:47:00.0",
-        "0000:81:00.0",
-        "0000:c2:00.0",
-    ]
+    buses = [gpu.pci_bus_id for gpu in found.gpus]
+    assert buses == ["0000:01:00.0", "0000:47:00.0", "0000:81:00.0", "0000:c2:00.0"]
     # nothing beyond its name is asked of the display
     assert fake.calls["nvmlDeviceGetName"] == 5
     assert fake.calls["nvmlDeviceGetUUID"] == 4

@@ -24,11 +24,8 @@ NODE = "node-a"
 #: labels slices cannot carry (README "DRA nodes"): the fabric, the PCI class, the machine
 #: type, the vGPU scan, and whether a GPU without MIG enabled could enable it
 NOT_IN_SLICES = {
-    "nvidia.com/gpu.clique",
-    "nvidia.com/gpu.mode",
-    "nvidia.com/gpu.machine",
-    "nvidia.com/vgpu.present",
-    "nvidia.com/mig.capable",
+    f"nvidia.com/{name}"
+    for name in ("gpu.clique", "gpu.mode", "gpu.machine", "vgpu.present", "mig.capable")
 }
 #: the driver publishes the driver version through semver, which drops a leading zero
 SEMVER_LOSSY = {

@@ -49,25 +49,16 @@ def test_a100_40gb_table_through_discovery() -> None:
     """The whole table as MIG devices of one A100 (GPU instances with real profile ids)."""
     slots = {
         slot * 2: FakeMigDevice(
-            gi_id=slot + 1,
-            gi_profile_enum=enum,
-            memory_mib=memory,
-            multiprocessors=sms,
-            gi_slices=gi,
-            ci_slices=ci,
+            gi_id=slot + 1, gi_profile_enum=enum, memory_mib=memory, multiprocessors=sms,
+            gi_slices=gi, ci_slices=ci,
         )
         for slot, (_name, enum, gi, ci, memory, sms) in enumerate(A100_40GB_TABLE)
-    }
+    }  # fmt: skip
     gpu = FakeGpu(
-        uuid="GPU-1",
-        name="NVIDIA A100-SXM4-40GB",
-        bus_id="00000000:07:00.0",
-        memory_total=A100_40GB_BYTES,
-        mig_mode=1,
-        max_mig_devices=2 * len(slots),
-        mig_slots=slots,
+        uuid="GPU-1", name="NVIDIA A100-SXM4-40GB", bus_id="00000000:07:00.0",
+        memory_total=A100_40GB_BYTES, mig_mode=1, max_mig_devices=2 * len(slots), mig_slots=slots,
         supported_profile_enums=frozenset(e for _n, e, *_ in A100_40GB_TABLE),
-    )
+    )  # fmt: skip
     fake = FakeNvml([gpu])
     settings = replace(Settings(), sysfs_root="/nonexistent", machine_type_file="")
     found = discover(settings, nvml=fake.module)

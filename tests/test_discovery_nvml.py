@@ -33,32 +33,20 @@ A100_BYTES = 40960 * 2**20
 CLUSTER = uuid.UUID("7b968a6d-c8aa-45e1-9e07-e1e51be99c31")
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
-
-
 def plain_gpu(**changes: object) -> FakeGpu:
     fields: dict[str, object] = {
-        "uuid": "GPU-0",
-        "name": "NVIDIA A100-SXM4-40GB",
-        "bus_id": "00000000:07:00.0",
+        "uuid": "GPU-0", "name": "NVIDIA A100-SXM4-40GB", "bus_id": "00000000:07:00.0",
         "memory_total": A100_BYTES,
-    }
+    }  # fmt: skip
     fields.update(changes)
     return FakeGpu(**fields)  # type: ignore[arg-type]
 
 
 def one_g(gi_id: int, enum: int = pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE) -> FakeMigDevice:
     return FakeMigDevice(
-        gi_id=gi_id,
-        gi_profile_enum=enum,
-        memory_mib=4864,
-        multiprocessors=14,
-        gi_slices=1,
-        ci_slices=1,
-        engines=(1, 0, 0, 0, 0),
-    )
+        gi_id=gi_id, gi_profile_enum=enum, memory_mib=4864, multiprocessors=14, gi_slices=1,
+        ci_slices=1, engines=(1, 0, 0, 0, 0),
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------ the fake itself

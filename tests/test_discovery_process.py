@@ -10,8 +10,7 @@ Two kinds of run:
 
 Most runs call the command line in-process (tests/process.py: ``run_gfd_here``); real
 processes stay for the exit status 1 of a failed pass (no driver; a GPU lost, through the
-shim) and for the GPU lost while a process dumps its snapshot.
-"""
+shim) and for the GPU lost while a process dumps its snapshot."""
 
 from __future__ import annotations
 
@@ -172,13 +171,11 @@ def fake_node(tmp_path: Path) -> Iterator[dict[str, Any]]:
     yield {
         "snapshot": snap,
         "env": {
-            "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}",
-            "FAKE_NVML_REPO": ROOT,
-            "FAKE_NVML_SNAPSHOT": str(VARIED),
-            "GFD_SYSFS_ROOT": overrides["sysfs_root"],
+            "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}", "FAKE_NVML_REPO": ROOT,
+            "FAKE_NVML_SNAPSHOT": str(VARIED), "GFD_SYSFS_ROOT": overrides["sysfs_root"],
         },
         "flags": ["--machine-type-file", overrides["machine_type_file"]],
-    }
+    }  # fmt: skip
 
 
 @pytest.fixture

@@ -2,8 +2,7 @@
 
 For every example and fixture snapshot, and for generated ones.  A snapshot without a
 driver is a node where NVML is unavailable: discovery raises NvmlUnavailableError and the
-host-only discovery gives it back.
-"""
+host-only discovery gives it back."""
 
 from __future__ import annotations
 
@@ -92,11 +91,9 @@ def discover_other_backend(snapshot: Snapshot, root: Path) -> Snapshot:
     for gpu in snapshot.gpus:
         assert gpu.memory_mib is not None
         sysfs.add_passthrough_gpu(
-            gpu.pci_bus_id,
-            device_id=0x2000 + names.index(gpu.name),
-            pci_class=gpu.pci_class or 0x030200,
-            bars=((gpu.memory_mib * MIB, MEM64),),
-        )
+            gpu.pci_bus_id, device_id=0x2000 + names.index(gpu.name),
+            pci_class=gpu.pci_class or 0x030200, bars=((gpu.memory_mib * MIB, MEM64),),
+        )  # fmt: skip
     with mock.patch.object(vfio, "PCI_IDS_PATHS", (str(ids),)):
         return discover(chosen)
 
@@ -132,12 +129,10 @@ def mig_devices(draw: st.DrawFn, parent_mib: int) -> MigDevice:
     gb = expected_gb(memory, parent_mib * 2**20)
     profile = f"{g}g.{gb}gb{suffix}" if c == g else f"{c}c.{g}g.{gb}gb{suffix}"
     return MigDevice(
-        profile=profile,
-        memory_mib=memory,
-        multiprocessors=draw(st.integers(min_value=0, max_value=200)),
-        slices=MigSlices(gi=g, ci=c),
+        profile=profile, memory_mib=memory,
+        multiprocessors=draw(st.integers(min_value=0, max_value=200)), slices=MigSlices(gi=g, ci=c),
         engines=MigEngines(*(int(digit) for digit in draw(_ENGINE_COUNTS))),
-    )
+    )  # fmt: skip
 
 
 _MEMORIES = st.none() | st.integers(min_value=1024, max_value=300_000)
@@ -206,11 +201,9 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
     bus_ids = draw(st.lists(_BUS_IDS | st.just(""), max_size=5))
     bus_ids = [b for position, b in enumerate(bus_ids) if not b or b not in bus_ids[:position]]
     return Snapshot(
-        driver=driver,
-        machine=machine,
-        vgpu=vgpu,
+        driver=driver, machine=machine, vgpu=vgpu,
         gpus=tuple(draw(gpus(index, bus_id)) for index, bus_id in enumerate(bus_ids)),
-    )
+    )  # fmt: skip
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -227,6 +220,9 @@ def test_generated_snapshots_round_trip(
         options["bytes_strings"] = True
     with tempfile.TemporaryDirectory() as directory:
         found = discover_through_fakes(snapshot, Path(directory), **options)
-    assert found == snapshot
+    # a GPU named as the display adapter is skipped, as in the files (Hypothesis draws the
+    # code's string constants, so it does name one)
+    gpus = tuple(gpu for gpu in snapshot.gpus if not is_skipped_device(gpu.name))
+    assert found == replace(snapshot, gpus=gpus)
     # ...and through --dump-snapshot / --snapshot-file
     assert snapshot_io.loads(snapshot_io.dumps(found)) == found

@@ -81,31 +81,27 @@ def test_no_capability_list_bit() -> None:
     assert sysfs.vendor_capability(bytes(config)) is None
 
 
-def test_empty_capability_list() -> None:
-    assert sysfs.vendor_capability(config_with_capabilities([])) is None
+def chain(capabilities: list[bytes], link: tuple[int, int] | None = None) -> bytes:
+    """A config space holding ``capabilities``, the next-pointer at ``link[0]`` set to
+    ``link[1]``."""
+    config = bytearray(config_with_capabilities(capabilities))
+    if link is not None:
+        config[link[0]] = link[1]
+    return bytes(config)
 
 
-def test_chain_that_loops() -> None:
-    config = bytearray(config_with_capabilities([capability(0x01, b"\0" * 2)] * 3))
-    config[0x48 + 1] = 0x44  # the third capability points back to the second
-    assert sysfs.vendor_capability(bytes(config)) is None
-
-
-def test_chain_that_points_to_itself() -> None:
-    config = bytearray(config_with_capabilities([capability(0x05, b"\0" * 2)]))
-    config[0x40 + 1] = 0x40
-    assert sysfs.vendor_capability(bytes(config)) is None
-
-
-def test_chain_ending_with_0xff_before_the_vendor_capability() -> None:
-    config = config_with_capabilities([capability(0x01), capability(0xFF), vgpu_capability()])
+@pytest.mark.parametrize("config", [
+    pytest.param(chain([]), id="empty"),
+    # the third capability points back to the second
+    pytest.param(chain([capability(0x01, b"\0" * 2)] * 3, (0x48 + 1, 0x44)), id="loops"),
+    pytest.param(chain([capability(0x05, b"\0" * 2)], (0x40 + 1, 0x40)), id="points-to-itself"),
+    pytest.param(chain([capability(0x01), capability(0xFF), vgpu_capability()]),
+                 id="ends-with-0xff-before-the-vendor-capability"),
+    # 0xff + 2 is beyond a 256-byte config space
+    pytest.param(chain([capability(0x01)], (0x40 + 1, 0xFF)), id="points-past-the-end"),
+])  # fmt: skip
+def test_a_broken_capability_chain_gives_no_vendor_capability(config: bytes) -> None:
     assert sysfs.vendor_capability(config) is None
-
-
-def test_chain_pointing_past_the_end() -> None:
-    config = bytearray(config_with_capabilities([capability(0x01)]))
-    config[0x40 + 1] = 0xFF  # 0xff + 2 is beyond a 256-byte config space
-    assert sysfs.vendor_capability(bytes(config)) is None
 
 
 def test_vendor_capability_without_vf_signature() -> None:
@@ -265,10 +261,16 @@ def test_scan_config_that_is_a_directory(tree: FakeSysfs) -> None:
 # ------------------------------------------------------------------ machine type
 
 
-def test_machine_type(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"  DGXA100 920-23687-2530-000 \n", "DGXA100 920-23687-2530-000"),
+    # upstream labels a node whose file is empty ``gpu.machine=`` (empty), not ``unknown``
+    (b"", ""), (b"\n", ""), (b"  \t\n", ""),
+    (b"Server \xff\xfe X\n", "Server \ufffd\ufffd X"),
+])  # fmt: skip
+def test_machine_type_is_the_file_stripped(tmp_path: Path, content: bytes, expected: str) -> None:
     path = tmp_path / "product_name"
-    path.write_text("  DGXA100 920-23687-2530-000 \n")
-    assert sysfs.read_machine_type(str(path)) == "DGXA100 920-23687-2530-000"
+    path.write_bytes(content)
+    assert sysfs.read_machine_type(str(path)) == expected
 
 
 def test_machine_type_unreadable(tmp_path: Path) -> None:
@@ -278,17 +280,3 @@ def test_machine_type_unreadable(tmp_path: Path) -> None:
 
 def test_machine_type_empty_path() -> None:
     assert sysfs.read_machine_type("") is None
-
-
-@pytest.mark.parametrize("content", [b"", b"\n", b"  \t\n"])
-def test_machine_type_empty_file_is_empty_string(tmp_path: Path, content: bytes) -> None:
-    """Upstream labels such a node ``gpu.machine=`` (empty), not ``unknown``."""
-    path = tmp_path / "product_name"
-    path.write_bytes(content)
-    assert sysfs.read_machine_type(str(path)) == ""
-
-
-def test_machine_type_not_utf8(tmp_path: Path) -> None:
-    path = tmp_path / "product_name"
-    path.write_bytes(b"Server \xff\xfe X\n")
-    assert sysfs.read_machine_type(str(path)) == "Server \ufffd\ufffd X"

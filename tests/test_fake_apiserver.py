@@ -13,12 +13,9 @@ from tests.fakes.fake_apiserver import FakeApiServer, json_merge_patch
 
 
 def call(
-    api: FakeApiServer,
-    method: str,
-    path: str,
-    body: Any = None,
+    api: FakeApiServer, method: str, path: str, body: Any = None,
     content_type: str = "application/json",
-) -> tuple[int, dict[str, Any]]:
+) -> tuple[int, dict[str, Any]]:  # fmt: skip
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(api.url + path, data=data, method=method)
     if data is not None:

@@ -47,30 +47,16 @@ def test_features_of_a_dgx_a100() -> None:
     gpus = features["instances"]["nvidia.gpu"]["elements"]
     assert len(gpus) == 8
     assert gpus[0]["attributes"] == {
-        "index": "0",
-        "uuid": "GPU-79a2ba02-a537-ccbf-2965-8e9d90c0bd00",
-        "name": "NVIDIA A100-SXM4-40GB",
-        "product": "NVIDIA-A100-SXM4-40GB",
-        "memory_mib": "40960",
-        "memory_gib": "40",
-        "compute_capability": "8.0",
-        "compute_major": "8",
-        "compute_minor": "0",
-        "family": "ampere",
-        "mig_mode": "disabled",
-        "mig_devices": "0",
-        "pci_bus_id": "0000:07:00.0",
-        "pci_class": "0302",
-    }
+        "index": "0", "uuid": "GPU-79a2ba02-a537-ccbf-2965-8e9d90c0bd00",
+        "name": "NVIDIA A100-SXM4-40GB", "product": "NVIDIA-A100-SXM4-40GB", "memory_mib": "40960",
+        "memory_gib": "40", "compute_capability": "8.0", "compute_major": "8", "compute_minor": "0",
+        "family": "ampere", "mig_mode": "disabled", "mig_devices": "0",
+        "pci_bus_id": "0000:07:00.0", "pci_class": "0302",
+    }  # fmt: skip
     assert features["attributes"]["nvidia.driver"]["elements"] == {
-        "version": "550.54.15",
-        "major": "550",
-        "minor": "54",
-        "revision": "15",
-        "cuda": "12.4",
-        "cuda_major": "12",
-        "cuda_minor": "4",
-    }
+        "version": "550.54.15", "major": "550", "minor": "54", "revision": "15", "cuda": "12.4",
+        "cuda_major": "12", "cuda_minor": "4",
+    }  # fmt: skip
     assert features["attributes"]["nvidia.node"]["elements"] == {"gpu_count": "8", "gpus_lost": "0"}
     assert features["instances"]["nvidia.mig"]["elements"] == []
 
@@ -79,24 +65,16 @@ def test_mig_devices_and_profiles() -> None:
     snap = node(gpu(0, mig=mig("1g.5gb", "2g.10gb", "1g.5gb")), gpu(1, mig=mig(enabled=False)))
     features = node_features(snap)
     first, second = (e["attributes"] for e in features["instances"]["nvidia.gpu"]["elements"])
-    assert (first["mig_mode"], first["mig_profiles"], first["mig_devices"]) == (
-        "enabled",
-        "1g.5gb,2g.10gb",
-        "3",
-    )
+    mig_facts = (first["mig_mode"], first["mig_profiles"], first["mig_devices"])
+    assert mig_facts == ("enabled", "1g.5gb,2g.10gb", "3")
     assert second["mig_mode"] == "disabled"
     assert "mig_profiles" not in second  # no profile: left out, never ""
     migs = [e["attributes"] for e in features["instances"]["nvidia.mig"]["elements"]]
     assert [m["profile"] for m in migs] == ["1g.5gb", "2g.10gb", "1g.5gb"]
     assert migs[1] == {
-        "gpu_index": "0",
-        "gpu_uuid": snap.gpus[0].uuid,
-        "profile": "2g.10gb",
-        "memory_mib": "9856",
-        "multiprocessors": "28",
-        "slices_gi": "2",
-        "slices_ci": "2",
-    }
+        "gpu_index": "0", "gpu_uuid": snap.gpus[0].uuid, "profile": "2g.10gb", "memory_mib": "9856",
+        "multiprocessors": "28", "slices_gi": "2", "slices_ci": "2",
+    }  # fmt: skip
 
 
 def test_unknown_facts_are_left_out_and_an_h100_is_80_gib() -> None:
@@ -113,10 +91,8 @@ def test_unknown_facts_are_left_out_and_an_h100_is_80_gib() -> None:
 
 def test_no_driver_no_features_and_lost_gpus_are_counted() -> None:
     assert node_features(replace(node(), driver=None)) == {
-        "flags": {},
-        "attributes": {},
-        "instances": {},
-    }
+        "flags": {}, "attributes": {}, "instances": {},
+    }  # fmt: skip
     lost = replace(node(gpu(0)), lost=(LostGpu(index=1),))
     assert node_features(lost)["attributes"]["nvidia.node"]["elements"]["gpus_lost"] == "1"
 

@@ -81,9 +81,12 @@ def test_file_is_removed_on_exit_only_by_a_daemon_without_expiry(
     assert path.exists() is not removed
 
 
-def test_cleanup_removes_the_file_and_tolerates_absence(tmp_path: Path) -> None:
+@pytest.mark.parametrize("expiry_horizon", [None, 3600], ids=["no-expiry", "with-expiry"])
+def test_cleanup_removes_the_file_and_tolerates_absence(
+    tmp_path: Path, expiry_horizon: float | None
+) -> None:
     path = tmp_path / "gfd"
-    output = FileOutput(str(path), remove_on_exit=False)
+    output = FileOutput(str(path), remove_on_exit=False, expiry_horizon=expiry_horizon)
     output.publish({"nvidia.com/a": "1"})
     output.cleanup()
     assert not path.exists()
@@ -201,14 +204,6 @@ def test_a_file_edited_after_the_write_is_not_removed_on_exit(tmp_path: Path) ->
     path.write_text("nvidia.com/a=2\n")
     output.on_exit()
     assert path.read_text() == "nvidia.com/a=2\n"
-
-
-def test_cleanup_removes_a_file_with_expiry(tmp_path: Path) -> None:
-    path = tmp_path / "gfd"
-    output = FileOutput(str(path), remove_on_exit=False, expiry_horizon=3600)
-    output.publish({"nvidia.com/a": "1"})
-    output.cleanup()
-    assert not path.exists()
 
 
 #: (the directory gfd writes its temporary files in, as the output's place; the flags that

@@ -108,24 +108,16 @@ def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) ->
     assert loaded(recorded, NOT_FOR_THE_SNAPSHOT_PATH) == []
     assert not recorded["yaml_dumper_built"]
     # what it does use is seen (the recorder works)
-    assert loaded(recorded, ["yaml", "gfd.outputs.file", "gfd.labels"]) == [
-        "yaml",
-        "gfd.outputs.file",
-        "gfd.labels",
-    ]
+    used = ["yaml", "gfd.outputs.file", "gfd.labels"]
+    assert loaded(recorded, used) == used
 
 
 def test_snapshot_oneshot_to_a_file_imports_only_what_it_uses(tmp_path: Path) -> None:
     features = tmp_path / "features"
     recorded = record_imports(
-        tmp_path,
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        DGX,
-        "--output-file",
-        str(features),
-    )
+        tmp_path, "--oneshot", "--no-timestamp", "--snapshot-file", DGX,
+        "--output-file", str(features),
+    )  # fmt: skip
     assert "nvidia.com/gpu.count=8\n" in features.read_text()
     assert loaded(recorded, NOT_FOR_THE_SNAPSHOT_PATH) == []
     assert not recorded["yaml_dumper_built"]
@@ -137,13 +129,10 @@ def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
     as_json.write_text(snapshot_io.dumps_json(node))
     overrides = build_from_snapshot(tmp_path / "node", node)
     recorded = record_imports(
-        tmp_path,
-        "--oneshot",
-        "--no-timestamp",
-        "--machine-type-file",
-        overrides["machine_type_file"],
+        tmp_path, "--oneshot", "--no-timestamp",
+        "--machine-type-file", overrides["machine_type_file"],
         env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
-    )
+    )  # fmt: skip
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML
     # imports gfd.snapshot and the real pynvml, so its imports are counted too.)
@@ -158,13 +147,7 @@ def test_the_recorder_sees_what_a_mode_does_import(tmp_path: Path) -> None:
     """The other side: a run that logs on the console format loads structlog (a JSON line
     does not: tests/test_imports_logging.py)."""
     debug = record_imports(
-        tmp_path,
-        "--oneshot",
-        "--snapshot-file",
-        DGX,
-        "--log-level",
-        "debug",
-        "--log-format",
-        "console",
-    )
+        tmp_path, "--oneshot", "--snapshot-file", DGX, "--log-level", "debug",
+        "--log-format", "console",
+    )  # fmt: skip
     assert loaded(debug, ["structlog"]) == ["structlog"]

@@ -22,17 +22,10 @@ def nvml_oneshot(tmp_path: Path, *extra: str, machine_type_file: str | None = No
     as_json.write_text(snapshot_io.dumps_json(node))
     overrides = build_from_snapshot(tmp_path / "node", node)
     return record_imports(
-        tmp_path,
-        "--oneshot",
-        "--no-timestamp",
-        "--machine-type-file",
-        machine_type_file or overrides["machine_type_file"],
-        *extra,
-        env={
-            "RECORD_FAKE_NVML_SNAPSHOT": str(as_json),
-            "GFD_SYSFS_ROOT": overrides["sysfs_root"],
-        },
-    )
+        tmp_path, "--oneshot", "--no-timestamp",
+        "--machine-type-file", machine_type_file or overrides["machine_type_file"], *extra,
+        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
+    )  # fmt: skip
 
 
 def test_a_json_log_line_is_structlogs_json_renderer(tmp_path: Path) -> None:

@@ -7,8 +7,7 @@ commit a7a1b76bbf81abd26f9c377de1f31a60dd965f6e: Go's JSON decoding into ``XPUDe
 (``pkg/koordlet/statesinformer/impl/states_device_linux.go``), ``GetXPUDevice``
 (``pkg/koordlet/metricsadvisor/devices/xpu/collector_xpu.go``).  Every snapshot of
 ``examples/snapshots`` (and the variants of tests/test_topology.py) is turned into the file
-gfd writes and read back as koordlet would.
-"""
+gfd writes and read back as koordlet would."""
 
 from __future__ import annotations
 
@@ -70,15 +69,8 @@ def test_the_file_decodes_into_xpu_device_info_exactly(name: str, snap: Snapshot
     devices = koordlet.decode_devices(written(snap), strict=True)
     assert len(devices) == len(snap.gpus)
     for device in devices:
-        assert set(device) == {
-            "vendor",
-            "model",
-            "uuid",
-            "minor",
-            "resources",
-            "topology",
-            "status",
-        }
+        keys = {"vendor", "model", "uuid", "minor", "resources", "topology", "status"}
+        assert set(device) == keys
         assert koordlet._go_int(device["minor"], 32) is not None  # ParseInt(minor, 10, 32)
         for value in device["resources"].values():
             partitions.parse_quantity(value)  # resource.ParseQuantity

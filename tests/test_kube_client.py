@@ -125,13 +125,9 @@ def test_waits_grow_exponentially_with_jitter_and_are_capped(
     ids=["seconds", "past-the-cap", "negative", "nan", "a-date"],
 )  # fmt: skip
 def test_retry_after_is_honoured(
-    api: FakeApiServer,
-    client: KubeClient,
-    fake_time: FakeTime,
-    retry_after: int | str,
-    least: float,
-    most: float,
-) -> None:
+    api: FakeApiServer, client: KubeClient, fake_time: FakeTime, retry_after: int | str,
+    least: float, most: float,
+) -> None:  # fmt: skip
     """A Retry-After of seconds is waited, never past the longest wait; one that is not a
     number of seconds from now leaves the usual first wait."""
     api.fail(429, count=1, retry_after=retry_after)

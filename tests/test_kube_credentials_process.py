@@ -328,8 +328,7 @@ def test_a_plugin_that_leaves_a_child_behind_succeeds_and_the_child_is_killed(
 ) -> None:
     pids = tmp_path / "pids"
     command = write_plugin(
-        tmp_path,
-        f"sleep 1000 &\necho $! >> {pids}\necho '{exec_credential(EXEC_TOKEN)}'\nexit 0\n",
+        tmp_path, f"sleep 1000 &\necho $! >> {pids}\necho '{exec_credential(EXEC_TOKEN)}'\nexit 0\n"
     )
     api.accept_only(f"Bearer {EXEC_TOKEN}")
     daemon = exec_daemon(api, tmp_path, metered, command)

@@ -2,8 +2,7 @@
 
 Progress is followed through the daemon's own ``/metrics`` (pass counters), never through
 wall-clock time: "at the next pass" means "by the time two more passes have finished" (the
-pass in flight when the file changed may have read the old one).
-"""
+pass in flight when the file changed may have read the old one)."""
 
 from __future__ import annotations
 
@@ -15,30 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from gfd import labels as labelling
-from gfd import snapshot
-from gfd.config import Config
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, Daemon, run_gfd_here
+from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS, SNAPSHOT_A, SNAPSHOT_B, expected_labels
+from tests.process import Daemon, run_gfd_here
 
-SNAPSHOTS = Path(ROOT) / "examples" / "snapshots"
-SNAPSHOT_A = SNAPSHOTS / "dgx-a100.yaml"
-SNAPSHOT_B = SNAPSHOTS / "two-models.yaml"  # fewer labels: some of A's keys disappear
 INTERVAL = "0.5s"
-FOREIGN = {
-    "kubernetes.io/hostname": "n1",
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/device-plugin.config": "a100",
-}
-FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 #: a guard against a hung test, not a timing assertion
 PATIENCE_SECONDS = 60.0
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def expected_labels(path: Path) -> dict[str, str]:
-    return labelling.build(snapshot.load(str(path)), "none", Config(), None).labels
 
 
 def replace_file(source: Path, target: Path) -> None:
@@ -57,19 +41,10 @@ def start(kubeconfig: str, node_snapshot: Path) -> Iterator[Callable[..., Daemon
 
     def start_daemon(output_flag: str, *extra: str) -> Daemon:
         daemon = Daemon(
-            output_flag,
-            "--node-name",
-            "n1",
-            "--kubeconfig",
-            kubeconfig,
-            "--snapshot-file",
-            str(node_snapshot),
-            "--sleep-interval",
-            INTERVAL,
-            "--no-timestamp",
-            *extra,
-            metrics=True,
-        )
+            output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
+            "--snapshot-file", str(node_snapshot), "--sleep-interval", INTERVAL, "--no-timestamp",
+            *extra, metrics=True,
+        )  # fmt: skip
         daemons.append(daemon)
         return daemon
 

@@ -77,10 +77,7 @@ def test_upstreams_defaults_let_ten_requests_through_at_once(
 
 @pytest.mark.parametrize(
     "factory",
-    [
-        "gfd.outputs.nodefeature:NodeFeatureOutput",
-        "gfd.outputs.nodelabels:NodeLabelsOutput",
-    ],
+    ["gfd.outputs.nodefeature:NodeFeatureOutput", "gfd.outputs.nodelabels:NodeLabelsOutput"],
 )
 def test_the_outputs_build_their_client_with_the_settings_limits(
     kubeconfig: str, factory: str
@@ -90,12 +87,9 @@ def test_the_outputs_build_their_client_with_the_settings_limits(
     module, _, name = factory.partition(":")
     selector = "use_node_feature_api" if "nodefeature" in module else "use_node_labels"
     settings = Settings(
-        node_name="n1",
-        kubeconfig=kubeconfig,
-        kube_api_qps=2.5,
-        kube_api_burst=7,
+        node_name="n1", kubeconfig=kubeconfig, kube_api_qps=2.5, kube_api_burst=7,
         **{selector: True},
-    )
+    )  # fmt: skip
     output = getattr(importlib.import_module(module), name)(settings)
     limiter = output._client.rate_limiter
     assert (limiter.qps, limiter.burst) == (2.5, 7)

@@ -174,15 +174,12 @@ def test_a_list_of_files_none_of_which_exists_is_one_line(tmp_path: Path) -> Non
 # ----------------------------------------------------------------- exec plugins
 
 
-def test_a_plugin_is_done_when_it_exits_though_a_helper_holds_its_output(
-    tmp_path: Path,
-) -> None:
+def test_a_plugin_is_done_when_it_exits_though_a_helper_holds_its_output(tmp_path: Path) -> None:
     """A helper the plugin left in a session of its own keeps the plugin's stdout open:
     the credential is read and used once the plugin has exited, without waiting for EOF."""
     pids = tmp_path / "pids"
     command = write_plugin(
-        tmp_path,
-        f"setsid sleep 1000 &\necho $! >> {pids}\necho '{exec_credential('exec-tok')}'\n",
+        tmp_path, f"setsid sleep 1000 &\necho $! >> {pids}\necho '{exec_credential('exec-tok')}'\n"
     )
     with FakeApiServer() as api:
         api.add_node("n1")

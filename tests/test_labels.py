@@ -23,7 +23,7 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
-from tests.helpers import H100, gpu, mig, node
+from tests.helpers import H100, RESOURCE_SUFFIXES, gpu, mig, node
 
 P = "nvidia.com/"
 
@@ -38,24 +38,22 @@ def config(text: str) -> Config:
     return parse_config_text(text, "test.yaml").config
 
 
-SUFFIXES = {
-    "product", "count", "replicas", "sharing-strategy", "memory", "machine", "mode", "family",
-    "compute.major", "compute.minor", "multiprocessors", "slices.gi", "slices.ci",
-    "engines.copy", "engines.decoder", "engines.encoder", "engines.jpeg", "engines.ofa",
-}  # fmt: skip
-
-
 def resource(labels: dict[str, str], name: str) -> dict[str, str]:
     """The labels of one resource, keyed by suffix (``mig-1g.5gb`` excludes ``mig-1g.5gb.me``)."""
     prefix = f"{P}{name}."
     found = {k[len(prefix) :]: v for k, v in labels.items() if k.startswith(prefix)}
-    return {suffix: v for suffix, v in found.items() if suffix in SUFFIXES}
+    return {suffix: v for suffix, v in found.items() if suffix in RESOURCE_SUFFIXES}
+
+
+def pairs(text: str) -> dict[str, str]:
+    """'a=x b=y' as a mapping."""
+    return dict(item.split("=", 1) for item in text.split())
 
 
 def expect(labels: dict[str, str], wanted: str, prefix: str = P) -> None:
     """Each ``key=value`` of ``wanted`` (keys without ``prefix``) is among ``labels``."""
-    pairs = dict(item.split("=", 1) for item in wanted.split())
-    assert {key: labels.get(prefix + key) for key in pairs} == pairs
+    want = pairs(wanted)
+    assert {key: labels.get(prefix + key) for key in want} == want
 
 
 # ----------------------------------------------------------------- node-wide labels
@@ -137,18 +135,11 @@ def test_clique_omitted_with_a_warning_when_gpus_disagree(other: Fabric) -> None
 
 def test_full_gpu_resource_labels() -> None:
     labels = labels_of(node(gpu(0), gpu(1)))
-    assert resource(labels, "gpu") == {
-        "compute.major": "8",
-        "compute.minor": "0",
-        "count": "2",
-        "family": "ampere",
-        "machine": "DGXA100-920-23687-2530-000",
-        "memory": "40960",
-        "mode": "compute",
-        "product": "NVIDIA-A100-SXM4-40GB",
-        "replicas": "1",
-        "sharing-strategy": "none",
-    }
+    assert resource(labels, "gpu") == pairs(
+        "compute.major=8 compute.minor=0 count=2 family=ampere memory=40960 mode=compute"
+        " machine=DGXA100-920-23687-2530-000 product=NVIDIA-A100-SXM4-40GB replicas=1"
+        " sharing-strategy=none"
+    )
 
 
 @pytest.mark.parametrize(
@@ -276,21 +267,11 @@ def test_mixed_strategy_labels_each_profile() -> None:
     )
     labels = labels_of(snapshot, "mixed")
     assert labels[P + "gpu.count"] == "3"
-    assert resource(labels, "mig-1g.5gb") == {
-        "count": "2",
-        "product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
-        "replicas": "1",
-        "sharing-strategy": "none",
-        "memory": "4864",
-        "multiprocessors": "14",
-        "slices.gi": "1",
-        "slices.ci": "1",
-        "engines.copy": "1",
-        "engines.decoder": "0",
-        "engines.encoder": "0",
-        "engines.jpeg": "0",
-        "engines.ofa": "0",
-    }
+    assert resource(labels, "mig-1g.5gb") == pairs(
+        "count=2 product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb replicas=1 sharing-strategy=none"
+        " memory=4864 multiprocessors=14 slices.gi=1 slices.ci=1 engines.copy=1"
+        " engines.decoder=0 engines.encoder=0 engines.jpeg=0 engines.ofa=0"
+    )
     me = resource(labels, "mig-1g.5gb.me")
     assert me["product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"
     assert me["count"] == "1" and me["engines.jpeg"] == "1"
@@ -327,9 +308,7 @@ def test_single_strategy_invalid_configurations(gpus: tuple) -> None:  # type: i
     result = build(node(*gpus), "single", Config(), None)
     labels = resource(result.labels, "gpu")
     expect(
-        labels,
-        "product=NVIDIA-A100-SXM4-40GB-MIG-INVALID count=0 replicas=0 memory=0",
-        prefix="",
+        labels, "product=NVIDIA-A100-SXM4-40GB-MIG-INVALID count=0 replicas=0 memory=0", prefix=""
     )
     assert "multiprocessors" not in labels
     assert any("MIG-INVALID" in w for w in result.warnings)
@@ -498,18 +477,11 @@ def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
         "    - {name: nvidia.com/gpu, replicas: 2}\n"
     )
     labels = resource(labels_of(node(on, off), "none", sliced), "gpu")
-    assert labels == {
-        "product": "NVIDIA-A100-SXM4-40GB-SHARED",
-        "count": "2",
-        "replicas": "2",
-        "sharing-strategy": "time-slicing",
-        "memory": "40960",
-        "machine": "DGXA100-920-23687-2530-000",
-        "mode": "compute",
-        "family": "ampere",
-        "compute.major": "8",
-        "compute.minor": "0",
-    }
+    assert labels == pairs(
+        "product=NVIDIA-A100-SXM4-40GB-SHARED count=2 replicas=2 sharing-strategy=time-slicing"
+        " memory=40960 machine=DGXA100-920-23687-2530-000 mode=compute family=ampere"
+        " compute.major=8 compute.minor=0"
+    )
 
 
 def test_what_the_full_gpu_lacks_is_kept_from_the_mig_enabled_ones() -> None:
@@ -526,8 +498,7 @@ def test_products_are_sanitised_part_by_part() -> None:
     snapshot = node(gpu(0, name, mig=mig("1g.5gb+me")))
     labels = labels_of(snapshot, "mixed")
     expect(
-        labels,
-        "gpu.product=NVIDIA-A100-SXM4 mig-1g.5gb.me.product=NVIDIA-A100-SXM4-MIG-1g.5gb.me",
+        labels, "gpu.product=NVIDIA-A100-SXM4 mig-1g.5gb.me.product=NVIDIA-A100-SXM4-MIG-1g.5gb.me"
     )
     invalid = labels_of(node(gpu(0, name, mig=mig()), gpu(1, name)), "single")
     assert invalid[P + "gpu.product"] == "NVIDIA-A100-SXM4-MIG-INVALID"

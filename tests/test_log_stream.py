@@ -2,8 +2,7 @@
 pipe whose reader has gone (EPIPE), or one nobody reads (full).  Labelling goes on (passes
 publish, SIGHUP reloads, SIGTERM ends with 0), the lost lines are counted in
 ``gfd_log_lines_dropped_total``, a oneshot prints its labels (exit 0, or 2 on bad input).
-The second half drives gfd.logsink.StderrSink in-process over a pipe of the test's own.
-"""
+The second half drives gfd.logsink.StderrSink in-process over a pipe of the test's own."""
 
 from __future__ import annotations
 

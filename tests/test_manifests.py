@@ -5,7 +5,6 @@ package skips outside CI and fails in CI (CI=true)."""
 from __future__ import annotations
 
 import copy
-import http.client
 import importlib
 import importlib.util
 import json
@@ -30,7 +29,7 @@ from gfd.labels import keys
 from gfd.options import NFD_FEATURES_FILE, OPTIONS
 from gfd.settings import Settings, resolve
 from tests.helpers import SAFE_LOADER, manifests_tool, table
-from tests.process import free_port
+from tests.process import free_port, http_get
 
 ROOT = Path(__file__).resolve().parent.parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -103,14 +102,6 @@ def versions() -> list[str]:
 
 # ---------------------------------------------------------------------- helpers
 
-EXPECTED_OVERLAYS = {
-    "nfd-features-file",
-    "nfd-worker-sidecar",
-    "nodefeature",
-    "node-labels",
-    "oneshot-job",
-    "node-labels-cleanup-job",
-}
 # overlay -> (kind of the gfd workload, the output gfd must select)
 WORKLOADS = {
     "nfd-features-file": ("DaemonSet", "file"),
@@ -122,13 +113,11 @@ WORKLOADS = {
 }
 DAEMONSETS = [o for o, (kind, _) in WORKLOADS.items() if kind == "DaemonSet"]
 JOBS = [o for o, (kind, _) in WORKLOADS.items() if kind == "Job"]
+EXPECTED_OVERLAYS = set(WORKLOADS)
 CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-}
+    "Namespace", "ClusterRole", "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+}  # fmt: skip
 
 
 def only(objects: list[Obj], kind: str, name: str | None = None) -> Obj:
@@ -254,15 +243,13 @@ def test_validation_targets_the_oldest_supported_and_the_newest_kubernetes(
 
 
 TYPOS: list[tuple[str, Callable[[Obj], None]]] = [
-    (
-        "container securityContext key",
-        lambda ds: gfd_container(ds)["securityContext"].update(readOnlyRootFilesytem=True),
-    ),
+    ("container securityContext key",
+     lambda ds: gfd_container(ds)["securityContext"].update(readOnlyRootFilesytem=True)),
     ("pod spec key", lambda ds: pod_spec(ds).update(toleration=pod_spec(ds)["tolerations"])),
     ("probe key", lambda ds: gfd_container(ds)["livenessProbe"].update(httpGett={"path": "/"})),
     ("top-level spec key", lambda ds: ds["spec"].update(selecter=ds["spec"]["selector"])),
     ("wrong type", lambda ds: gfd_container(ds)["ports"][0].update(containerPort="8080")),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("mutate", [m for _, m in TYPOS], ids=[n for n, _ in TYPOS])
@@ -843,18 +830,11 @@ OLD_WITH_OPERATOR_LABELS = edited(GOOD, LABELS, OPERATOR_LABELS)
 POLICY_CASES = [
     case("own node: add nvidia.com/ labels and the annotation", GOOD, True),
     case("own node: remove an owned label", edited(GOOD, LABELS, {GPU_COUNT: None}), True, GOOD),
-    case(
-        "own node: first labels on a node without labels or annotations",
-        node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None),
-        True,
-        node("gpu-node-1", {}, None),
-    ),
-    case(
-        "own node: cleanup removes the annotation",
-        edited(GOOD, ANNOTATIONS, {"nvidia.com/gfd.managed-labels": None}),
-        True,
-        GOOD,
-    ),
+    case("own node: first labels on a node without labels or annotations",
+         node("gpu-node-1", {"nvidia.com/gpu.count": "1"}, None), True,
+         node("gpu-node-1", {}, None)),
+    case("own node: cleanup removes the annotation",
+         edited(GOOD, ANNOTATIONS, {"nvidia.com/gfd.managed-labels": None}), True, GOOD),
     case("another node", GOOD, False, by="gpu-node-2"),
     case("token without a node", GOOD, False, by=None),
     denied("change a label outside nvidia.com/", LABELS, {"kubernetes.io/hostname": "x"}),
@@ -876,23 +856,14 @@ POLICY_CASES = [
         for key in [*OPERATOR_LABELS, "nvidia.com/gpu.present"]
         for verb, value in (("change", "changed"), ("remove", None))
     ),
-    denied(
-        "add a nvidia.com/ key gfd cannot produce",
-        LABELS,
-        {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"},
-    ),
-    case(
-        "add gfd keys of a renamed MIG resource",
-        edited(GOOD, LABELS, {"nvidia.com/mig-1g.5gb.me.slices.gi": "1"}),
-        True,
-    ),
-    case(
-        "gfd keys change while operator labels stay",
-        edited(OLD_WITH_OPERATOR_LABELS, LABELS, {GPU_COUNT: "4"}),
-        True,
-        OLD_WITH_OPERATOR_LABELS,
-    ),
-]
+    denied("add a nvidia.com/ key gfd cannot produce", LABELS,
+           {"nvidia.com/gpu.deploy.gpu-feature-discovery": "false"}),
+    case("add gfd keys of a renamed MIG resource",
+         edited(GOOD, LABELS, {"nvidia.com/mig-1g.5gb.me.slices.gi": "1"}), True),
+    case("gfd keys change while operator labels stay",
+         edited(OLD_WITH_OPERATOR_LABELS, LABELS, {GPU_COUNT: "4"}), True,
+         OLD_WITH_OPERATOR_LABELS),
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -1020,17 +991,12 @@ NODEFEATURE_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("requester", "name", "node_label", "labels", "allowed"),
-    table(NODEFEATURE_CASES),
+    ("requester", "name", "node_label", "labels", "allowed"), table(NODEFEATURE_CASES)
 )
 def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
-    requester: str | None,
-    name: str,
-    node_label: str,
-    labels: dict[str, str],
-    allowed: bool,
+    requester: str | None, name: str, node_label: str, labels: dict[str, str], allowed: bool,
     rendered: Render,
-) -> None:
+) -> None:  # fmt: skip
     objects = rendered("nodefeature")
     policy = Policy(only(objects, "ValidatingAdmissionPolicy"))
     namespace, account = service_account_of("nodefeature", objects)
@@ -1044,20 +1010,13 @@ def test_nodefeature_policy_keeps_each_pod_to_its_own_node(
 # ---------------------------------------------------------------------- probes, for real
 
 
-def _get(port: int, path: str) -> int | None:
-    try:
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-        connection.request("GET", path)
-        status = connection.getresponse().status
-        connection.close()
-        return status
-    except OSError:
-        return None
-
-
 def _poll(port: int, path: str, attempts: int = 200) -> Iterator[int | None]:
+    """The status of ``GET path`` (None while nothing listens), every 50 ms."""
     for _ in range(attempts):
-        yield _get(port, path)
+        try:
+            yield http_get(port, path)[0]
+        except OSError:
+            yield None
         time.sleep(0.05)
 
 

@@ -101,9 +101,7 @@ def test_drift_series_follow_the_disagreeing_set(metrics: PrometheusMetrics) -> 
     assert not [key for key in samples(metrics) if key[0] == "gfd_dra_drift"]
 
 
-def test_a_failed_pass_keeps_the_last_success_and_label_count(
-    metrics: PrometheusMetrics,
-) -> None:
+def test_a_failed_pass_keeps_the_last_success_and_label_count(metrics: PrometheusMetrics) -> None:
     metrics.pass_finished("success", 0.01, 12)
     metrics.pass_finished("error", 0.01, None)
     found = samples(metrics)
@@ -220,12 +218,9 @@ def test_lost_gpus_are_a_gauge(metrics: PrometheusMetrics) -> None:
 def test_dropped_log_lines_are_a_counter_read_at_each_scrape(clock: Clock) -> None:
     dropped = [0]
     served = PrometheusMetrics(
-        "127.0.0.1:0",
-        60.0,
-        monotonic=clock,
-        poll_interval=FAST,
+        "127.0.0.1:0", 60.0, monotonic=clock, poll_interval=FAST,
         log_lines_dropped=lambda: dropped[0],
-    )
+    )  # fmt: skip
     try:
         assert samples(served)[("gfd_log_lines_dropped_total", ())] == 0
         dropped[0] = 7

@@ -16,15 +16,11 @@ from structlog.testing import capture_logs
 from gfd.agent import Agent
 from gfd.config_choice import ConfigChoice
 from gfd.errors import PublishError, UsageError
-from gfd.nodeconfig import (
-    NodeConfigError,
-    choose,
-    choose_for,
-    list_entries,
-)
+from gfd.nodeconfig import NodeConfigError, choose, choose_for, list_entries
 from gfd.options import DEFAULT_NODE_LABEL
 from gfd.outputs.file import split_features_file
 from gfd.settings import Settings, resolve
+from tests.helpers import table
 
 LABEL = DEFAULT_NODE_LABEL
 MIG_NODE = "examples/snapshots/dgx-a100-mig-mixed.yaml"
@@ -46,17 +42,9 @@ CHOICES: list[tuple[str, str | None, frozenset[str], str, tuple[str, ...], str |
 ]
 
 
-@pytest.mark.parametrize(
-    ("value", "entries", "default", "fallbacks", "chosen"),
-    [case[1:] for case in CHOICES],
-    ids=[case[0] for case in CHOICES],
-)
+@pytest.mark.parametrize(("value", "entries", "default", "fallbacks", "chosen"), table(CHOICES))
 def test_choose_follows_upstream_config_manager(
-    value: str | None,
-    entries: frozenset[str],
-    default: str,
-    fallbacks: tuple[str, ...],
-    chosen: str | None,
+    value: str | None, entries: frozenset[str], default: str, fallbacks: tuple, chosen: str | None
 ) -> None:
     choice = choose(LABEL, value, entries, default, fallbacks)
     assert choice.entry == chosen
@@ -78,17 +66,9 @@ REFUSALS: list[tuple[str, str | None, frozenset[str], str, tuple[str, ...], str]
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("value", "entries", "default", "fallbacks", "message"),
-    [case[1:] for case in REFUSALS],
-    ids=[case[0] for case in REFUSALS],
-)
+@pytest.mark.parametrize(("value", "entries", "default", "fallbacks", "message"), table(REFUSALS))
 def test_choose_refuses_with_a_message_naming_the_label(
-    value: str | None,
-    entries: frozenset[str],
-    default: str,
-    fallbacks: tuple[str, ...],
-    message: str,
+    value: str | None, entries: frozenset[str], default: str, fallbacks: tuple, message: str
 ) -> None:
     with pytest.raises(NodeConfigError) as caught:
         choose(LABEL, value, entries, default, fallbacks)
@@ -277,15 +257,11 @@ def test_a_relabelled_node_gets_the_new_config_and_labels_in_one_pass(tmp_path: 
     chosen = [entry for entry in logs if entry["event"] == "node config chosen"]
     assert chosen == [
         {
-            "node": "n1",
-            "output": "file",
-            "event": "node config chosen",
-            "log_level": "info",
-            "entry": "mig-single",
-            "reason": f"node label {LABEL}=mig-single",
+            "node": "n1", "output": "file", "event": "node config chosen", "log_level": "info",
+            "entry": "mig-single", "reason": f"node label {LABEL}=mig-single",
             "previous": "mig-mixed",
         }
-    ]
+    ]  # fmt: skip
 
 
 def test_an_unchanged_label_reloads_nothing(tmp_path: Path) -> None:

@@ -30,11 +30,7 @@ pytestmark = pytest.mark.timeout(120)
 def daemon(api: FakeApiServer, kubeconfig: str, tmp_path: Path) -> Iterator[Daemon]:
     root = config_dir(tmp_path, {"mig-mixed": MIXED, "mig-single": SINGLE, "default": SINGLE})
     running = Daemon(
-        "--use-node-labels",
-        "--snapshot-file",
-        MIG_NODE,
-        "--sleep-interval",
-        "0.3s",
+        "--use-node-labels", "--snapshot-file", MIG_NODE, "--sleep-interval", "0.3s",
         "--no-timestamp",
         env={
             "NODE_NAME": "n1",
@@ -48,7 +44,7 @@ def daemon(api: FakeApiServer, kubeconfig: str, tmp_path: Path) -> Iterator[Daem
             "CONFIG_FILE": "/config/config.yaml",
         },
         metrics=True,
-    )
+    )  # fmt: skip
     yield running
     running.kill()
 

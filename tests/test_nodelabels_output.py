@@ -15,14 +15,9 @@ from gfd.outputs.nodelabels import (
 )
 from tests.fakes.fake_apiserver import MERGE_PATCH, FakeApiServer
 from tests.fakes.waits import output_without_waits
+from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS
 
 NODE_PATH = "/api/v1/nodes/n1"
-FOREIGN = {
-    "kubernetes.io/hostname": "n1",
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/device-plugin.config": "a100",
-}
-FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 LABELS = {
     "nvidia.com/gpu.count": "8",
     "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
@@ -92,14 +87,12 @@ def test_a_change_is_one_patch_that_touches_only_owned_keys(
     assert api.requests[0].body == {
         "metadata": {
             "labels": {
-                "nvidia.com/gpu.count": "4",
-                "nvidia.com/gpu.memory": "40960",
-                "nvidia.com/gpu.product": None,
-                "nvidia.com/mig.capable": None,
+                "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "40960",
+                "nvidia.com/gpu.product": None, "nvidia.com/mig.capable": None,
             },
             "annotations": {MANAGED_LABELS_ANNOTATION: managed(new)},
         }
-    }
+    }  # fmt: skip
     assert api.node_labels("n1") == {**FOREIGN, **new}
 
 

@@ -135,16 +135,9 @@ def test_a_running_daemon_does_not_rewrite_a_current_file(tmp_path: Path, daemon
     # 50ms passes against a 60s horizon: five passes in a quarter of a second, the expiry
     # still far off at every one of them
     daemon = daemons(
-        "--sleep-interval",
-        "50ms",
-        "--expiry-horizon",
-        "60s",
-        "--output-file",
-        str(out),
-        "--snapshot-file",
-        DGX,
-        "--no-timestamp",
-    )
+        "--sleep-interval", "50ms", "--expiry-horizon", "60s", "--output-file", str(out),
+        "--snapshot-file", DGX, "--no-timestamp",
+    )  # fmt: skip
     daemon.wait_for("pass finished")
     inode, text = out.stat().st_ino, out.read_text()
     daemon.wait_for("pass finished", count=4)

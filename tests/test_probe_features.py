@@ -56,17 +56,9 @@ def test_the_nodefeature_object_of_a_huge_node_is_stored(tmp_path: Path) -> None
         api.add_node("n1")
         kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         result = run_gfd_here(
-            "--oneshot",
-            "--use-node-feature-api",
-            "--node-name",
-            "n1",
-            "--namespace",
-            "default",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--snapshot-file",
-            str(snapshot),
-        )
+            "--oneshot", "--use-node-feature-api", "--node-name", "n1", "--namespace", "default",
+            "--kubeconfig", str(kubeconfig), "--snapshot-file", str(snapshot),
+        )  # fmt: skip
         assert result.returncode == 0, result.stderr[-500:]
         (stored,) = api.objects("NodeFeature")
     assert len(json.dumps(stored)) < ETCD_OBJECT_LIMIT

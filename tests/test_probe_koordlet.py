@@ -53,12 +53,9 @@ PLANTED: list[object] = [
     pytest.param(subdirectory, id="file-is-directory"),
     pytest.param(temp_dir_symlink, id="temp-dir-is-symlink"),
     pytest.param(temp_dir_file, id="temp-dir-is-file"),
-    pytest.param(
-        temp_dir_of_another_user,
-        id="temp-dir-of-another-user",
-        marks=pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root"),
-    ),
-]
+    pytest.param(temp_dir_of_another_user, id="temp-dir-of-another-user",
+                 marks=pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")),
+]  # fmt: skip
 
 
 def snapshot_and_table() -> tuple[snapshot_io.Snapshot, PartitionTable]:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +35,17 @@ def document_with(lost: list[dict[str, Any]]) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("lost", "where"),
     [
-        pytest.param(
-            [{"index": 9, "reason": "a"}, {"index": 9, "reason": "b"}],
-            "lost_gpus[1].index",
-            id="same-index-twice",
-        ),
-        pytest.param(
-            [{"pci_bus_id": "0000:c1:00.0"}, {"pci_bus_id": "0000:C1:00.0"}],
-            "lost_gpus[1].pci_bus_id",
-            id="same-bus-twice",
-        ),
+        pytest.param([{"index": 9, "reason": "a"}, {"index": 9, "reason": "b"}],
+                     "lost_gpus[1].index", id="same-index-twice"),
+        pytest.param([{"pci_bus_id": "0000:c1:00.0"}, {"pci_bus_id": "0000:C1:00.0"}],
+                     "lost_gpus[1].pci_bus_id", id="same-bus-twice"),
         pytest.param(
             [{"pci_bus_id": "0000:07:00.0"}],  # GPU 0 of the DGX A100 answers
             "lost_gpus[0].pci_bus_id",
             id="bus-of-an-answering-gpu",
         ),
     ],
-)
+)  # fmt: skip
 def test_contradictory_lost_entries_are_snapshot_errors(
     lost: list[dict[str, Any]], where: str, tmp_path: Path
 ) -> None:
@@ -78,18 +71,11 @@ def test_thousands_of_lost_entries_are_served(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ sysfs
 
 
-@pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return replace(Settings(), sysfs_root=str(tmp_path / "sys"), machine_type_file="")
-
-
 def gpu(index: int) -> FakeGpu:
     return FakeGpu(
-        uuid=f"GPU-{index}",
-        name="NVIDIA A100-SXM4-40GB",
-        bus_id=f"00000000:{index:02X}:00.0",
+        uuid=f"GPU-{index}", name="NVIDIA A100-SXM4-40GB", bus_id=f"00000000:{index:02X}:00.0",
         memory_total=A100_BYTES,
-    )
+    )  # fmt: skip
 
 
 def bind(device: Path, driver: str) -> None:

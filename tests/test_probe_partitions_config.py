@@ -34,47 +34,23 @@ CASES = [
         "partitions.3[0].minors",
         id="fifty-thousand-minors",
     ),
-    pytest.param(
-        f"partitions: {{2: [{{minors: [0, 1], allocationScore: {'9' * 400}}}]}}",
-        "allocationScore",
-        id="score-past-go-int",
-    ),
-    pytest.param(
-        f'partitions: {{2: [{{minors: [0, 1], ringBusBandwidth: "{"9" * 100_000}"}}]}}',
-        "ringBusBandwidth",
-        id="bandwidth-100k-digits",
-    ),
-    pytest.param(
-        "partitions: {2: [{minors: [0, 1], ringBusBandwidth: 20E}]}",
-        "ringBusBandwidth",
-        id="bandwidth-past-int64",
-    ),
-    pytest.param(
-        f"partitions: {{2: [{{minors: [0, 1], gpuLinkType: {'x' * 100_000}}}]}}",
-        "gpuLinkType",
-        id="link-type-100k",
-    ),
-    pytest.param(
-        'partitions: {2: [{minors: [0, 1], gpuLinkType: "NV Link\\n"}]}',
-        "gpuLinkType",
-        id="link-type-with-space",
-    ),
-    pytest.param(
-        json.dumps({"partitions": {"2": [{"minors": [0, 1], "k" * 100_000: 1}]}}),
-        "unknown key",
-        id="unknown-key-100k",
-    ),
-    pytest.param(
-        "partitions: {2: [{minors: [0, 1]}, {minors: [1, 0]}]}",
-        "partitions.2[1].minors",
-        id="same-partition-twice",
-    ),
-    pytest.param(
-        "partitions: {{2: [{}]}}".format(pairs(3000, "NVLink" + "x" * 40)),
-        "partitions",
-        id="table-past-64KiB",
-    ),
-]
+    pytest.param(f"partitions: {{2: [{{minors: [0, 1], allocationScore: {'9' * 400}}}]}}",
+                 "allocationScore", id="score-past-go-int"),
+    pytest.param(f'partitions: {{2: [{{minors: [0, 1], ringBusBandwidth: "{"9" * 100_000}"}}]}}',
+                 "ringBusBandwidth", id="bandwidth-100k-digits"),
+    pytest.param("partitions: {2: [{minors: [0, 1], ringBusBandwidth: 20E}]}", "ringBusBandwidth",
+                 id="bandwidth-past-int64"),
+    pytest.param(f"partitions: {{2: [{{minors: [0, 1], gpuLinkType: {'x' * 100_000}}}]}}",
+                 "gpuLinkType", id="link-type-100k"),
+    pytest.param('partitions: {2: [{minors: [0, 1], gpuLinkType: "NV Link\\n"}]}', "gpuLinkType",
+                 id="link-type-with-space"),
+    pytest.param(json.dumps({"partitions": {"2": [{"minors": [0, 1], "k" * 100_000: 1}]}}),
+                 "unknown key", id="unknown-key-100k"),
+    pytest.param("partitions: {2: [{minors: [0, 1]}, {minors: [1, 0]}]}", "partitions.2[1].minors",
+                 id="same-partition-twice"),
+    pytest.param("partitions: {{2: [{}]}}".format(pairs(3000, "NVLink" + "x" * 40)), "partitions",
+                 id="table-past-64KiB"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("text", "key"), CASES)

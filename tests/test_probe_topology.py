@@ -31,7 +31,7 @@ from gfd.snapshot import (
 )
 from tests.process import run_gfd_here
 
-from .fakes.fake_nvml import FakeGpu, FakeNvml
+from .fakes.fake_nvml import TOPOLOGY_FUNCTIONS, FakeGpu, FakeNvml
 from .fakes.fake_sysfs import build_from_snapshot
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "snapshots"
@@ -54,10 +54,7 @@ def node(n: int, edges: list[tuple[int, int]], *, switch_links: int = 0) -> Snap
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
             Gpu(
-                index=i,
-                uuid=f"GPU-{i}",
-                name="Tesla V100",
-                pci_bus_id=bus(i),
+                index=i, uuid=f"GPU-{i}", name="Tesla V100", pci_bus_id=bus(i),
                 compute_capability=ComputeCapability(7, 0),
             )
             for i in range(n)
@@ -75,7 +72,7 @@ def node(n: int, edges: list[tuple[int, int]], *, switch_links: int = 0) -> Snap
                 for i in range(n)
             )
         ),
-    )
+    )  # fmt: skip
 
 
 def band(n: int, reach: int = 3, seed: int = 1) -> list[tuple[int, int]]:
@@ -240,21 +237,9 @@ def test_link_graph_of_a_hand_built_oversized_snapshot_is_none() -> None:
 # ------------------------------------------------------------------ hostile NVML
 
 
-def hostile(fake: FakeNvml, names: list[str], behaviour: Any) -> None:
+def hostile(fake: FakeNvml, names: tuple[str, ...], behaviour: Any) -> None:
     for name in names:
         setattr(fake.module, name, behaviour)
-
-
-TOPOLOGY_CALLS = [
-    "nvmlDeviceGetMinorNumber",
-    "nvmlDeviceGetCpuAffinity",
-    "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetNvLinkVersion",
-    "nvmlDeviceGetNvLinkRemoteDeviceType",
-    "nvmlDeviceGetNvLinkRemotePciInfo",
-    "nvmlDeviceGetTopologyCommonAncestor",
-    "nvmlDeviceGetP2PStatus",
-]
 
 
 def raising(*args: Any) -> Any:
@@ -285,7 +270,7 @@ def test_topology_calls_that_raise_or_answer_garbage_never_fail_discovery(
 ) -> None:
     snap = snapshot_io.load(str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"))
     fake = FakeNvml.from_snapshot(snap)
-    hostile(fake, TOPOLOGY_CALLS, behaviour)
+    hostile(fake, TOPOLOGY_FUNCTIONS, behaviour)
     overrides = build_from_snapshot(tmp_path, snap)
     found = discover(replace(Settings(), **overrides), nvml=fake.module)
     assert found.gpus == snap.gpus
@@ -337,13 +322,11 @@ def test_bindings_declaring_a_billion_links_walk_at_most_the_limit(tmp_path: Pat
 def test_more_gpus_than_the_limit_skip_topology_not_the_pass(tmp_path: Path) -> None:
     gpus = [
         FakeGpu(
-            uuid=f"GPU-{i:04d}",
-            name="NVIDIA L40S",
-            bus_id=f"00000000:{i // 8 + 1:02X}:{i % 8:02X}.0",
-            memory_total=None,
+            uuid=f"GPU-{i:04d}", name="NVIDIA L40S",
+            bus_id=f"00000000:{i // 8 + 1:02X}:{i % 8:02X}.0", memory_total=None,
         )
         for i in range(MAX_TOPOLOGY_GPUS + 1)
-    ]
+    ]  # fmt: skip
     fake = FakeNvml(gpus)
     settings = replace(Settings(), topology_labels=True, sysfs_root=str(tmp_path))
     found = discover(settings, nvml=fake.module)

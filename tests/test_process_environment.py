@@ -10,16 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.process import (
-    GFD,
-    ROOT,
-    Daemon,
-    assert_refused,
-    clean_env,
-    free_port,
-    http_get,
-    run_gfd,
-)
+from tests.process import GFD, ROOT, Daemon, assert_refused, clean_env, free_port, http_get, run_gfd
 
 DGX = f"{ROOT}/examples/snapshots/dgx-a100.yaml"
 
@@ -41,9 +32,7 @@ class _DaemonIn(Daemon):
         self._follow(process)
 
 
-def test_a_relative_output_file_in_a_removed_working_directory_is_one_line(
-    tmp_path: Path,
-) -> None:
+def test_a_relative_output_file_in_a_removed_working_directory_is_one_line(tmp_path: Path) -> None:
     gone = tmp_path / "gone"
     gone.mkdir()
     result = subprocess.run(
@@ -80,9 +69,7 @@ def test_a_daemon_whose_working_directory_is_removed_names_the_path(
         daemon.kill()
 
 
-def test_a_snapshot_dump_to_an_ascii_stdout_is_one_line_naming_the_stream(
-    tmp_path: Path,
-) -> None:
+def test_a_snapshot_dump_to_an_ascii_stdout_is_one_line_naming_the_stream(tmp_path: Path) -> None:
     record = tmp_path / "snapshot.yaml"
     text = Path(DGX).read_text().replace("NVIDIA A100-SXM4-40GB", "NVIDIA \u00c4100-SXM4-40GB")
     record.write_text(text, encoding="utf-8")

@@ -2,8 +2,7 @@
 
 The checks are written against SPEC §3 and §5 without using the engine's helpers: the
 label grammar, sanitising, wildcard matching and the common-label rule are all re-stated
-here, so a mistake in the engine cannot hide behind the same mistake in the test.
-"""
+here, so a mistake in the engine cannot hide behind the same mistake in the test."""
 
 from __future__ import annotations
 
@@ -24,6 +23,7 @@ from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.settings import parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
+from tests.helpers import RESOURCE_SUFFIXES
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
 PROPERTY = settings(
@@ -122,26 +122,6 @@ def family(major: int, minor: int) -> str:
     return names.get(major, "undefined")
 
 
-RESOURCE_SUFFIXES = (
-    "product",
-    "count",
-    "replicas",
-    "sharing-strategy",
-    "memory",
-    "machine",
-    "mode",
-    "family",
-    "compute.major",
-    "compute.minor",
-    "multiprocessors",
-    "slices.gi",
-    "slices.ci",
-    "engines.copy",
-    "engines.decoder",
-    "engines.encoder",
-    "engines.jpeg",
-    "engines.ofa",
-)
 SINGLE_OVERRIDES = set(RESOURCE_SUFFIXES) - {"machine", "mode", "family"}
 SINGLE_OVERRIDES -= {"compute.major", "compute.minor"}
 
@@ -208,20 +188,11 @@ def mig_type_labels(resource: str, parent: Gpu, device: MigDevice, sharing: Shar
     replicas, _ = replicas_for(resource, sharing)
     parts = (parent.name, "MIG", device.profile.replace("+", "."))
     labels = sharing_part(resource, sharing, parts, replicas)
-    e = device.engines
-    labels.update(
-        {
-            "memory": str(device.memory_mib),
-            "multiprocessors": str(device.multiprocessors),
-            "slices.gi": str(device.slices.gi),
-            "slices.ci": str(device.slices.ci),
-            "engines.copy": str(e.copy),
-            "engines.decoder": str(e.decoder),
-            "engines.encoder": str(e.encoder),
-            "engines.jpeg": str(e.jpeg),
-            "engines.ofa": str(e.ofa),
-        }
-    )
+    labels["memory"] = str(device.memory_mib)
+    labels["multiprocessors"] = str(device.multiprocessors)
+    labels["slices.gi"], labels["slices.ci"] = str(device.slices.gi), str(device.slices.ci)
+    for engine in ("copy", "decoder", "encoder", "jpeg", "ofa"):
+        labels[f"engines.{engine}"] = str(getattr(device.engines, engine))
     return labels
 
 
@@ -334,22 +305,17 @@ def model_labels(
         cuda_major, cuda_minor = str(snap.driver.cuda // 1000), str(snap.driver.cuda % 1000 // 10)
         labels.update(
             {
-                "cuda.driver.major": major,
-                "cuda.driver.minor": minor,
-                "cuda.driver.rev": rev,
-                "cuda.driver-version.major": major,
-                "cuda.driver-version.minor": minor,
+                "cuda.driver.major": major, "cuda.driver.minor": minor, "cuda.driver.rev": rev,
+                "cuda.driver-version.major": major, "cuda.driver-version.minor": minor,
                 "cuda.driver-version.revision": rev,
-                "cuda.driver-version.full": snap.driver.version,
-                "cuda.runtime.major": cuda_major,
-                "cuda.runtime.minor": cuda_minor,
-                "cuda.runtime-version.major": cuda_major,
+                "cuda.driver-version.full": snap.driver.version, "cuda.runtime.major": cuda_major,
+                "cuda.runtime.minor": cuda_minor, "cuda.runtime-version.major": cuda_major,
                 "cuda.runtime-version.minor": cuda_minor,
                 "cuda.runtime-version.full": f"{cuda_major}.{cuda_minor}",
                 "mig.capable": "true" if any(g.mig is not None for g in snap.gpus) else "false",
                 "mps.capable": "true" if config.sharing.strategy == "mps" else "false",
             }
-        )
+        )  # fmt: skip
         if strategy != "none":
             labels["mig.strategy"] = strategy
         cliques = {f"{g.fabric.cluster_uuid}.{g.fabric.clique_id}" for g in snap.gpus if g.fabric}
@@ -653,15 +619,11 @@ def test_a_dgx_display_anywhere_changes_no_label(snap, config, strategy, name, i
     were and only adds a note."""
     assume(buildable(snap, config))
     display = Gpu(
-        index=index,
-        uuid=f"GPU-display-{index}",
-        name=name,
-        pci_bus_id="0000:c1:00.0",
-        pci_class=0x030000,
-        memory_mib=4096,
+        index=index, uuid=f"GPU-display-{index}", name=name, pci_bus_id="0000:c1:00.0",
+        pci_class=0x030000, memory_mib=4096,
         compute_capability=snapshot_format.ComputeCapability(7, 5),
         mig=Mig(mig_on, ()) if mig_on else None,
-    )
+    )  # fmt: skip
     with_display = replace(snap, gpus=(*snap.gpus, display))
     before = build(snap, strategy, config, None)
     after = build(with_display, strategy, config, None)

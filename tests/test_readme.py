@@ -310,14 +310,9 @@ def test_make_run_passes_example_and_args() -> None:
 
     if shutil.which("make") is None:
         pytest.skip("no make")
+    run = ["make", "-n", "run", "EXAMPLE=examples/snapshots/two-models.yaml"]
     planned = subprocess.run(
-        [
-            "make",
-            "-n",
-            "run",
-            "EXAMPLE=examples/snapshots/two-models.yaml",
-            "ARGS=--mig-strategy mixed",
-        ],
+        [*run, "ARGS=--mig-strategy mixed"],
         cwd=ROOT,
         # not the flags of a make that runs this suite (make test)
         env={k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}},

@@ -149,10 +149,7 @@ def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
         assert secret.in_memory
         assert Path(secret.path).read_bytes() == b"canary-key-material"
         child = subprocess.run(
-            ["ls", "-l", "/proc/self/fd"],
-            capture_output=True,
-            close_fds=False,
-            check=False,
+            ["ls", "-l", "/proc/self/fd"], capture_output=True, close_fds=False, check=False
         )
         assert child.returncode == 0
         assert b"memfd:gfd-client.key" not in child.stdout

@@ -197,10 +197,7 @@ def test_no_child_process_outside_the_credential_plugin_runner(path: Path) -> No
 
 #: ``!r`` of a value that is short by construction (a published label value: at most 63
 #: characters), so it needs no excerpt
-SHORT_BY_CONSTRUCTION = {
-    ("gfd/labels/devices.py", "fitted"),
-    ("gfd/labels/__init__.py", "value"),
-}
+SHORT_BY_CONSTRUCTION = {("gfd/labels/devices.py", "fitted"), ("gfd/labels/__init__.py", "value")}
 SHARED_HELPERS = {"clip", "clip_path", "describe", "quote_answer", "_quote_status", "printable"}
 
 

@@ -3,8 +3,7 @@ by the API server, a wait between retries, a credential plugin running, a main t
 where no Python handler runs, the exit itself.  SIGHUP is a reload or nothing, never a death;
 SIGTERM, SIGINT and SIGQUIT end the process with status 0.  Waits are guards against a hung
 test, except where the bound is what is tested: a stop ends the process within
-``signals.STOP_BOUND_SECONDS`` (plus slack for a loaded machine; without the fix, never).
-"""
+``signals.STOP_BOUND_SECONDS`` (plus slack for a loaded machine; without the fix, never)."""
 
 from __future__ import annotations
 
@@ -21,12 +20,11 @@ from typing import Any
 
 import pytest
 
-from gfd import labels as labelling
-from gfd import signals, snapshot
-from gfd.config import Config
+from gfd import signals
 from gfd.outputs.file import split_features_file
 from tests.execplugin import exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
+from tests.helpers import expected_labels as expected
 from tests.process import GFD, ROOT, Daemon, spawn_gfd
 
 pytestmark = pytest.mark.timeout(180)
@@ -52,10 +50,6 @@ def poll(condition: Callable[[], bool], what: str, daemon: Any = None, pause: fl
         assert process is None or process.poll() is None, f"gfd exited waiting for {what}:\n{log()}"
         assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{log()}"
         time.sleep(pause)
-
-
-def expected(path: Path) -> dict[str, str]:
-    return labelling.build(snapshot.load(str(path)), "none", Config(), None).labels
 
 
 def file_labels(path: Path) -> dict[str, str]:

@@ -66,17 +66,15 @@ def test_a_record_declared_once_is_written_and_read_back() -> None:
 @pytest.mark.parametrize(
     ("document", "message"),
     [
-        (
-            {"sensors": [{"index": 0, "temperature_c": 201}]},
-            "board.sensors[0].temperature_c: 201 is out of range (at most 200)",
-        ),
+        ({"sensors": [{"index": 0, "temperature_c": 201}]},
+         "board.sensors[0].temperature_c: 201 is out of range (at most 200)"),
         ({"sensors": [{"index": 0, "name": 7}]}, "board.sensors[0].name: expected a string, got 7"),
         ({"sensors": [{"temperature_c": 20}]}, "board.sensors[0].index: required field is missing"),
         ({"sensors": [{"index": 0, "label": "x"}]}, "board.sensors[0].label: unknown key"),
         ({"sensors": [{"index": 0}] * 3}, "board.sensors: 3 sensors, more than the limit of 2"),
         ({"sensors": {"index": 0}}, "board.sensors: expected a list"),
     ],
-)
+)  # fmt: skip
 def test_a_record_declared_once_is_validated(document: Any, message: str) -> None:
     with pytest.raises(SnapshotError) as caught:
         read_board(document)
@@ -127,10 +125,7 @@ FULL = snapshot.Snapshot(
                 enabled=True,
                 devices=(
                     snapshot.MigDevice(
-                        "1g.10gb",
-                        9856,
-                        16,
-                        snapshot.MigSlices(1, 1),
+                        "1g.10gb", 9856, 16, snapshot.MigSlices(1, 1),
                         snapshot.MigEngines(1, 1, 1, 1, 1),
                     ),
                 ),
@@ -143,18 +138,14 @@ FULL = snapshot.Snapshot(
     topology=snapshot.Topology(
         gpus=(
             snapshot.GpuTopology(
-                index=0,
-                minor=0,
-                numa_node=0,
-                pcie_root="pci0000:17",
-                cpu_affinity="0-47",
+                index=0, minor=0, numa_node=0, pcie_root="pci0000:17", cpu_affinity="0-47",
                 nvlinks=(snapshot.NvLink(0, 4, "nvswitch", "0000:05:00.0"),),
             ),
         ),
         pairs=(snapshot.GpuPair((0, 1), "system", True),),
     ),
     discovery="vfio",
-)
+)  # fmt: skip
 DOCUMENT_TEXT = snapshot.dumps(FULL)
 
 

@@ -29,7 +29,7 @@ from gfd.settings import Settings
 from gfd.snapshot import GpuPair, GpuTopology, NvLink, Snapshot, Topology
 from tests.process import run_gfd_here
 
-from .fakes.fake_nvml import FUNCTIONS, FakeNvml
+from .fakes.fake_nvml import TOPOLOGY_FUNCTIONS, FakeNvml
 from .fakes.fake_sysfs import build_from_snapshot
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,11 +60,9 @@ def singletons(scores: dict[int, int]) -> list[dict[str, Any]]:
 
 def group(minors: list[int], bandwidth: str, score: int) -> dict[str, Any]:
     return {
-        "minors": minors,
-        "gpuLinkType": "NVLink",
-        "ringBusBandwidth": bandwidth,
+        "minors": minors, "gpuLinkType": "NVLink", "ringBusBandwidth": bandwidth,
         "allocationScore": score,
-    }
+    }  # fmt: skip
 
 
 #: the DGX-1's NVLink pairs (examples/snapshots/dgx1-v100-cube-mesh.yaml): the hybrid cube
@@ -463,18 +461,12 @@ topology:
         ("  gpus: [{index: 2}]", "topology.gpus[0].index: no GPU has index 2"),
         ("  gpus: [{index: 0}, {index: 0}]", "topology.gpus[1].index: duplicate index 0"),
         ("  gpus: [{index: 0, colour: red}]", "topology.gpus[0].colour: unknown key"),
-        (
-            "  gpus: [{index: 0, nvlinks: [{link: 0, remote: switch}]}]",
-            "topology.gpus[0].nvlinks[0].remote: expected one of gpu, nvswitch, other",
-        ),
-        (
-            "  gpus: [{index: 0, nvlinks: [{link: 1}, {link: 1}]}]",
-            "topology.gpus[0].nvlinks[1].link: duplicate link 1",
-        ),
-        (
-            "  gpus: [{index: 0, nvlinks: [{link: 0, version: 0}]}]",
-            "topology.gpus[0].nvlinks[0].version: NVLink generations start at 1",
-        ),
+        ("  gpus: [{index: 0, nvlinks: [{link: 0, remote: switch}]}]",
+         "topology.gpus[0].nvlinks[0].remote: expected one of gpu, nvswitch, other"),
+        ("  gpus: [{index: 0, nvlinks: [{link: 1}, {link: 1}]}]",
+         "topology.gpus[0].nvlinks[1].link: duplicate link 1"),
+        ("  gpus: [{index: 0, nvlinks: [{link: 0, version: 0}]}]",
+         "topology.gpus[0].nvlinks[0].version: NVLink generations start at 1"),
         ("  gpus: [{index: 0, cpu_affinity: '0-3;8'}]", "topology.gpus[0].cpu_affinity"),
         ("  gpus: [{index: 0, numa_node: -1}]", "topology.gpus[0].numa_node"),
         ("  gpus: [{index: 0, pcie_root: 0000:3a}]", "topology.gpus[0].pcie_root: expected"),
@@ -486,7 +478,7 @@ topology:
         ("  pairs: [{gpus: [0, 1], pcie: near}]", "topology.pairs[0].pcie: expected one of"),
         ("  pairs: [{gpus: [0, 1], nvlink_p2p: 1}]", "topology.pairs[0].nvlink_p2p"),
     ],
-)
+)  # fmt: skip
 def test_bad_topology_names_the_exact_path(section: str, message: str) -> None:
     with pytest.raises(SnapshotError) as caught:
         snapshot_io.loads(BASE + section + "\n", "node.yaml")
@@ -571,18 +563,11 @@ def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
     assert {e.pcie_root for e in found.topology.gpus} == {None}
 
 
-TOPOLOGY_CALLS = [
-    name
-    for name in FUNCTIONS
-    if FUNCTIONS.index(name) >= FUNCTIONS.index("nvmlDeviceGetMinorNumber")
-]
-
-
 @pytest.mark.parametrize("how", ["missing_functions", "missing_symbols"])
 def test_no_topology_call_can_fail_the_pass(how: str, tmp_path: Path) -> None:
     """Bindings without the entry points, or a driver without them: fields left out."""
     snap = load(DGX1)
-    found = discover_node(snap, tmp_path, **{how: TOPOLOGY_CALLS})
+    found = discover_node(snap, tmp_path, **{how: TOPOLOGY_FUNCTIONS})
     assert found.gpus == snap.gpus
     assert found.topology is not None
     assert [e.nvlinks for e in found.topology.gpus] == [()] * 8

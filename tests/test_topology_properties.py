@@ -5,8 +5,7 @@ random NVSwitch links, one NVLink generation per GPU.  The model enumerates ever
 through a group's members; the table must list exactly the candidate groups that have one
 (on a node with NVSwitch links the index-aligned blocks, elsewhere every set of 2, 4, 8
 GPUs NVLink joins), with the best cycle's bottleneck as bandwidth, and score each by what
-it leaves (seed 003: the largest disjoint partition, then its best bandwidth).
-"""
+it leaves (seed 003: the largest disjoint partition, then its best bandwidth)."""
 
 from __future__ import annotations
 
@@ -92,10 +91,7 @@ def nodes(draw: st.DrawFn) -> Node:
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
             Gpu(
-                index=i,
-                uuid=f"GPU-{i}",
-                name="GPU",
-                pci_bus_id=bus[i],
+                index=i, uuid=f"GPU-{i}", name="GPU", pci_bus_id=bus[i],
                 compute_capability=ComputeCapability(9, 0),
             )
             for i in range(n)
@@ -104,7 +100,7 @@ def nodes(draw: st.DrawFn) -> Node:
             gpus=tuple(entries),
             pairs=tuple(GpuPair(gpus=pair, nvlink_p2p=p2p[pair]) for pair in direct),
         ),
-    )
+    )  # fmt: skip
     return Node(snapshot, model, generation, total_links, any(switch.values()))
 
 

@@ -7,8 +7,7 @@ expressions; vGPU lines are checked against ``expected-output-vgpu.txt`` only).
 
 upstream's node: the ``tests/test_upstream_lm.py`` mocks, the machine-type file
 ``/tmp/machine-type`` holding ``product-name\\n``, and the mock vGPU library (one vGPU
-device; the host driver strings below are ours, upstream's patterns accept any).
-"""
+device; the host driver strings below are ours, upstream's patterns accept any)."""
 
 from __future__ import annotations
 
@@ -22,6 +21,7 @@ from gfd.config import Config
 from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.snapshot import Mig, Snapshot, Vgpu, VgpuDevice
+from tests.helpers import table
 from tests.process import run_gfd_here
 from tests.test_upstream_lm import (
     ARCH_8_0,
@@ -132,14 +132,11 @@ def mock_node(*devices: Mock) -> Snapshot:
 
 def node_wide(mig_capable: bool, timestamp: bool = True) -> dict[str, str]:
     labels = cuda_labels("400", "300", "", "400.300", "8", "0") | {
-        "gpu.machine": "product-name",
-        "gpu.mode": "graphics",
-        "mig.capable": "true" if mig_capable else "false",
-        "mps.capable": "false",
-        "vgpu.present": "true",
-        "vgpu.host-driver-version": "470.63.01",
+        "gpu.machine": "product-name", "gpu.mode": "graphics",
+        "mig.capable": "true" if mig_capable else "false", "mps.capable": "false",
+        "vgpu.present": "true", "vgpu.host-driver-version": "470.63.01",
         "vgpu.host-driver-branch": "r470_00",
-    }
+    }  # fmt: skip
     if timestamp:
         labels["gfd.timestamp"] = str(TIMESTAMP)
     return labels
@@ -162,65 +159,30 @@ MIG_3G_20 = new_mig_device(3, 0, 20)
 MIG_1G_5 = new_mig_device(1, 0, 5)
 
 CASES = [
-    (
-        # main_test.go TestRunOneshot: expected-output.txt + expected-output-vgpu.txt
-        "TestRunOneshot",
-        (full_gpu(),),
-        "none",
-        True,
-        EXPECTED_OUTPUT,
-        node_wide(False) | FULL_GPU,
-    ),
-    (
-        # main_test.go TestRunWithNoTimestamp: the same without gfd.timestamp
-        "TestRunWithNoTimestamp",
-        (full_gpu(),),
-        "none",
-        False,
-        EXPECTED_OUTPUT,
-        node_wide(False, timestamp=False) | FULL_GPU,
-    ),
-    (
-        # mig_test.go TestMigStrategyNone: count 1, product MOCKMODEL, memory 300; the
-        # MIG-enabled device (compute capability 0.0) is labelled without sharing
-        "TestMigStrategyNone",
-        (mig_enabled_device(MIG_3G_20000, MIG_3G_20000),),
-        "none",
-        True,
-        EXPECTED_OUTPUT_MIG_NONE,
-        node_wide(True) | gpu_labels(1, 0, "MOCKMODEL", "none"),
-    ),
-    (
-        # mig_test.go TestMigStrategySingleForNoMigDevices: mig.strategy single, count 1,
-        # product MOCKMODEL, memory 300
-        "TestMigStrategySingleForNoMigDevices",
-        (full_gpu(),),
-        "single",
-        True,
-        EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(False) | FULL_GPU | {"mig.strategy": "single"},
-    ),
-    (
-        # mig_test.go TestMigStrategySingleForMigDeviceMigDisabled: MIG devices listed on a
-        # MIG-disabled GPU are ignored (count 1, product MOCKMODEL, memory 300).  The mock
-        # ties MIG capability to MIG mode; a GPU that has MIG devices is MIG-capable, so
-        # the snapshot says capable and mig.capable is true here.
-        "TestMigStrategySingleForMigDeviceMigDisabled",
-        (Mock(mig=Mig(False, (MIG_3G_20000, MIG_3G_20000))),),
-        "single",
-        True,
-        EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(True) | FULL_GPU | {"mig.strategy": "single"},
-    ),
-    (
-        # mig_test.go TestMigStrategySingle: count 2, product MOCKMODEL-MIG-3g.20gb, memory 20
-        "TestMigStrategySingle",
-        (mig_enabled_device(MIG_3G_20, MIG_3G_20),),
-        "single",
-        True,
-        EXPECTED_OUTPUT_MIG_SINGLE,
-        node_wide(True) | mig_resource("gpu", 2, "3g.20gb", 20, 3) | {"mig.strategy": "single"},
-    ),
+    # main_test.go TestRunOneshot: expected-output.txt + expected-output-vgpu.txt
+    ("TestRunOneshot", (full_gpu(),), "none", True, EXPECTED_OUTPUT, node_wide(False) | FULL_GPU),
+    # main_test.go TestRunWithNoTimestamp: the same without gfd.timestamp
+    ("TestRunWithNoTimestamp", (full_gpu(),), "none", False, EXPECTED_OUTPUT,
+     node_wide(False, timestamp=False) | FULL_GPU),
+    # mig_test.go TestMigStrategyNone: count 1, product MOCKMODEL, memory 300; the
+    # MIG-enabled device (compute capability 0.0) is labelled without sharing
+    ("TestMigStrategyNone", (mig_enabled_device(MIG_3G_20000, MIG_3G_20000),), "none", True,
+     EXPECTED_OUTPUT_MIG_NONE, node_wide(True) | gpu_labels(1, 0, "MOCKMODEL", "none")),
+    # mig_test.go TestMigStrategySingleForNoMigDevices: mig.strategy single, count 1,
+    # product MOCKMODEL, memory 300
+    ("TestMigStrategySingleForNoMigDevices", (full_gpu(),), "single", True,
+     EXPECTED_OUTPUT_MIG_SINGLE, node_wide(False) | FULL_GPU | {"mig.strategy": "single"}),
+    # mig_test.go TestMigStrategySingleForMigDeviceMigDisabled: MIG devices listed on a
+    # MIG-disabled GPU are ignored (count 1, product MOCKMODEL, memory 300).  The mock
+    # ties MIG capability to MIG mode; a GPU that has MIG devices is MIG-capable, so
+    # the snapshot says capable and mig.capable is true here.
+    ("TestMigStrategySingleForMigDeviceMigDisabled",
+     (Mock(mig=Mig(False, (MIG_3G_20000, MIG_3G_20000))),), "single", True,
+     EXPECTED_OUTPUT_MIG_SINGLE, node_wide(True) | FULL_GPU | {"mig.strategy": "single"}),
+    # mig_test.go TestMigStrategySingle: count 2, product MOCKMODEL-MIG-3g.20gb, memory 20
+    ("TestMigStrategySingle", (mig_enabled_device(MIG_3G_20, MIG_3G_20),), "single", True,
+     EXPECTED_OUTPUT_MIG_SINGLE,
+     node_wide(True) | mig_resource("gpu", 2, "3g.20gb", 20, 3) | {"mig.strategy": "single"}),
     (
         # mig_test.go TestMigStrategyMixed: mig.strategy mixed, gpu.count 1, product
         # MOCKMODEL, memory 300, a count for mig-3g.20gb and for mig-1g.5gb
@@ -235,20 +197,12 @@ CASES = [
         | mig_resource("mig-3g.20gb", 1, "3g.20gb", 20, 3)
         | mig_resource("mig-1g.5gb", 1, "1g.5gb", 5, 1),
     ),
-]
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("devices", "strategy", "timestamp", "patterns", "expected"),
-    [case[1:] for case in CASES],
-    ids=[case[0] for case in CASES],
-)
+@pytest.mark.parametrize(("devices", "strategy", "timestamp", "patterns", "expected"), table(CASES))
 def test_upstream_end_to_end_labels(
-    devices: tuple[Mock, ...],
-    strategy: str,
-    timestamp: bool,
-    patterns: str,
-    expected: dict[str, str],
+    devices: tuple[Mock, ...], strategy: str, timestamp: bool, patterns: str, expected: dict
 ) -> None:
     built = build(mock_node(*devices), strategy, Config(), TIMESTAMP if timestamp else None)
     assert built.labels == whole(expected)

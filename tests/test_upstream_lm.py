@@ -10,8 +10,7 @@ same, MIG-capable and enabled, compute capability **0.0** (no family/compute lab
 gi/ci, multiprocessors and engines 0 unless given; the manager: driver ``400.300``, CUDA 8.0.
 Where the stored tables predate the ``sharing-strategy`` label, the expected maps add it as
 upstream's ``baseLabeler`` (internal/lm/resource.go) emits it: the active strategy when
-replicas > 1, else ``none``; ``""`` in the single-strategy INVALID set (SPEC §5.2).
-"""
+replicas > 1, else ``none``; ``""`` in the single-strategy INVALID set (SPEC §5.2)."""
 
 from __future__ import annotations
 
@@ -51,12 +50,10 @@ ENGINES = ("copy", "decoder", "encoder", "jpeg", "ofa")
 def new_mig_device(gi: int, ci: int, gb: int, **attributes: int) -> MigDevice:
     """rt.NewMigDevice(gi, ci, gb, attributes...)."""
     return MigDevice(
-        profile=f"{gi}g.{gb}gb",
-        memory_mib=gb,
-        multiprocessors=attributes.get("multiprocessors", 0),
-        slices=MigSlices(gi, ci),
+        profile=f"{gi}g.{gb}gb", memory_mib=gb,
+        multiprocessors=attributes.get("multiprocessors", 0), slices=MigSlices(gi, ci),
         engines=MigEngines(**{engine: attributes.get(engine, 0) for engine in ENGINES}),
-    )
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -85,18 +82,13 @@ def manager(*mocks: Mock, machine: str | None = None, vgpu: Vgpu | None = None) 
     """rt.NewManagerMockWithDevices(devices...)."""
     gpus = tuple(
         Gpu(
-            index=index,
-            uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
-            name=mock.name,
-            pci_bus_id=f"0000:{index + 1:02x}:00.0",
-            pci_class=mock.pci_class,
-            memory_mib=mock.memory,
-            compute_capability=ComputeCapability(*mock.cc),
-            mig=mock.mig,
+            index=index, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000", name=mock.name,
+            pci_bus_id=f"0000:{index + 1:02x}:00.0", pci_class=mock.pci_class,
+            memory_mib=mock.memory, compute_capability=ComputeCapability(*mock.cc), mig=mock.mig,
             fabric=mock.fabric,
         )
         for index, mock in enumerate(mocks)
-    )
+    )  # fmt: skip
     return Snapshot(driver=MOCK_DRIVER, machine=machine, vgpu=vgpu, gpus=gpus)
 
 
@@ -168,12 +160,9 @@ ARCH_8_0 = {"gpu.compute.major": "8", "gpu.compute.minor": "0", "gpu.family": "a
 
 def gpu_labels(count: int, replicas: int, product: str, strategy: str, memory: int = 300):
     return {
-        "gpu.count": str(count),
-        "gpu.replicas": str(replicas),
-        "gpu.memory": str(memory),
-        "gpu.product": product,
-        "gpu.sharing-strategy": strategy,
-    }
+        "gpu.count": str(count), "gpu.replicas": str(replicas), "gpu.memory": str(memory),
+        "gpu.product": product, "gpu.sharing-strategy": strategy,
+    }  # fmt: skip
 
 
 def mig_labels(
@@ -194,13 +183,9 @@ def mig_labels(
 
 
 INVALID = {
-    "gpu.count": "0",
-    "gpu.replicas": "0",
-    "gpu.memory": "0",
-    "gpu.product": "MOCKMODEL-MIG-INVALID",
-    "gpu.sharing-strategy": "",
-    "mig.strategy": "single",
-}
+    "gpu.count": "0", "gpu.replicas": "0", "gpu.memory": "0",
+    "gpu.product": "MOCKMODEL-MIG-INVALID", "gpu.sharing-strategy": "", "mig.strategy": "single",
+}  # fmt: skip
 
 # =========================================================================================
 # internal/lm/mig-strategy_test.go, TestMigStrategyNoneLabels
@@ -208,45 +193,22 @@ INVALID = {
 
 MIG_STRATEGY_NONE = [
     ("no devices returns empty labels", (), NO_SHARING, {}),
-    (
-        "single non-mig device returns non-mig (none) labels",
-        (full_gpu(),),
-        NO_SHARING,
-        ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none"),
-    ),
-    (
-        "sharing is applied to single device",
-        (full_gpu(),),
-        GPU_TIMES_2,
-        ARCH_8_0 | gpu_labels(1, 2, "MOCKMODEL-SHARED", "time-slicing"),
-    ),
-    (
-        "sharing is applied to multiple devices",
-        (full_gpu(), full_gpu()),
-        GPU_TIMES_2,
-        ARCH_8_0 | gpu_labels(2, 2, "MOCKMODEL-SHARED", "time-slicing"),
-    ),
-    (
-        "sharing is not applied to single MIG device; replicas is zero",
-        (mig_enabled_device(),),
-        GPU_TIMES_2,
-        gpu_labels(1, 0, "MOCKMODEL", "none"),
-    ),
-    (
-        "sharing is not applied to muliple MIG device; replicas is zero",
-        (mig_enabled_device(), mig_enabled_device()),
-        GPU_TIMES_2,
-        gpu_labels(2, 0, "MOCKMODEL", "none"),
-    ),
-    (
-        # the full GPU's labeler (with sharing, compute capability 8.0) overrides the
-        # MIG-enabled one's (newGPULabelers appends the full GPUs last)
-        "sharing is applied to MIG device and non-MIG device",
-        (mig_enabled_device(), full_gpu()),
-        GPU_TIMES_2,
-        ARCH_8_0 | gpu_labels(2, 2, "MOCKMODEL-SHARED", "time-slicing"),
-    ),
-]
+    ("single non-mig device returns non-mig (none) labels", (full_gpu(),), NO_SHARING,
+     ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none")),
+    ("sharing is applied to single device", (full_gpu(),), GPU_TIMES_2,
+     ARCH_8_0 | gpu_labels(1, 2, "MOCKMODEL-SHARED", "time-slicing")),
+    ("sharing is applied to multiple devices", (full_gpu(), full_gpu()), GPU_TIMES_2,
+     ARCH_8_0 | gpu_labels(2, 2, "MOCKMODEL-SHARED", "time-slicing")),
+    ("sharing is not applied to single MIG device; replicas is zero", (mig_enabled_device(),),
+     GPU_TIMES_2, gpu_labels(1, 0, "MOCKMODEL", "none")),
+    ("sharing is not applied to muliple MIG device; replicas is zero",
+     (mig_enabled_device(), mig_enabled_device()), GPU_TIMES_2,
+     gpu_labels(2, 0, "MOCKMODEL", "none")),
+    # the full GPU's labeler (with sharing, compute capability 8.0) overrides the
+    # MIG-enabled one's (newGPULabelers appends the full GPUs last)
+    ("sharing is applied to MIG device and non-MIG device", (mig_enabled_device(), full_gpu()),
+     GPU_TIMES_2, ARCH_8_0 | gpu_labels(2, 2, "MOCKMODEL-SHARED", "time-slicing")),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("devices", "sharing", "expected"), table(MIG_STRATEGY_NONE))
@@ -267,78 +229,37 @@ A_1G = new_mig_device(1, 2, 100)
 ATTRS = {"multiprocessors": 12, "copy": 13, "decoder": 14, "encoder": 15, "jpeg": 16, "ofa": 17}
 A_1G_ATTRS = new_mig_device(1, 2, 100, **ATTRS)
 
+SINGLE = {"mig.strategy": "single"}
+TIMES_4, TIMES_4_RENAMED = TimeSlicing((("gpu", 4, False),)), TimeSlicing((("gpu", 4, True),))
+A_1G_3G = mig_enabled_device(A_1G, new_mig_device(3, 4, 100))
 MIG_STRATEGY_SINGLE = [
     ("no devices returns empty labels", (), NO_SHARING, {}),
-    (
-        "single non-mig device returns non-mig (none) labels",
-        (full_gpu(),),
-        NO_SHARING,
-        ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none") | {"mig.strategy": "single"},
-    ),
-    (
-        "multiple non-mig device returns non-mig (none) labels",
-        (full_gpu(), full_gpu()),
-        NO_SHARING,
-        ARCH_8_0 | gpu_labels(2, 1, "MOCKMODEL", "none") | {"mig.strategy": "single"},
-    ),
-    (
-        "single mig-enabled device returns mig labels",
-        (mig_enabled_device(A_1G),),
-        NO_SHARING,
-        mig_labels("gpu", 1, 1, "MOCKMODEL-MIG-1g.100gb", "none", 100, gi=1, ci=2)
-        | {"mig.strategy": "single"},
-    ),
-    (
-        "multiple mig-enabled devices returns mig labels",
-        (mig_enabled_device(A_1G_ATTRS), mig_enabled_device(A_1G_ATTRS)),
-        NO_SHARING,
-        mig_labels("gpu", 2, 1, "MOCKMODEL-MIG-1g.100gb", "none", 100, gi=1, ci=2, **ATTRS)
-        | {"mig.strategy": "single"},
-    ),
+    ("single non-mig device returns non-mig (none) labels", (full_gpu(),), NO_SHARING,
+     ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none") | SINGLE),
+    ("multiple non-mig device returns non-mig (none) labels", (full_gpu(), full_gpu()),
+     NO_SHARING, ARCH_8_0 | gpu_labels(2, 1, "MOCKMODEL", "none") | SINGLE),
+    ("single mig-enabled device returns mig labels", (mig_enabled_device(A_1G),), NO_SHARING,
+     mig_labels("gpu", 1, 1, "MOCKMODEL-MIG-1g.100gb", "none", 100, gi=1, ci=2) | SINGLE),
+    ("multiple mig-enabled devices returns mig labels",
+     (mig_enabled_device(A_1G_ATTRS), mig_enabled_device(A_1G_ATTRS)), NO_SHARING,
+     mig_labels("gpu", 2, 1, "MOCKMODEL-MIG-1g.100gb", "none", 100, gi=1, ci=2, **ATTRS)
+     | SINGLE),
     ("empty mig devices returns MIG invalid label", (mig_enabled_device(),), NO_SHARING, INVALID),
-    (
-        "mixed mig config returns MIG invalid label",
-        (mig_enabled_device(A_1G, new_mig_device(3, 4, 100)),),
-        NO_SHARING,
-        INVALID,
-    ),
-    (
-        "mixed mig enabled and disabled returns invalid config",
-        (mig_enabled_device(A_1G), full_gpu()),
-        NO_SHARING,
-        ARCH_8_0 | INVALID,
-    ),
-    (
-        "enabled, disabled, and empty returns invalid config",
-        (mig_enabled_device(A_1G), full_gpu(), mig_enabled_device()),
-        NO_SHARING,
-        ARCH_8_0 | INVALID,
-    ),
-    (
-        "time-sliced: empty mig devices returns MIG invalid label",
-        (mig_enabled_device(),),
-        TimeSlicing((("gpu", 4, False),)),
-        INVALID,
-    ),
-    (
-        "time-sliced: mixed mig config returns MIG invalid label",
-        (mig_enabled_device(A_1G, new_mig_device(3, 4, 100)),),
-        TimeSlicing((("gpu", 4, False),)),
-        INVALID,
-    ),
-    (
-        "time-sliced: mixed mig enabled and disabled returns invalid config",
-        (mig_enabled_device(A_1G), full_gpu()),
-        TimeSlicing((("gpu", 4, False),)),
-        ARCH_8_0 | INVALID,
-    ),
-    (
-        "time-sliced and renamed: enabled, disabled, and empty returns invalid config",
-        (mig_enabled_device(A_1G), full_gpu(), mig_enabled_device()),
-        TimeSlicing((("gpu", 4, True),)),
-        ARCH_8_0 | INVALID,
-    ),
-]
+    ("mixed mig config returns MIG invalid label", (A_1G_3G,), NO_SHARING, INVALID),
+    ("mixed mig enabled and disabled returns invalid config",
+     (mig_enabled_device(A_1G), full_gpu()), NO_SHARING, ARCH_8_0 | INVALID),
+    ("enabled, disabled, and empty returns invalid config",
+     (mig_enabled_device(A_1G), full_gpu(), mig_enabled_device()), NO_SHARING,
+     ARCH_8_0 | INVALID),
+    ("time-sliced: empty mig devices returns MIG invalid label", (mig_enabled_device(),),
+     TIMES_4, INVALID),
+    ("time-sliced: mixed mig config returns MIG invalid label", (A_1G_3G,), TIMES_4, INVALID),
+    ("time-sliced: mixed mig enabled and disabled returns invalid config",
+     (mig_enabled_device(A_1G), full_gpu()), TIMES_4, ARCH_8_0 | INVALID),
+    ("time-sliced and renamed: enabled, disabled, and empty returns invalid config",
+     (mig_enabled_device(A_1G), full_gpu(), mig_enabled_device()), TIMES_4_RENAMED,
+     ARCH_8_0 | INVALID),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("devices", "sharing", "expected"), table(MIG_STRATEGY_SINGLE))
@@ -356,25 +277,13 @@ def test_mig_strategy_single_labels(
 GPU_RESOURCE_LABELER = [
     ("zero count returns empty", 0, NO_SHARING, {}),
     ("no sharing", 1, NO_SHARING, ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none")),
-    (
-        "sharing ignores non-matching resource",
-        1,
-        TimeSlicing((("not-gpu", 2, False),)),
-        ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none"),
-    ),
-    (
-        "shared appends suffix and doubles count",
-        1,
-        GPU_TIMES_2,
-        ARCH_8_0 | gpu_labels(1, 2, "MOCKMODEL-SHARED", "time-slicing"),
-    ),
-    (
-        "renamed does not append suffix and doubles count",
-        1,
-        TimeSlicing((("gpu", 2, True),)),
-        ARCH_8_0 | gpu_labels(1, 2, "MOCKMODEL", "time-slicing"),
-    ),
-]
+    ("sharing ignores non-matching resource", 1, TimeSlicing((("not-gpu", 2, False),)),
+     ARCH_8_0 | gpu_labels(1, 1, "MOCKMODEL", "none")),
+    ("shared appends suffix and doubles count", 1, GPU_TIMES_2,
+     ARCH_8_0 | gpu_labels(1, 2, "MOCKMODEL-SHARED", "time-slicing")),
+    ("renamed does not append suffix and doubles count", 1, TimeSlicing((("gpu", 2, True),)),
+     ARCH_8_0 | gpu_labels(1, 2, "MOCKMODEL", "time-slicing")),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("count", "sharing", "expected"), table(GPU_RESOURCE_LABELER))
@@ -393,46 +302,23 @@ def test_gpu_resource_labeler(count: int, sharing: TimeSlicing, expected: dict[s
 MIG_300 = new_mig_device(1, 2, 300)
 MIG_1G_1GB = {"1g.300gb": "mig-1g.1gb"}
 
+SHARED_300 = "MOCKMODEL-MIG-1g.300gb-SHARED"
 MIG_RESOURCE_LABELER = [
     ("zero count returns empty", "gpu", 0, NO_SHARING, {}),
-    (
-        "no sharing",
-        "gpu",
-        1,
-        NO_SHARING,
-        mig_labels("gpu", 1, 1, "MOCKMODEL-MIG-1g.300gb", "none", 300, gi=1, ci=2),
-    ),
-    (
-        "shared appends suffix and doubles count",
-        "gpu",
-        1,
-        GPU_TIMES_2,
-        mig_labels("gpu", 1, 2, "MOCKMODEL-MIG-1g.300gb-SHARED", "time-slicing", 300, gi=1, ci=2),
-    ),
-    (
-        "renamed does not append suffix and doubles count",
-        "gpu",
-        1,
-        TimeSlicing((("gpu", 2, True),)),
-        mig_labels("gpu", 1, 2, "MOCKMODEL-MIG-1g.300gb", "time-slicing", 300, gi=1, ci=2),
-    ),
-    (
-        "mig mixed appends shared",
-        "mig-1g.1gb",
-        1,
-        TimeSlicing((("gpu", 2, True), ("mig-1g.1gb", 2, False)), mig_names=MIG_1G_1GB),
-        mig_labels(
-            "mig-1g.1gb", 1, 2, "MOCKMODEL-MIG-1g.300gb-SHARED", "time-slicing", 300, gi=1, ci=2
-        ),
-    ),
-    (
-        "mig mixed rename does not append",
-        "mig-1g.1gb",
-        1,
-        TimeSlicing((("mig-1g.1gb", 2, True),), mig_names=MIG_1G_1GB),
-        mig_labels("mig-1g.1gb", 1, 2, "MOCKMODEL-MIG-1g.300gb", "time-slicing", 300, gi=1, ci=2),
-    ),
-]
+    ("no sharing", "gpu", 1, NO_SHARING,
+     mig_labels("gpu", 1, 1, "MOCKMODEL-MIG-1g.300gb", "none", 300, gi=1, ci=2)),
+    ("shared appends suffix and doubles count", "gpu", 1, GPU_TIMES_2,
+     mig_labels("gpu", 1, 2, SHARED_300, "time-slicing", 300, gi=1, ci=2)),
+    ("renamed does not append suffix and doubles count", "gpu", 1,
+     TimeSlicing((("gpu", 2, True),)),
+     mig_labels("gpu", 1, 2, "MOCKMODEL-MIG-1g.300gb", "time-slicing", 300, gi=1, ci=2)),
+    ("mig mixed appends shared", "mig-1g.1gb", 1,
+     TimeSlicing((("gpu", 2, True), ("mig-1g.1gb", 2, False)), mig_names=MIG_1G_1GB),
+     mig_labels("mig-1g.1gb", 1, 2, SHARED_300, "time-slicing", 300, gi=1, ci=2)),
+    ("mig mixed rename does not append", "mig-1g.1gb", 1,
+     TimeSlicing((("mig-1g.1gb", 2, True),), mig_names=MIG_1G_1GB),
+     mig_labels("mig-1g.1gb", 1, 2, "MOCKMODEL-MIG-1g.300gb", "time-slicing", 300, gi=1, ci=2)),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("resource", "count", "sharing", "expected"), table(MIG_RESOURCE_LABELER))
@@ -451,18 +337,12 @@ def test_mig_resource_labeler(
 MIG_CAPABILITY = [
     ("no devices returns empty labels", (), {}),
     ("single non-mig capable device returns mig.capable as false", (full_gpu(),), "false"),
-    (
-        "multiple non-mig capable devices returns mig.capable as false",
-        (full_gpu(), full_gpu()),
-        "false",
-    ),
+    ("multiple non-mig capable devices returns mig.capable as false", (full_gpu(), full_gpu()),
+     "false"),
     ("single mig capable device returns mig.capable as true", (mig_enabled_device(),), "true"),
-    (
-        "one mig capable device among multiple returns mig.capable as true",
-        (full_gpu(), mig_enabled_device()),
-        "true",
-    ),
-]
+    ("one mig capable device among multiple returns mig.capable as true",
+     (full_gpu(), mig_enabled_device()), "true"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("devices", "expected"), table(MIG_CAPABILITY))
@@ -481,25 +361,13 @@ SHARING_LABELER = [
     ("nil config", (full_gpu(),), NO_SHARING, "false"),
     ("empty config", (full_gpu(),), TimeSlicing(), "false"),
     ("config with timeslicing replicas", (full_gpu(),), GPU_TIMES_2, "false"),
-    (
-        "config with no mps replicas",
-        (full_gpu(),),
-        TimeSlicing((("gpu", 1, False),), mps=True),
-        "false",
-    ),
-    (
-        "config with mps replicas no-mig-devices",
-        (full_gpu(),),
-        TimeSlicing((("gpu", 2, False),), mps=True),
-        "true",
-    ),
-    (
-        "config with mps replicas mig-devices",
-        (mig_enabled_device(),),
-        TimeSlicing((("gpu", 2, False),), mps=True),
-        ConfigError,
-    ),
-]
+    ("config with no mps replicas", (full_gpu(),), TimeSlicing((("gpu", 1, False),), mps=True),
+     "false"),
+    ("config with mps replicas no-mig-devices", (full_gpu(),),
+     TimeSlicing((("gpu", 2, False),), mps=True), "true"),
+    ("config with mps replicas mig-devices", (mig_enabled_device(),),
+     TimeSlicing((("gpu", 2, False),), mps=True), ConfigError),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("devices", "sharing", "expected"), table(SHARING_LABELER))
@@ -549,46 +417,27 @@ def test_gpu_mode_labeler(classes: tuple[Any, ...], expected: str) -> None:
 
 def cuda_labels(major: str, minor: str, rev: str, full: str, cmaj: str, cmin: str) -> dict:
     return {
-        "cuda.driver.major": major,
-        "cuda.driver.minor": minor,
-        "cuda.driver.rev": rev,
-        "cuda.runtime.major": cmaj,
-        "cuda.runtime.minor": cmin,
-        "cuda.driver-version.major": major,
-        "cuda.driver-version.minor": minor,
-        "cuda.driver-version.revision": rev,
-        "cuda.driver-version.full": full,
-        "cuda.runtime-version.major": cmaj,
-        "cuda.runtime-version.minor": cmin,
-        "cuda.runtime-version.full": f"{cmaj}.{cmin}",
-    }
+        "cuda.driver.major": major, "cuda.driver.minor": minor, "cuda.driver.rev": rev,
+        "cuda.runtime.major": cmaj, "cuda.runtime.minor": cmin, "cuda.driver-version.major": major,
+        "cuda.driver-version.minor": minor, "cuda.driver-version.revision": rev,
+        "cuda.driver-version.full": full, "cuda.runtime-version.major": cmaj,
+        "cuda.runtime-version.minor": cmin, "cuda.runtime-version.full": f"{cmaj}.{cmin}",
+    }  # fmt: skip
 
 
 CUDA_KEYS = tuple(cuda_labels("", "", "", "", "", ""))
 
 
 VERSIONS = [
-    (
-        "the manager mock",
-        Driver("400.300", 8000),
-        cuda_labels("400", "300", "", "400.300", "8", "0"),
-    ),
-    (
-        "three parts",
-        Driver("550.54.15", 12040),
-        cuda_labels("550", "54", "15", "550.54.15", "12", "4"),
-    ),
-    (
-        "leading zeros kept",
-        Driver("535.129.03", 12020),
-        cuda_labels("535", "129", "03", "535.129.03", "12", "2"),
-    ),
-    (
-        "CUDA 13.0",
-        Driver("580.65.06", 13000),
-        cuda_labels("580", "65", "06", "580.65.06", "13", "0"),
-    ),
-]
+    ("the manager mock", Driver("400.300", 8000),
+     cuda_labels("400", "300", "", "400.300", "8", "0")),
+    ("three parts", Driver("550.54.15", 12040),
+     cuda_labels("550", "54", "15", "550.54.15", "12", "4")),
+    ("leading zeros kept", Driver("535.129.03", 12020),
+     cuda_labels("535", "129", "03", "535.129.03", "12", "2")),
+    ("CUDA 13.0", Driver("580.65.06", 13000),
+     cuda_labels("580", "65", "06", "580.65.06", "13", "0")),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("driver", "expected"), table(VERSIONS))
@@ -648,25 +497,14 @@ def test_machine_type_labeler(machine: str | None, expected: str) -> None:
 VGPU = [
     ("scan failed", None, {}),
     ("no vGPU device", Vgpu(), {"vgpu.present": "false"}),
-    (
-        "one vGPU device",
-        Vgpu((VgpuDevice("460.16", "r460_00"),)),
-        {
-            "vgpu.present": "true",
-            "vgpu.host-driver-version": "460.16",
-            "vgpu.host-driver-branch": "r460_00",
-        },
-    ),
-    (
-        "the last device wins",
-        Vgpu((VgpuDevice("460.16", "r460_00"), VgpuDevice("535.129.03", "r535_00"))),
-        {
-            "vgpu.present": "true",
-            "vgpu.host-driver-version": "535.129.03",
-            "vgpu.host-driver-branch": "r535_00",
-        },
-    ),
-]
+    ("one vGPU device", Vgpu((VgpuDevice("460.16", "r460_00"),)),
+     {"vgpu.present": "true", "vgpu.host-driver-version": "460.16",
+      "vgpu.host-driver-branch": "r460_00"}),
+    ("the last device wins",
+     Vgpu((VgpuDevice("460.16", "r460_00"), VgpuDevice("535.129.03", "r535_00"))),
+     {"vgpu.present": "true", "vgpu.host-driver-version": "535.129.03",
+      "vgpu.host-driver-branch": "r535_00"}),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("vgpu", "expected"), table(VGPU))

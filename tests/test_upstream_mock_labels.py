@@ -13,8 +13,7 @@ Where the two differ the difference is asserted exactly: upstream at fault (labe
 that are not valid, two GPU models picked at random, a panic on a non-GPU function at a GPU
 bus id), or on purpose (a config's ``resources`` renames gfd's resource; a GPU on the bus
 that NVML does not list fails gfd's oneshot as lost).  Without ``../shared/nvidia-reference``
-the tests skip with one line (unless the bench script's build is at hand); with it they fail.
-"""
+the tests skip with one line (unless the bench script's build is at hand); with it they fail."""
 
 from __future__ import annotations
 
@@ -65,13 +64,9 @@ def mock_reference(upstream_reference: Reference) -> Reference:
 
 
 def compare(
-    ref: Reference,
-    profile: Path,
-    strategy: str,
-    pci_class: str,
-    work: Path,
+    ref: Reference, profile: Path, strategy: str, pci_class: str, work: Path,
     config_file: Path | None = None,
-) -> dict[str, str]:
+) -> dict[str, str]:  # fmt: skip
     tree = pci_tree(profile, work, pci_class)
     labels = alike(*run_both(ref, profile, work, strategy, config_file, tree=tree))
     # The comparison means something only if both really read the mock and the fake tree.
@@ -121,10 +116,7 @@ def test_mig_enabled_profile_labels_equal_upstream(
         assert not any(key.startswith("nvidia.com/mig-") for key in labels)
 
 
-SHARING = {
-    "time-slicing": "timeSlicing:\n    renameByDefault: true\n",
-    "mps": "mps:\n",
-}
+SHARING = {"time-slicing": "timeSlicing:\n    renameByDefault: true\n", "mps": "mps:\n"}
 
 
 def sharing_config(kind: str, replicas: int, into: Path) -> Path:
@@ -364,26 +356,16 @@ PRODUCT_NAMES = [
     ("NVIDIA_Under_", False, "none", "NVIDIA_Under_", "NVIDIA_Under"),
     ("-", False, "none", "-", ""),
     (LONG_NAME, False, "none", LONG_PRODUCT, LONG_PRODUCT[:63]),
-    (
-        LONG_NAME,
-        True,
-        "single",
-        LONG_PRODUCT + "-MIG-INVALID",
-        "NVIDIA-A100-SXM4-40GB-Extra-Long-Qualifier-Extra-Lo-MIG-INVALID",
-    ),
-]
+    (LONG_NAME, True, "single", LONG_PRODUCT + "-MIG-INVALID",
+     "NVIDIA-A100-SXM4-40GB-Extra-Long-Qualifier-Extra-Lo-MIG-INVALID"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "mig_enabled", "strategy", "theirs", "ours"), PRODUCT_NAMES)
 def test_product_name_labels_against_upstream(
-    mock_reference: Reference,
-    name: str,
-    mig_enabled: bool,
-    strategy: str,
-    theirs: str,
-    ours: str | None,
-    tmp_path: Path,
-) -> None:
+    mock_reference: Reference, name: str, mig_enabled: bool, strategy: str, theirs: str,
+    ours: str | None, tmp_path: Path,
+) -> None:  # fmt: skip
     profile = with_name(mock_reference.profile("a100"), name, tmp_path / "named.yaml")
     if mig_enabled:
         profile = with_mig_enabled(profile, tmp_path / "named-mig.yaml")
@@ -435,30 +417,21 @@ CLUSTER = "00000000-0000-0000-0000-000000000001"
 #: (fabric of every GPU, fabric of GPU 1 alone or None, gpu.clique or None)
 FABRICS = [
     ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "completed"}, None, f"{CLUSTER}.7"),
-    (
-        {"cluster_uuid": "ABCDEF01-2345-6789-abcd-ef0123456789", "clique_id": 4294967295},
-        None,
-        "abcdef01-2345-6789-abcd-ef0123456789.4294967295",
-    ),
+    ({"cluster_uuid": "ABCDEF01-2345-6789-abcd-ef0123456789", "clique_id": 4294967295}, None,
+     "abcdef01-2345-6789-abcd-ef0123456789.4294967295"),
     ({"cluster_uuid": "00000000-0000-0000-0000-000000000000", "clique_id": 0}, None, None),
     ({"cluster_uuid": CLUSTER, "clique_id": 7, "state": "in_progress"}, None, None),
     (None, None, None),
-    (
-        {"cluster_uuid": CLUSTER, "clique_id": 0, "state": "auto"},
-        {"cluster_uuid": CLUSTER, "clique_id": 3, "state": "auto"},
-        None,
-    ),
-]
+    ({"cluster_uuid": CLUSTER, "clique_id": 0, "state": "auto"},
+     {"cluster_uuid": CLUSTER, "clique_id": 3, "state": "auto"}, None),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("fabric", "one_gpu", "clique"), FABRICS)
 def test_fabric_clique_labels_equal_upstream(
-    mock_reference: Reference,
-    fabric: dict[str, object] | None,
-    one_gpu: dict[str, object] | None,
-    clique: str | None,
-    tmp_path: Path,
-) -> None:
+    mock_reference: Reference, fabric: dict[str, object] | None, one_gpu: dict[str, object] | None,
+    clique: str | None, tmp_path: Path,
+) -> None:  # fmt: skip
     """NVLink fabric attachment (GB200): the clique label when every GPU is attached to
     one cluster and clique, none otherwise, alike."""
 

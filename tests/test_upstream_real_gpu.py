@@ -5,8 +5,7 @@ GFD v0.20.0 labelled that machine, for each MIG strategy.
 --dump-snapshot`` there) and ``upstream-v0.20.0-mig-<strategy>.labels`` (upstream's binary
 there, the same moment, ``--no-timestamp``): copies of ``../shared/real-gpu`` kept in the
 repository so that CI has them without the shared folder.  Where the shared folder exists,
-every machine it holds must be here, byte for byte.
-"""
+every machine it holds must be here, byte for byte."""
 
 from __future__ import annotations
 

@@ -11,8 +11,7 @@ profile's bus ids is bound over ``/sys/bus/pci/devices`` in a private mount name
 (``unshare``), since both read each GPU's PCI class there (gpu.mode) and upstream crashes on a
 function that is not an NVIDIA GPU (k8s-device-plugin v0.20.0
 ``internal/resource/nvml-device.go:102`` reads ``.Class`` through the nil that vendored
-go-nvlib ``pkg/nvpci/nvpci.go:250`` and ``:298`` return); both read one machine-type file.
-"""
+go-nvlib ``pkg/nvpci/nvpci.go:250`` and ``:298`` return); both read one machine-type file."""
 
 from __future__ import annotations
 
@@ -185,11 +184,8 @@ def edited(profile: Path, into: Path, edit: Callable[[dict[str, Any]], object]) 
 def memory(total_bytes: int) -> dict[str, int]:
     """A GPU's ``memory:`` in the mock's profile, all of it free."""
     return {
-        "total_bytes": total_bytes,
-        "reserved_bytes": 0,
-        "free_bytes": total_bytes,
-        "used_bytes": 0,
-    }
+        "total_bytes": total_bytes, "reserved_bytes": 0, "free_bytes": total_bytes, "used_bytes": 0,
+    }  # fmt: skip
 
 
 def fake_pci_tree(

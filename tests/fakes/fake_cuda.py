@@ -4,8 +4,7 @@
 would: the same function names, called with the same ctypes arguments (``byref`` pointers
 it writes through, ``c_int`` values, a string buffer and its length), returning a
 ``CUresult`` int.  ``fail[function] = code`` makes a function return that code; ``calls``
-records every call by name.  ``from_snapshot`` builds the library a tegra snapshot implies.
-"""
+records every call by name.  ``from_snapshot`` builds the library a tegra snapshot implies."""
 
 from __future__ import annotations
 
@@ -134,10 +133,8 @@ class FakeCuda:
                 raise UnrealizableSnapshot("CUDA devices report no MIG, no fabric, a memory")
             devices.append(
                 CudaDevice(
-                    gpu.name,
-                    gpu.memory_mib * 2**20,
-                    gpu.compute_capability.major,
+                    gpu.name, gpu.memory_mib * 2**20, gpu.compute_capability.major,
                     gpu.compute_capability.minor,
                 )
-            )
+            )  # fmt: skip
         return cls(devices=devices, driver_version=snapshot.driver.cuda)

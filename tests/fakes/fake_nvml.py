@@ -25,8 +25,7 @@ What it models:
 ``FakeNvml.from_snapshot(snapshot)`` inverts discovery: it produces the raw NVML values
 (memory in bytes, GPU-instance profile enums and ids, fabric structs) from which discovery
 must give the snapshot back.  It raises :class:`UnrealizableSnapshot` for a snapshot no
-NVML could produce (e.g. a MIG profile name that does not follow from the memory sizes).
-"""
+NVML could produce (e.g. a MIG profile name that does not follow from the memory sizes)."""
 
 from __future__ import annotations
 
@@ -52,25 +51,15 @@ INVALID_ARGUMENT = real.NVML_ERROR_INVALID_ARGUMENT
 
 P = real  # profile enum constants, for brevity below
 
-# (G slices, suffix) -> NVML_GPU_INSTANCE_PROFILE_* enum, for the names a GPU can have.
+# (G slices, suffix) -> NVML_GPU_INSTANCE_PROFILE_* enum, for the names a GPU can have: the
+# suffix's spelling in the enum's name, and the slice counts that have it.
+ENUM_SUFFIXES = {"": ("", (1, 2, 3, 4, 6, 7, 8)), "+me": ("_REV1", (1, 2)),
+                 "+me.all": ("_ALL_ME", (1, 2)), "+gfx": ("_GFX", (1, 2, 3, 4)),
+                 "-me": ("_NO_ME", (1, 2))}  # fmt: skip
 PROFILE_ENUMS: dict[tuple[int, str], int] = {
-    (1, ""): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-    (2, ""): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
-    (3, ""): P.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
-    (4, ""): P.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
-    (6, ""): P.NVML_GPU_INSTANCE_PROFILE_6_SLICE,
-    (7, ""): P.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
-    (8, ""): P.NVML_GPU_INSTANCE_PROFILE_8_SLICE,
-    (1, "+me"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1,
-    (2, "+me"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1,
-    (1, "+me.all"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME,
-    (2, "+me.all"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME,
-    (1, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX,
-    (2, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX,
-    (3, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX,
-    (4, "+gfx"): P.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX,
-    (1, "-me"): P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME,
-    (2, "-me"): P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME,
+    (slices, suffix): getattr(P, f"NVML_GPU_INSTANCE_PROFILE_{slices}_SLICE{spelling}")
+    for suffix, (spelling, counts) in ENUM_SUFFIXES.items()
+    for slices in counts
 }
 SLICES_OF_ENUM = {enum: slices for (slices, _suffix), enum in PROFILE_ENUMS.items()}
 SLICES_OF_ENUM[P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2] = 1
@@ -99,15 +88,7 @@ PROFILE_IDS: dict[int, int] = {
     P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX: 39,
 }
 # What every fake MIG GPU supports besides the enums its devices use (an A100's plain set).
-BASE_PROFILE_ENUMS = frozenset(
-    {
-        P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_2_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_3_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_4_SLICE,
-        P.NVML_GPU_INSTANCE_PROFILE_7_SLICE,
-    }
-)
+BASE_PROFILE_ENUMS = frozenset(PROFILE_ENUMS[slices, ""] for slices in (1, 2, 3, 4, 7))
 
 _PROFILE = re.compile(r"^(?:(\d+)c\.)?(\d+)g\.(\d+)gb(\+me\.all|\+me|\+gfx|-me)?$")
 _SYSFS_BUS_ID = re.compile(r"^([0-9a-f]{4,8}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$")
@@ -157,25 +138,20 @@ class FakeNvLink:
 # nvmlNvlinkVersion_t enum as pynvml's constants (and nvml.h) declare it (A100 reports
 # NVML_NVLINK_VERSION_3_1); NVIDIA's mock returns the generation itself.
 DRIVER_NVLINK_VERSION = {
-    1: real.NVML_NVLINK_VERSION_1_0,
-    2: real.NVML_NVLINK_VERSION_2_0,
-    3: real.NVML_NVLINK_VERSION_3_1,
-    4: real.NVML_NVLINK_VERSION_4_0,
+    1: real.NVML_NVLINK_VERSION_1_0, 2: real.NVML_NVLINK_VERSION_2_0,
+    3: real.NVML_NVLINK_VERSION_3_1, 4: real.NVML_NVLINK_VERSION_4_0,
     5: real.NVML_NVLINK_VERSION_5_0,
-}
+}  # fmt: skip
 REMOTE_TYPE = {
     "gpu": real.NVML_NVLINK_DEVICE_TYPE_GPU,
     "nvswitch": real.NVML_NVLINK_DEVICE_TYPE_SWITCH,
     "other": real.NVML_NVLINK_DEVICE_TYPE_UNKNOWN,
 }
 TOPOLOGY_LEVEL = {
-    "internal": real.NVML_TOPOLOGY_INTERNAL,
-    "single": real.NVML_TOPOLOGY_SINGLE,
-    "multiple": real.NVML_TOPOLOGY_MULTIPLE,
-    "hostbridge": real.NVML_TOPOLOGY_HOSTBRIDGE,
-    "node": real.NVML_TOPOLOGY_NODE,
-    "system": real.NVML_TOPOLOGY_SYSTEM,
-}
+    "internal": real.NVML_TOPOLOGY_INTERNAL, "single": real.NVML_TOPOLOGY_SINGLE,
+    "multiple": real.NVML_TOPOLOGY_MULTIPLE, "hostbridge": real.NVML_TOPOLOGY_HOSTBRIDGE,
+    "node": real.NVML_TOPOLOGY_NODE, "system": real.NVML_TOPOLOGY_SYSTEM,
+}  # fmt: skip
 
 
 @dataclass
@@ -419,16 +395,11 @@ class FakeNvml:
         mig = self._mig(device)
         copy, decoder, encoder, jpeg, ofa = mig.engines
         return real.c_nvmlDeviceAttributes(
-            multiprocessorCount=mig.multiprocessors,
-            sharedCopyEngineCount=copy,
-            sharedDecoderCount=decoder,
-            sharedEncoderCount=encoder,
-            sharedJpegCount=jpeg,
-            sharedOfaCount=ofa,
-            gpuInstanceSliceCount=mig.gi_slices,
-            computeInstanceSliceCount=mig.ci_slices,
-            memorySizeMB=mig.memory_mib,
-        )
+            multiprocessorCount=mig.multiprocessors, sharedCopyEngineCount=copy,
+            sharedDecoderCount=decoder, sharedEncoderCount=encoder, sharedJpegCount=jpeg,
+            sharedOfaCount=ofa, gpuInstanceSliceCount=mig.gi_slices,
+            computeInstanceSliceCount=mig.ci_slices, memorySizeMB=mig.memory_mib,
+        )  # fmt: skip
 
     def _nvmlDeviceGetGpuInstanceId(self, device: Any) -> int:
         return self._mig(device).gi_id
@@ -574,6 +545,8 @@ class FakeNvml:
 #: every function of the pynvml surface the fake implements (the counted ones), in the order
 #: of its methods above (topology last)
 FUNCTIONS = tuple(name[1:] for name in vars(FakeNvml) if name.startswith("_nvml"))
+#: the calls of topology discovery: the fake's functions from the minor number on
+TOPOLOGY_FUNCTIONS = FUNCTIONS[FUNCTIONS.index("nvmlDeviceGetMinorNumber") :]
 
 
 # --------------------------------------------------------------------------- inversion
@@ -606,13 +579,10 @@ def spread_slots(count: int, max_slots: int) -> list[int]:
 def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
     total = None if gpu.memory_mib is None else gpu.memory_mib * 2**20
     fake = FakeGpu(
-        uuid=gpu.uuid,
-        name=gpu.name,
-        bus_id=nvml_bus_id(gpu.pci_bus_id),
-        memory_total=total,
+        uuid=gpu.uuid, name=gpu.name, bus_id=nvml_bus_id(gpu.pci_bus_id), memory_total=total,
         compute_capability=(gpu.compute_capability.major, gpu.compute_capability.minor),
         empty_slot_error=empty_slot_error,
-    )
+    )  # fmt: skip
     if gpu.fabric is not None:
         try:
             cluster = uuid_module.UUID(gpu.fabric.cluster_uuid)
@@ -670,15 +640,11 @@ def fake_gpu_from(gpu: Gpu, *, empty_slot_error: int = NOT_FOUND) -> FakeGpu:
         e = device.engines
         migs.append(
             FakeMigDevice(
-                gi_id=gi_id,
-                gi_profile_enum=enum,
-                memory_mib=device.memory_mib,
-                multiprocessors=device.multiprocessors,
-                gi_slices=g,
-                ci_slices=c,
+                gi_id=gi_id, gi_profile_enum=enum, memory_mib=device.memory_mib,
+                multiprocessors=device.multiprocessors, gi_slices=g, ci_slices=c,
                 engines=(e.copy, e.decoder, e.encoder, e.jpeg, e.ofa),
             )
-        )
+        )  # fmt: skip
     fake.max_mig_devices = max(7, len(migs))
     fake.mig_slots = dict(zip(spread_slots(len(migs), fake.max_mig_devices), migs, strict=True))
     fake.supported_profile_enums = BASE_PROFILE_ENUMS | {m.gi_profile_enum for m in migs}
@@ -749,17 +715,13 @@ def dgx_a100_mig_node(gpu_count: int = 8, migs_per_gpu: int = 7) -> FakeNvml:
             max_mig_devices=7,
             mig_slots={
                 slot: FakeMigDevice(
-                    gi_id=slot + 1,
-                    gi_profile_enum=P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
-                    memory_mib=4864,
-                    multiprocessors=14,
-                    gi_slices=1,
-                    ci_slices=1,
+                    gi_id=slot + 1, gi_profile_enum=P.NVML_GPU_INSTANCE_PROFILE_1_SLICE,
+                    memory_mib=4864, multiprocessors=14, gi_slices=1, ci_slices=1,
                     engines=(1, 0, 0, 0, 0),
                 )
                 for slot in range(migs_per_gpu)
             },
         )
         for index in range(gpu_count)
-    ]
+    ]  # fmt: skip
     return FakeNvml(gpus, driver_version="550.54.15", cuda_version=12040)

@@ -3,8 +3,7 @@
 ``FakeSysfs(root)`` lays out ``<root>/bus/pci/devices/<address>/{vendor,class,config}``;
 the helpers build PCI configuration spaces byte by byte — capability chains, the vGPU
 vendor capability with its records — so the parser can be fed good and broken ones.
-``build_from_snapshot`` writes the tree (and machine-type file) a snapshot implies.
-"""
+``build_from_snapshot`` writes the tree (and machine-type file) a snapshot implies."""
 
 from __future__ import annotations
 
@@ -52,8 +51,7 @@ def vendor_capability(payload: bytes) -> bytes:
 def vgpu_records(version: bytes, branch: bytes, before: Sequence[bytes] = ()) -> bytes:
     """The records of a vGPU capability: ``before`` records, then the host-driver record.
 
-    Each ``before`` entry is a record body; it gets an id (1, 2, ...) and a length byte.
-    """
+    Each ``before`` entry is a record body; it gets an id (1, 2, ...) and a length byte."""
     out = b""
     for number, body in enumerate(before, start=1):
         out += bytes([number, 2 + len(body)]) + body
@@ -160,8 +158,7 @@ def build_from_snapshot(root: Path, snapshot: Snapshot) -> dict[str, Any]:
     GPUs become NVIDIA functions with their class (none written when null); each vGPU
     device an extra function carrying the capability, at addresses that sort in snapshot
     order; a null vGPU scan a function whose config read is short (not privileged); one
-    non-NVIDIA function is there to be skipped.
-    """
+    non-NVIDIA function is there to be skipped."""
     sysfs = FakeSysfs(root / "sys")
     classes: dict[str, int | None] = {}
     for gpu in snapshot.gpus:
