@@ -25,7 +25,8 @@ from gfd.config import Config
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError, PublishError, UsageError
 from gfd.kube.client import KubeClient, bad_answer, retry_budget
-from gfd.kube.watch import MAX_HELD_BYTES, CollectionWatch, held_size, name_of, watch_client
+from gfd.kube.stream import MAX_HELD_BYTES, held_size
+from gfd.kube.watch import CollectionWatch, name_of, watch_client
 from gfd.labels import build
 from gfd.observability import Metrics, get_logger
 from gfd.settings import Settings

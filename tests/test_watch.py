@@ -248,9 +248,9 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
     waits: list[int] = []
     draw = watch.reconnect_wait
 
-    def counted(failures: int) -> float:
+    def counted(failures: int, answered: bool = False) -> float:
         waits.append(failures)
-        return min(draw(failures), 0.05)
+        return min(draw(failures, answered), 0.05)
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
     with following(kubeconfig) as (followed, _seen):
@@ -278,9 +278,11 @@ def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
     monkeypatch.setattr(watch, "HEALTHY_STREAM_SECONDS", 0.3)
     monkeypatch.setattr(observability, "COALESCE_SECONDS", 0.0)  # the watch's own reporting
     waits: list[int] = []
+    answers: list[bool] = []
 
-    def counted(failures: int) -> float:
+    def counted(failures: int, answered: bool = False) -> float:
         waits.append(failures)
+        answers.append(answered)
         return 0.02
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
@@ -293,6 +295,7 @@ def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
             with api.down():
                 eventually(lambda: len(waits) >= 3, "three attempts refused while down")
             assert waits[:3] == [1, 2, 3], (outage, waits)
+            assert not any(answers[-3:])  # refused connections: no answer, the phase is kept
             assert len(log_events(interrupted)) == 1, outage
 
 
@@ -300,11 +303,14 @@ def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
     api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No fast retry schedule inside the watch's list: every failed attempt is followed by a
-    reconnect wait drawn at random, so a fleet does not come back in step."""
+    reconnect wait drawn at random, so a fleet does not come back in step; each of these
+    failures the server answered, which the wait is told (its phase is drawn anew)."""
     waits: list[int] = []
+    answers: list[bool] = []
 
-    def counted(failures: int) -> float:
+    def counted(failures: int, answered: bool = False) -> float:
         waits.append(failures)
+        answers.append(answered)
         return 0.01
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
@@ -316,6 +322,7 @@ def test_a_failing_list_is_retried_only_after_the_jittered_reconnect_wait(
         failed = [r for r in api.requests if r.status == 503]
         assert len(failed) == len(waits)
         assert waits == list(range(1, len(waits) + 1))  # the bound doubles with each
+        assert all(answers)
 
 
 @SERVERS
@@ -407,10 +414,11 @@ def test_a_watch_stream_whose_chunks_are_malformed_is_one_line_and_reconnected(
     """The stream's transfer framing is the server's too: a chunk size that is not a number,
     never ends or promises more than comes breaks the stream with one line, the object
     held is kept, and the watch comes back once the server streams properly."""
-    monkeypatch.setattr(watch, "reconnect_wait", lambda failures: 0.05)
+    monkeypatch.setattr(watch, "reconnect_wait", lambda failures, answered=False: 0.05)
     api.inject(Fault(raw=CHUNKED + framing, count=2, watch=True))
     with following(kubeconfig) as (_followed, seen):
         eventually(lambda: api.open_watches == 1, "the watch past the faults")
+        eventually(lambda: bool(seen.labels()), "the node told by that watch")
         told = seen.labels()
         assert told and all(labels == {"a": "1"} for labels in told)  # never told it went
     lines = log_events("watch of Node n1 interrupted; reconnecting")
@@ -432,6 +440,9 @@ def test_reconnect_waits_double_up_to_the_cap_then_keep_a_period_of_their_own() 
         assert statistics.pstdev(draws) > base / 5
         assert min(draws) < base / 4 < base * 3 / 4 < max(draws)
     assert watch.reconnect_wait(10**6) <= 1.1 * cap  # an outage of days: no overflow
+    # a failure the server answered put every node it answered then in step: drawn anew
+    anew = [watch.reconnect_wait(20, answered=True) for _ in range(200)]
+    assert min(anew) < cap / 4 < cap * 3 / 4 < max(anew) <= cap
 
 
 @pytest.mark.parametrize("down", [30.0, 600.0])

@@ -1,8 +1,10 @@
-"""Opening one watch stream: a GET whose answer is handed on unread, and the answers that
-end it before it starts (410 Gone, a refusal, any other error status, a compressed body)."""
+"""One watch stream: its opening (a GET whose answer is handed on unread, and the answers
+that end it before it starts: 410 Gone, a refusal, any other error status, a compressed
+body) and the bounds on what it may bring (events per second, bytes held)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,6 +14,38 @@ from gfd.kube.limits import REQUEST_TIMEOUT_SECONDS
 
 #: statuses that mean "you may not watch this"
 REFUSED_STATUSES = frozenset({403, 405})
+#: events accepted at once, and per second after that
+EVENT_BURST = 100
+EVENTS_PER_SECOND = 10.0
+#: the most the objects one watch holds may take together, as compact JSON (a node's
+#: ResourceSlices take a few hundred KiB)
+MAX_HELD_BYTES = 8 * 1024 * 1024
+
+
+def held_size(obj: Any) -> int:
+    """What ``obj`` takes as compact JSON (ASCII: characters are bytes)."""
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+class EventBudget:
+    """A token bucket over events: a flood ends the stream."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._tokens = float(EVENT_BURST)
+        self._last = clock()
+
+    def take(self) -> None:
+        now = self._clock()
+        refill = (now - self._last) * EVENTS_PER_SECOND
+        self._tokens = min(float(EVENT_BURST), self._tokens + refill)
+        self._last = now
+        if self._tokens < 1:
+            raise bad_answer(
+                f"more than {EVENT_BURST} events at once or {EVENTS_PER_SECOND:g} a second "
+                "on one watch"
+            )
+        self._tokens -= 1
 
 
 class Gone(Exception):

@@ -60,7 +60,15 @@ from gfd.kube.client import (
     nested_within,
     quote_answer,
 )
-from gfd.kube.stream import REFUSED_STATUSES, Gone, Refused, open_stream
+from gfd.kube.stream import (
+    MAX_HELD_BYTES,
+    REFUSED_STATUSES,
+    EventBudget,
+    Gone,
+    Refused,
+    held_size,
+    open_stream,
+)
 from gfd.observability import get_logger
 
 JSON = dict[str, Any]
@@ -70,17 +78,11 @@ JSON = dict[str, Any]
 WATCH_SECONDS = 1800
 #: the most objects one watch holds (pages of PAGE_SIZE on a list)
 MAX_OBJECTS = 1600
-#: the most the objects one watch holds may take together, as compact JSON (a node's
-#: ResourceSlices take a few hundred KiB)
-MAX_HELD_BYTES = 8 * 1024 * 1024
 PAGE_SIZE = 100
 #: a stream still open this long after its timeoutSeconds is stalled
 STALL_GRACE_SECONDS = 30.0
 #: the longest event read: one object (the answers' own limit) and its envelope
 MAX_EVENT_BYTES = MAX_ANSWER_BYTES + 64 * 1024
-#: events accepted at once, and per second after that
-EVENT_BURST = 100
-EVENTS_PER_SECOND = 10.0
 #: the first wait before reconnecting after a failure, and the longest
 RECONNECT_INITIAL_SECONDS = 1.0
 RECONNECT_MAX_SECONDS = 30.0
@@ -108,8 +110,9 @@ Follower = Callable[[JSON | None], None]
 Objects = dict[str, JSON]
 
 
-def reconnect_wait(failures: int) -> float:
-    """Seconds before reconnecting after ``failures`` failures in a row.
+def reconnect_wait(failures: int, answered: bool = False) -> float:
+    """Seconds before reconnecting after ``failures`` failures in a row, the last one
+    ``answered`` by the server (an error status, a refusal, a stream it ended) or not.
 
     While the doubling wait is below its cap, drawn at random up to it ("full jitter": a
     blip is ridden out in a second or two).  The first wait at the cap is drawn up to the cap
@@ -118,45 +121,20 @@ def reconnect_wait(failures: int) -> float:
     after a long outage arrives evenly over one cap.  Drawing every capped wait from zero
     instead would bunch the fleet into its first seconds back (from the moment the server
     returns, a node's next try is then more often near than far); a period kept exactly
-    would keep in step for ever the nodes that one moment put in step (a server that
-    answered all of them the instant it started).
+    would keep in step the nodes that one moment put in step: a failure the server answered
+    is such a moment (a server that is starting answers everyone who asks at once, 403
+    until its authorizer is ready), so after one the phase is drawn anew.
 
     The doubling stops at the cap: an outage of hours is thousands of failures, and two to
     the thousandth power is no float."""
     base = RECONNECT_INITIAL_SECONDS * 2 ** min(max(0, failures - 1), 64)
-    if base / 2 < RECONNECT_MAX_SECONDS:  # below the cap, or the first wait at it
+    if base / 2 < RECONNECT_MAX_SECONDS or answered:  # below the cap, or a new phase
         return float(random.uniform(0, min(base, RECONNECT_MAX_SECONDS)))
     return float(random.uniform(0.9, 1.1) * RECONNECT_MAX_SECONDS)
 
 
-def held_size(obj: Any) -> int:
-    """What ``obj`` takes as compact JSON (ASCII: characters are bytes)."""
-    return len(json.dumps(obj, separators=(",", ":")))
-
-
 def stream_wait() -> float:
     return float(random.uniform(0, STREAM_SPREAD_SECONDS))
-
-
-class _EventBudget:
-    """A token bucket over events: a flood ends the stream."""
-
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self._clock = clock
-        self._tokens = float(EVENT_BURST)
-        self._last = clock()
-
-    def take(self) -> None:
-        now = self._clock()
-        refill = (now - self._last) * EVENTS_PER_SECOND
-        self._tokens = min(float(EVENT_BURST), self._tokens + refill)
-        self._last = now
-        if self._tokens < 1:
-            raise bad_answer(
-                f"more than {EVENT_BURST} events at once or {EVENTS_PER_SECOND:g} a second "
-                "on one watch"
-            )
-        self._tokens -= 1
 
 
 class CollectionWatch:
@@ -306,6 +284,7 @@ class CollectionWatch:
         listed = False  # this attempt reads the state whole (a 410 then is no resume's)
         while not self._stopping.is_set():
             self._opened = None
+            answered = True  # whether the server answered this attempt's failure
             try:
                 if self.resource_version is None:
                     if not self.watch_list:
@@ -332,6 +311,7 @@ class CollectionWatch:
                 if self._served_healthy():
                     failures, warned = 0, False  # a new outage: said again, waits from the start
                 failures += 1
+                answered = isinstance(exc, KubeError) and exc.status is not None
                 if not isinstance(exc, KubeError) or exc.status != 429:
                     # list again rather than resume: no answer is most often a restarted
                     # server, which answers a resume 410; an error answer may be about the
@@ -353,7 +333,7 @@ class CollectionWatch:
             if self._stopping.is_set():
                 return
             if failures:
-                self._stopping.wait(reconnect_wait(failures))
+                self._stopping.wait(reconnect_wait(failures, answered))
 
     # ------------------------------------------------------------- list and stream
 
@@ -428,7 +408,7 @@ class CollectionWatch:
 
     def _read_events(self, response: Any) -> None:
         self._opened = self._clock()
-        budget = _EventBudget(self._clock)
+        budget = EventBudget(self._clock)
         self._response = response
         buffer = b""
         try:
