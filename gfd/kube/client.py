@@ -370,13 +370,18 @@ class KubeClient:
             wrapped: Any = self._api.call_api(*serialized, _request_timeout=timeout)
             response: Any = wrapped.response  # the urllib3 response, not yet read
             status = int(response.status)
-            if status == 401 and self._credentials is not None:
-                self._credentials.rejected()  # the next attempt reads the credential anew
+            self.answered(status)
             if not 200 <= status <= 299:
                 raise _error_from_answer(response, status)
             return _decode_object(_read_capped(response, MAX_ANSWER_BYTES))
 
         return self.invoke(call)
+
+    def answered(self, status: int) -> None:
+        """Told every answer's status: a 401 means the credential was rotated out, and the
+        next attempt reads it anew (token files re-read, exec plugins run again)."""
+        if status == 401 and self._credentials is not None:
+            self._credentials.rejected()
 
     # ------------------------------------------------------------- the retry policy
 

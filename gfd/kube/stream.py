@@ -80,6 +80,7 @@ def open_stream(client: KubeClient, path: str, reader: Callable[[Any], None]) ->
         response: Any = api.call_api(*serialized, _request_timeout=timeout).response
         try:
             status = int(response.status)
+            client.answered(status)  # a stream refused its rotated-out credential asks anew
             if status == 410:
                 raise Gone()
             if status != 200:
