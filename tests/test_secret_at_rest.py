@@ -7,6 +7,7 @@ forced exit (``os._exit``: no ``finally``, no ``atexit``) and a crash (SIGKILL).
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
 import signal
@@ -146,7 +147,7 @@ def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
 
     secret = SecretFile(b"canary-key-material", "client.key")
     try:
-        assert secret.in_memory
+        assert secret.nameless
         assert Path(secret.path).read_bytes() == b"canary-key-material"
         child = subprocess.run(
             ["ls", "-l", "/proc/self/fd"], capture_output=True, close_fds=False, check=False
@@ -188,19 +189,102 @@ def test_the_client_never_writes_inline_data_to_a_temporary_file(
     assert Path(configuration.key_file).read_bytes() == pki["client.key"].read_bytes()
 
 
+#: a platform whose Python has no memfd_create (a C library older than 2.27), and one whose
+#: kernel or filesystem has no unnamed temporary files either (no O_TMPFILE)
+WITHOUT = {
+    "memfd_create": "import os\ndel os.memfd_create\n",
+    "memfd_create and O_TMPFILE": "import os\ndel os.memfd_create\ndel os.O_TMPFILE\n",
+}
+
+
+@pytest.mark.parametrize("missing", WITHOUT)
 def test_without_memfd_the_fallback_file_is_private_and_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
 ) -> None:
     import tempfile
 
     from gfd.kube.secret_files import SecretFile
 
-    monkeypatch.delattr(os, "memfd_create")
+    for name in ("memfd_create", "O_TMPFILE"):
+        if name in missing:
+            monkeypatch.delattr(os, name)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     secret = SecretFile(b"canary-key-material", "client.key")
-    assert not secret.in_memory
+    assert secret.nameless == ("O_TMPFILE" not in missing)
     assert Path(secret.path).read_bytes() == b"canary-key-material"
     assert os.stat(secret.path).st_mode & 0o077 == 0
-    assert os.stat(os.path.dirname(secret.path)).st_mode & 0o077 == 0
+    if secret.nameless:
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert os.stat(os.path.dirname(secret.path)).st_mode & 0o077 == 0
     secret.close()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("missing", WITHOUT)
+def test_without_memfd_no_key_outlives_a_killed_gfd_and_the_next_one(
+    keyed: Keyed, missing: str, tls_api: FakeApiServer, tmp_path: Path
+) -> None:
+    """SIGKILL while the key is held: either it never had a name (an unnamed file, gone
+    with the process), or it sits in a folder that the next gfd to start removes (its lock
+    went with the killed process)."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(WITHOUT[missing])
+    env = {**keyed.env, "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}"}
+    daemon = Daemon(
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
+        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=env,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        assert authenticated(tls_api), daemon.log()
+        left = key_at_rest(keyed.tmpdir, keyed.key)
+        assert bool(left) == ("O_TMPFILE" in missing)  # a name only where nothing else works
+        daemon.process.kill()
+        daemon.process.wait(timeout=60)
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+    assert key_at_rest(keyed.tmpdir, keyed.key) == left  # the kill removed nothing
+    result = run_gfd("--oneshot", "--snapshot-file", SNAPSHOT, env=env)
+    assert result.returncode == 0, result.stderr
+    assert key_at_rest(keyed.tmpdir, keyed.key) == []
+
+
+def test_the_next_gfd_reclaims_only_the_credential_folders_nobody_holds(tmp_path: Path) -> None:
+    """A held folder (a live gfd's: a roll-out overlap), another user's, a file or a
+    symbolic link under such a name, and any other name are left as they are."""
+    tmpdir = tmp_path / "tmpdir"
+    outside = tmp_path / "outside"
+    for folder in (tmpdir, outside):
+        folder.mkdir(mode=0o700)
+    (outside / "kept").write_text("kept")
+    abandoned, held, foreign, file, link = (
+        tmpdir / f"gfd-exec-credential-{n}aaaaaaa" for n in range(5)
+    )
+    for folder in (abandoned, held, foreign):
+        folder.mkdir(mode=0o700)
+        (folder / "client.key").write_text("key material")
+    file.write_text("a file under a credential folder's name")
+    link.symlink_to(outside)
+    (tmpdir / "gfd-exec-credential-notes").mkdir()
+    kept = {held.name, file.name, link.name, "gfd-exec-credential-notes"}
+    if os.geteuid() == 0:
+        os.chown(foreign, 65534, 65534)
+        kept.add(foreign.name)
+    holder = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        result = run_gfd(
+            "--oneshot", "--snapshot-file", SNAPSHOT, "--log-level", "info",
+            env={"TMPDIR": str(tmpdir)},
+        )  # fmt: skip
+    finally:
+        os.close(holder)
+    assert result.returncode == 0, result.stderr
+    assert not abandoned.exists()
+    assert kept <= set(os.listdir(tmpdir))
+    assert (held / "client.key").exists() and (outside / "kept").exists()
+    assert "removed the credential folders a stopped gfd left" in result.stderr
