@@ -1,14 +1,15 @@
 """The process's entry point: ``gfd`` and ``gpu-feature-discovery`` (console scripts) and
 ``python -m gfd``.
 
-It does one thing before anything else of gfd is imported: :func:`gfd.signals.install`, so
+It does two things before anything else of gfd is imported: :func:`gfd.signals.install`, so
 that a signal that arrives while the rest is still being imported is caught (a SIGHUP then
-is a reload, never a death); and one thing last: from the moment the command is done,
-signals are ignored, so none can change how the process ends.
+is a reload, never a death), and core dumps are turned off; and one thing last: from the
+moment the command is done, signals are ignored, so none can change how the process ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import NoReturn
@@ -18,6 +19,7 @@ def main() -> None:
     from gfd import signals
 
     signals.install()
+    _no_core_dumps()
     _thread_memory_errors_end_the_process()
     import logging
 
@@ -52,6 +54,17 @@ _NO_MEMORY_SIGNS = (
     "returned NULL without setting an exception",
     "error return without exception set",
 )
+
+
+def _no_core_dumps() -> None:
+    """A crash (a fault in the driver's library or in OpenSSL) would write the process's
+    memory -- a client key, a token -- to wherever the node's core pattern says, readable
+    long after: the limit is 0, soft and hard, for gfd and the plugins it runs.  Container
+    runtimes commonly start containers with no limit at all."""
+    import resource
+
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def _thread_memory_errors_end_the_process() -> None:

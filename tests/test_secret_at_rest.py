@@ -10,6 +10,7 @@ import base64
 import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ import pytest
 
 from tests.execplugin import exec_user
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, Daemon, run_gfd
+from tests.process import GFD, ROOT, Daemon, clean_env, run_gfd
 from tests.test_kube_credentials import cert_plugin, pki, tls_api
 
 pytestmark = pytest.mark.timeout(120)
@@ -138,6 +139,44 @@ def test_a_daemon_never_puts_the_key_on_disk_however_it_ends(
         if daemon.process.poll() is None:
             daemon.process.kill()
             daemon.process.wait()
+
+
+class DumpingDaemon(Daemon):
+    """A daemon run in ``cwd`` with core dumps allowed without limit (as container runtimes
+    commonly start their containers), where a core pattern of ``core`` puts them."""
+
+    def __init__(self, *args: str, env: dict[str, str], cwd: Path) -> None:
+        unlimited = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        process = subprocess.Popen(
+            [*GFD, "--log-format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env(env), cwd=cwd, stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, unlimited),
+        )  # fmt: skip
+        self._follow(process)
+
+
+def test_a_crash_dumps_no_core_holding_the_key(
+    keyed: Keyed, tls_api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A crash (a fault in a C library: NVML, OpenSSL) writes the process's memory, the key
+    with it, wherever the node's core pattern says: gfd allows itself no core dump."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    daemon = DumpingDaemon(
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
+        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=keyed.env, cwd=cwd,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        assert authenticated(tls_api), daemon.log()
+        daemon.process.send_signal(signal.SIGSEGV)
+        assert daemon.process.wait(timeout=60) == -signal.SIGSEGV
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+    assert key_at_rest(cwd, keyed.key) == []
+    assert key_at_rest(keyed.tmpdir, keyed.key) == []
 
 
 def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
