@@ -95,16 +95,19 @@ class SecretFile:
         return None
 
     def _on_disk(self, content: bytes, name: str) -> str:
-        directory = _held_directory()
-        self._directory, self._lock = directory
+        self._directory, self._lock = _held_directory()
         atexit.register(self.close)
-        path = os.path.join(directory[0], name)
+        path = os.path.join(self._directory, name)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(path, flags, 0o600)
         try:
-            _write_all(fd, content)
-        finally:
-            os.close(fd)
+            fd = os.open(path, flags, 0o600)
+            try:
+                _write_all(fd, content)
+            finally:
+                os.close(fd)
+        except OSError:  # a full disk: no part of the secret is kept until exit
+            self.close()
+            raise
         return path
 
     @property
