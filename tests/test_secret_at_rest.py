@@ -298,23 +298,24 @@ def test_without_memfd_no_key_outlives_a_killed_gfd_and_the_next_one(
 
 
 def test_the_next_gfd_reclaims_only_the_credential_folders_nobody_holds(tmp_path: Path) -> None:
-    """A held folder (a live gfd's: a roll-out overlap), another user's, a file or a
-    symbolic link under such a name, and any other name are left as they are."""
+    """A held folder (a live gfd's: a roll-out overlap), another user's, a file, a FIFO (never
+    opened) or a symbolic link under such a name, and any other name are left as they are."""
     tmpdir = tmp_path / "tmpdir"
     outside = tmp_path / "outside"
     for folder in (tmpdir, outside):
         folder.mkdir(mode=0o700)
     (outside / "kept").write_text("kept")
-    abandoned, held, foreign, file, link = (
-        tmpdir / f"gfd-exec-credential-{n}aaaaaaa" for n in range(5)
+    abandoned, held, foreign, file, fifo, link = (
+        tmpdir / f"gfd-exec-credential-{n}aaaaaaa" for n in range(6)
     )
     for folder in (abandoned, held, foreign):
         folder.mkdir(mode=0o700)
         (folder / "client.key").write_text("key material")
     file.write_text("a file under a credential folder's name")
+    os.mkfifo(fifo)
     link.symlink_to(outside)
     (tmpdir / "gfd-exec-credential-notes").mkdir()
-    kept = {held.name, file.name, link.name, "gfd-exec-credential-notes"}
+    kept = {held.name, file.name, fifo.name, link.name, "gfd-exec-credential-notes"}
     if os.geteuid() == 0:
         os.chown(foreign, 65534, 65534)
         kept.add(foreign.name)
