@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import threading
 from typing import NoReturn
 
@@ -66,8 +67,6 @@ def _no_secrets_written() -> None:
       (container runtimes commonly start containers with no limit at all);
     - ``SSLKEYLOGFILE``: Python's and urllib3's TLS set-up append every session's secrets
       to the file it names; upstream's Go TLS never reads it."""
-    import resource
-
     with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     os.environ.pop("SSLKEYLOGFILE", None)
