@@ -25,6 +25,7 @@ from gfd.errors import (
     PublishError,
     UsageError,
 )
+from gfd.kube import secret_files
 from gfd.labels import partitioning
 from gfd.nodeconfig import NodeLabelReader, choose_for
 from gfd.observability import NullMetrics, configure_logging, get_logger
@@ -147,6 +148,7 @@ def run(
     except UsageError as exc:
         return _fail(str(exc), EXIT_USAGE)
     configure_logging(settings.log_format, settings.log_level)
+    _reclaim_secret_files()
     node_label = None
     if settings.config_file_srcdir and not dump_snapshot:
         chosen = _choose_node_config(settings, load)
@@ -179,6 +181,14 @@ def run(
     if status != 0 and settings.oneshot and agent.last_error:
         return _fail(agent.last_error, status)
     return status
+
+
+def _reclaim_secret_files() -> None:
+    """A gfd killed while it held a client key in a named file (only where no nameless one
+    could be made) left it: removed at the next start, before any credential is read."""
+    removed = secret_files.reclaim_abandoned()
+    if removed:
+        get_logger().info("removed the credential folders a stopped gfd left", removed=removed)
 
 
 def _choose_node_config(

@@ -1,15 +1,18 @@
 """The process's entry point: ``gfd`` and ``gpu-feature-discovery`` (console scripts) and
 ``python -m gfd``.
 
-It does one thing before anything else of gfd is imported: :func:`gfd.signals.install`, so
+It does two things before anything else of gfd is imported: :func:`gfd.signals.install`, so
 that a signal that arrives while the rest is still being imported is caught (a SIGHUP then
-is a reload, never a death); and one thing last: from the moment the command is done,
-signals are ignored, so none can change how the process ends.
+is a reload, never a death), and it turns off what would write secrets to files; and one
+thing last: from the moment the command is done, signals are ignored, so none can change
+how the process ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import threading
 from typing import NoReturn
 
@@ -18,6 +21,7 @@ def main() -> None:
     from gfd import signals
 
     signals.install()
+    _no_secrets_written()
     _thread_memory_errors_end_the_process()
     import logging
 
@@ -52,6 +56,20 @@ _NO_MEMORY_SIGNS = (
     "returned NULL without setting an exception",
     "error return without exception set",
 )
+
+
+def _no_secrets_written() -> None:
+    """What would put a client key, a token or the TLS secrets that decrypt them in a file
+    that outlives the process is turned off, for gfd and the plugins it runs:
+
+    - core dumps: a crash (a fault in the driver's library or in OpenSSL) would write the
+      process's memory wherever the node's core pattern says; the limit is 0, soft and hard
+      (container runtimes commonly start containers with no limit at all);
+    - ``SSLKEYLOGFILE``: Python's and urllib3's TLS set-up append every session's secrets
+      to the file it names; upstream's Go TLS never reads it."""
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.environ.pop("SSLKEYLOGFILE", None)
 
 
 def _thread_memory_errors_end_the_process() -> None:

@@ -82,8 +82,12 @@ class PrometheusMetrics:
 
     def _register(self, log_lines_dropped: Callable[[], int]) -> None:
         """The registry and its instruments, the metrics gfd serves."""
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, values
 
+        # the library keeps every value in files of PROMETHEUS_MULTIPROC_DIR where that is
+        # set (for a server of many processes): files nobody removes, a start that fails
+        # where it is missing; gfd is one process, whose values stay in its own memory
+        values.ValueClass = values.MutexValue
         self.registry = CollectorRegistry(auto_describe=True)
 
         def gauge(name: str, documentation: str) -> Gauge:

@@ -1,6 +1,7 @@
 """What the process is given besides its options, as a real process: a working directory
-removed under it, a stdout whose encoding cannot carry the text, and a SIGHUP reload that
-moves ``--metrics-address`` (the new address served, the old one closed)."""
+removed under it, a stdout whose encoding cannot carry the text, a SIGHUP reload that
+moves ``--metrics-address`` (the new address served, the old one closed), the metrics
+library's multiprocess directory, and the metrics port a killed gfd held."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import socket
 import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.process import GFD, ROOT, Daemon, assert_refused, clean_env, free_port, http_get, run_gfd
 
@@ -159,3 +162,46 @@ def test_a_reload_to_a_metrics_address_in_use_keeps_the_old_one(
         assert _healthz(old) == 200
     daemon.wait_for("pass finished")  # the loop goes on
     assert daemon.stop() == 0
+
+
+@pytest.mark.parametrize("exists", [True, False], ids=["a directory", "missing"])
+def test_a_multiprocess_metrics_directory_in_the_environment_is_never_written(
+    tmp_path: Path, exists: bool
+) -> None:
+    """``PROMETHEUS_MULTIPROC_DIR`` (set in a pod's environment for another program) would
+    have the metrics library keep gfd's values in files there: three more files at every
+    start, none ever removed, and no start at all where the directory is missing.  gfd is
+    one process: its values stay in its memory."""
+    shared = tmp_path / "multiproc"
+    if exists:
+        shared.mkdir()
+    daemon = Daemon(
+        "--snapshot-file", DGX, "--sleep-interval", "1s", "-o", str(tmp_path / "features"),
+        env={"PROMETHEUS_MULTIPROC_DIR": str(shared)}, metrics=True,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        status, body = daemon.get("/metrics")
+        assert status == 200
+        assert 'gfd_passes_total{result="success"}' in body
+    finally:
+        daemon.process.kill()
+        daemon.process.wait()
+    assert list(shared.iterdir()) == [] if exists else not shared.exists()
+
+
+def test_the_metrics_port_a_killed_gfd_held_is_served_by_the_next_one(tmp_path: Path) -> None:
+    """gfd closes each scrape's connection itself, so the port's side of it waits out
+    TIME_WAIT (a minute) after gfd is killed: only a listener that allows reusing the
+    address binds the port again meanwhile."""
+    port = free_port()
+    args = ["--snapshot-file", DGX, "--sleep-interval", "1s", "-o", str(tmp_path / "features"),
+            "--metrics-address", f"127.0.0.1:{port}"]  # fmt: skip
+    for _ in range(2):
+        daemon = Daemon(*args)
+        try:
+            daemon.wait_for("pass finished")
+            assert http_get(port, "/metrics")[0] == 200
+        finally:
+            daemon.process.kill()
+            daemon.process.wait()

@@ -7,8 +7,10 @@ forced exit (``os._exit``: no ``finally``, no ``atexit``) and a crash (SIGKILL).
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
 import os
+import resource
 import signal
 import subprocess
 from dataclasses import dataclass
@@ -18,7 +20,7 @@ import pytest
 
 from tests.execplugin import exec_user
 from tests.fakes.fake_apiserver import FakeApiServer
-from tests.process import ROOT, Daemon, run_gfd
+from tests.process import GFD, ROOT, Daemon, clean_env, run_gfd
 from tests.test_kube_credentials import cert_plugin, pki, tls_api
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,13 +99,18 @@ def keyed(
 
 
 def test_a_oneshot_leaves_no_key_behind(keyed: Keyed, tls_api: FakeApiServer) -> None:
+    """Nor the TLS session secrets, which would decrypt a recording of every request and
+    its token: ``SSLKEYLOGFILE`` (read by Python's and urllib3's TLS set-up) is ignored, as
+    upstream's Go TLS ignores it."""
+    keylog = keyed.tmpdir / "tls-keys.log"
     result = run_gfd(
         "--oneshot", "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
-        "--snapshot-file", SNAPSHOT, env=keyed.env,
+        "--snapshot-file", SNAPSHOT, env={**keyed.env, "SSLKEYLOGFILE": str(keylog)},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert authenticated(tls_api)
     assert key_at_rest(keyed.tmpdir, keyed.key) == []
+    assert not keylog.exists()
 
 
 @pytest.mark.parametrize("ending", ["SIGTERM", "watchdog", "crash"])
@@ -139,6 +146,44 @@ def test_a_daemon_never_puts_the_key_on_disk_however_it_ends(
             daemon.process.wait()
 
 
+class DumpingDaemon(Daemon):
+    """A daemon run in ``cwd`` with core dumps allowed without limit (as container runtimes
+    commonly start their containers), where a core pattern of ``core`` puts them."""
+
+    def __init__(self, *args: str, env: dict[str, str], cwd: Path) -> None:
+        unlimited = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        process = subprocess.Popen(
+            [*GFD, "--log-format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env(env), cwd=cwd, stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, unlimited),
+        )  # fmt: skip
+        self._follow(process)
+
+
+def test_a_crash_dumps_no_core_holding_the_key(
+    keyed: Keyed, tls_api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A crash (a fault in a C library: NVML, OpenSSL) writes the process's memory, the key
+    with it, wherever the node's core pattern says: gfd allows itself no core dump."""
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    daemon = DumpingDaemon(
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
+        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=keyed.env, cwd=cwd,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        assert authenticated(tls_api), daemon.log()
+        daemon.process.send_signal(signal.SIGSEGV)
+        assert daemon.process.wait(timeout=60) == -signal.SIGSEGV
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+    assert key_at_rest(cwd, keyed.key) == []
+    assert key_at_rest(keyed.tmpdir, keyed.key) == []
+
+
 def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
     """The descriptor holding a key is closed on exec: a plugin (or anything gfd ever runs)
     cannot read it from its own descriptor table."""
@@ -146,7 +191,7 @@ def test_the_in_memory_key_is_not_inherited_by_a_credential_plugin() -> None:
 
     secret = SecretFile(b"canary-key-material", "client.key")
     try:
-        assert secret.in_memory
+        assert secret.nameless
         assert Path(secret.path).read_bytes() == b"canary-key-material"
         child = subprocess.run(
             ["ls", "-l", "/proc/self/fd"], capture_output=True, close_fds=False, check=False
@@ -188,19 +233,103 @@ def test_the_client_never_writes_inline_data_to_a_temporary_file(
     assert Path(configuration.key_file).read_bytes() == pki["client.key"].read_bytes()
 
 
+#: a platform whose Python has no memfd_create (a C library older than 2.27), and one whose
+#: kernel or filesystem has no unnamed temporary files either (no O_TMPFILE)
+WITHOUT = {
+    "memfd_create": "import os\ndel os.memfd_create\n",
+    "memfd_create and O_TMPFILE": "import os\ndel os.memfd_create\ndel os.O_TMPFILE\n",
+}
+
+
+@pytest.mark.parametrize("missing", WITHOUT)
 def test_without_memfd_the_fallback_file_is_private_and_removed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
 ) -> None:
     import tempfile
 
     from gfd.kube.secret_files import SecretFile
 
-    monkeypatch.delattr(os, "memfd_create")
+    for name in ("memfd_create", "O_TMPFILE"):
+        if name in missing:
+            monkeypatch.delattr(os, name)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     secret = SecretFile(b"canary-key-material", "client.key")
-    assert not secret.in_memory
+    assert secret.nameless == ("O_TMPFILE" not in missing)
     assert Path(secret.path).read_bytes() == b"canary-key-material"
     assert os.stat(secret.path).st_mode & 0o077 == 0
-    assert os.stat(os.path.dirname(secret.path)).st_mode & 0o077 == 0
+    if secret.nameless:
+        assert list(tmp_path.iterdir()) == []
+    else:
+        assert os.stat(os.path.dirname(secret.path)).st_mode & 0o077 == 0
     secret.close()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("missing", WITHOUT)
+def test_without_memfd_no_key_outlives_a_killed_gfd_and_the_next_one(
+    keyed: Keyed, missing: str, tls_api: FakeApiServer, tmp_path: Path
+) -> None:
+    """SIGKILL while the key is held: either it never had a name (an unnamed file, gone
+    with the process), or it sits in a folder that the next gfd to start removes (its lock
+    went with the killed process)."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(WITHOUT[missing])
+    env = {**keyed.env, "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}"}
+    daemon = Daemon(
+        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
+        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=env,
+    )  # fmt: skip
+    try:
+        daemon.wait_for("pass finished")
+        assert authenticated(tls_api), daemon.log()
+        left = key_at_rest(keyed.tmpdir, keyed.key)
+        assert bool(left) == ("O_TMPFILE" in missing)  # a name only where nothing else works
+        daemon.process.kill()
+        daemon.process.wait(timeout=60)
+    finally:
+        if daemon.process.poll() is None:
+            daemon.process.kill()
+            daemon.process.wait()
+    assert key_at_rest(keyed.tmpdir, keyed.key) == left  # the kill removed nothing
+    result = run_gfd("--oneshot", "--snapshot-file", SNAPSHOT, env=env)
+    assert result.returncode == 0, result.stderr
+    assert key_at_rest(keyed.tmpdir, keyed.key) == []
+
+
+def test_the_next_gfd_reclaims_only_the_credential_folders_nobody_holds(tmp_path: Path) -> None:
+    """A held folder (a live gfd's: a roll-out overlap), another user's, a file, a FIFO (never
+    opened) or a symbolic link under such a name, and any other name are left as they are."""
+    tmpdir = tmp_path / "tmpdir"
+    outside = tmp_path / "outside"
+    for folder in (tmpdir, outside):
+        folder.mkdir(mode=0o700)
+    (outside / "kept").write_text("kept")
+    abandoned, held, foreign, file, fifo, link = (
+        tmpdir / f"gfd-exec-credential-{n}aaaaaaa" for n in range(6)
+    )
+    for folder in (abandoned, held, foreign):
+        folder.mkdir(mode=0o700)
+        (folder / "client.key").write_text("key material")
+    file.write_text("a file under a credential folder's name")
+    os.mkfifo(fifo)
+    link.symlink_to(outside)
+    (tmpdir / "gfd-exec-credential-notes").mkdir()
+    kept = {held.name, file.name, fifo.name, link.name, "gfd-exec-credential-notes"}
+    if os.geteuid() == 0:
+        os.chown(foreign, 65534, 65534)
+        kept.add(foreign.name)
+    holder = os.open(held, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        result = run_gfd(
+            "--oneshot", "--snapshot-file", SNAPSHOT, "--log-level", "info",
+            env={"TMPDIR": str(tmpdir)},
+        )  # fmt: skip
+    finally:
+        os.close(holder)
+    assert result.returncode == 0, result.stderr
+    assert not abandoned.exists()
+    assert kept <= set(os.listdir(tmpdir))
+    assert (held / "client.key").exists() and (outside / "kept").exists()
+    assert "removed the credential folders a stopped gfd left" in result.stderr

@@ -104,8 +104,12 @@ ALLOWED_OPENS = {
     ("gfd/logsink.py", "_hold_with_devnull"): "/dev/null put in place of a stderr that is gone",
     ("gfd/kube/exec_plugin.py", "_collect"): "a credential plugin's pipes, under a deadline",
     ("gfd/kube/secret_files.py", "_on_disk"): (
-        "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW), only where memfd_create is missing"
+        "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW), only where no nameless file can be made"
     ),
+    ("gfd/kube/secret_files.py", "_unnamed"): "its own new unnamed file (O_TMPFILE | O_EXCL)",
+    ("gfd/kube/secret_files.py", "_held_directory"): "the directory it made, to hold its lock",
+    ("gfd/kube/secret_files.py", "reclaim_abandoned"): "the temporary directory (O_DIRECTORY)",
+    ("gfd/kube/secret_files.py", "_reclaim"): "a directory, never followed (O_NOFOLLOW)",
     ("gfd/outputs/file.py", "_write"): "the temporary file it made with mkstemp",
     ("gfd/outputs/file.py", "_reclaim_once"): "the features file's directory (O_DIRECTORY)",
     ("gfd/outputs/file.py", "write_without_blocking"): "stdout's pipe, reopened to write",
