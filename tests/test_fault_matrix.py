@@ -42,21 +42,8 @@ from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import TOKEN as KUBECONFIG_TOKEN
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import (
-    LONGEST_LINE,
-    ROOT,
-    Daemon,
-    assert_refused,
-    run_gfd,
-    run_gfd_here,
-)
-from tests.specialfiles import (
-    SPECIAL,
-    fifo_held_open,
-    fifo_trickled,
-    replace_with_directory,
-    swap,
-)
+from tests.process import LONGEST_LINE, ROOT, Daemon, assert_refused, run_gfd, run_gfd_here
+from tests.specialfiles import SPECIAL, fifo_held_open, fifo_trickled, replace_with_directory, swap
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
 #: a value far past every limit, to see that no message echoes it whole
@@ -277,10 +264,7 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
                 assert_refused(result)
 
 
-@pytest.mark.parametrize(
-    "where",
-    ["top level", "flags.gfd"],
-)
+@pytest.mark.parametrize("where", ["top level", "flags.gfd"])
 def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir: Path) -> None:
     """100,000 unknown keys are one mistake: a screenful of warnings (the first ones, then a
     count of the rest), not 100,000 log lines at every start and reload."""
@@ -1250,9 +1234,7 @@ def _limited(open_files: int, file_bytes: int) -> Callable[[], None]:
     return apply
 
 
-def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(
-    short_dir: Path,
-) -> None:
+def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(short_dir: Path) -> None:
     """README "Limits" and docs/SECURITY.md, all past their bound in one process: a config
     file over the size limit made of deep nesting and many keys, a snapshot over the size
     limit, strings past 4096 characters as flags and environment, a machine-type file that
