@@ -418,6 +418,10 @@ class FakeApiServer:
             self._state.note("MODIFIED", resource, key, obj)
             return copy.deepcopy(obj)
 
+    def edit_node(self, name: str, **metadata: Any) -> JSON:
+        """Replace whole fields of a node's metadata (``labels=``, ``annotations=``)."""
+        return self.edit("Node", name, "", lambda node: node["metadata"].update(metadata))
+
     def delete(self, kind: str, name: str, namespace: str = "") -> None:
         resource = _BY_KIND[kind]
         with self._state.lock:
