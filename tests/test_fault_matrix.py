@@ -929,14 +929,8 @@ def test_host_files_never_block_or_flood_discovery(
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Daemon]:
-    args = (
-        "--sleep-interval",
-        INTERVAL,
-        "--output-file",
-        str(tmp_path / "gfd"),
-        "--snapshot-file",
-        DGX,
-    )
+    args = ("--sleep-interval", INTERVAL, "--output-file", str(tmp_path / "gfd"),
+            "--snapshot-file", DGX)  # fmt: skip
     with Daemon(*args, metrics=True) as daemon:
         daemon.wait_until(lambda: daemon.get("/readyz")[0] == 200, "ready")
         yield daemon

@@ -114,8 +114,8 @@ def test_a_conflict_is_retried_with_a_fresh_get(api: FakeApiServer, kubeconfig: 
     api.clear_requests()
     # someone else writes between our read and our write: the first PUT carries a stale
     # resourceVersion and gets 409
-    touch = lambda obj: obj["metadata"].setdefault("annotations", {}).update(touched="yes")  # noqa: E731
-    api.edit("NodeFeature", OBJECT, NAMESPACE, touch)
+    touched = {"touched": "yes"}
+    api.edit("NodeFeature", OBJECT, NAMESPACE, lambda o: o["metadata"].update(annotations=touched))
     api.fail(409, count=1, method="PUT")
     output.publish({"nvidia.com/gpu.count": "2"})
     assert [(r.method, r.status) for r in api.requests] == RETRIED_AFTER_A_CONFLICT
@@ -213,8 +213,8 @@ def test_verify_recreates_a_deleted_object(api: FakeApiServer, kubeconfig: str) 
 def test_verify_repairs_edited_labels(api: FakeApiServer, kubeconfig: str) -> None:
     output = make_output(kubeconfig)
     output.publish(LABELS)
-    edit = lambda obj: obj["spec"]["labels"].update({"nvidia.com/gpu.count": "99"})  # noqa: E731
-    api.edit("NodeFeature", OBJECT, NAMESPACE, edit)
+    edited = {"nvidia.com/gpu.count": "99"}
+    api.edit("NodeFeature", OBJECT, NAMESPACE, lambda obj: obj["spec"]["labels"].update(edited))
     assert output.verify(LABELS) is True
     assert stored(api)["spec"]["labels"] == LABELS
 

@@ -162,8 +162,8 @@ def test_a_retirement_that_fails_is_counted_and_tried_again(
     daemon.wait_until(lambda: node.published("node-labels"), "the node labels")
     api.inject(Fault(status=403, method="PATCH", count=None))
     switch(daemon, "file", tmp_path)
-    retired = lambda: daemon.metric("gfd_retire_total", result="error") >= 2  # noqa: E731
-    daemon.wait_until(retired, "two failed retirements")
+    failed = {"result": "error"}
+    daemon.wait_until(lambda: daemon.metric("gfd_retire_total", **failed) >= 2, "two failures")
     assert node.published("file")  # the new output is in force meanwhile
     assert daemon.passes(result="error") == 0  # retiring is not publishing: passes succeed
     api.clear_faults()
