@@ -155,6 +155,13 @@ class Daemon:
         served = ["--metrics-address", f"127.0.0.1:{self.port}"] if metrics else []
         self._follow(spawn_gfd("--log-format", "json", *args, *served, env=env))
 
+    def __enter__(self) -> Daemon:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Whatever the block did, no gfd outlives it."""
+        self.kill()
+
     def _follow(self, process: Any) -> None:
         """Take ``process`` on: its stderr lines read on a thread into ``lines`` and
         ``events`` (a subclass that starts gfd another way calls this)."""

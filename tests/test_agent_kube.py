@@ -22,17 +22,9 @@ API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 
 def api_settings(kubeconfig: str, node_snapshot: Path, **cli: Any) -> Settings:
     # a short interval bounds each operation's retries at half of it (kube.retry_budget)
-    return resolve(
-        {
-            "node_name": "n1",
-            "kubeconfig": kubeconfig,
-            "snapshot_file": str(node_snapshot),
-            "sleep_interval": "200ms",
-            "no_timestamp": True,
-            **cli,
-        },
-        {},
-    )
+    values = {"node_name": "n1", "kubeconfig": kubeconfig, "snapshot_file": str(node_snapshot),
+              "sleep_interval": "200ms", "no_timestamp": True, **cli}  # fmt: skip
+    return resolve(values, {})
 
 
 def test_node_labels_publish_once_stay_quiet_and_follow_a_change(
@@ -56,10 +48,8 @@ def test_node_labels_publish_once_stay_quiet_and_follow_a_change(
     def followed(agent: Agent) -> None:
         assert api.node_labels("n1") == {**FOREIGN, **expected_labels(SNAPSHOT_B)}
         assert [r.method for r in api.requests[seen[0] :]] == ["PATCH"]
-        assert api.node_annotations("n1") == {
-            **FOREIGN_ANNOTATIONS,
-            "nvidia.com/gfd.managed-labels": ",".join(sorted(expected_labels(SNAPSHOT_B))),
-        }
+        managed = {"nvidia.com/gfd.managed-labels": ",".join(sorted(expected_labels(SNAPSHOT_B)))}
+        assert api.node_annotations("n1") == {**FOREIGN_ANNOTATIONS, **managed}
 
     run = drive(
         api_settings(kubeconfig, node_snapshot, use_node_labels=True),
@@ -71,15 +61,17 @@ def test_node_labels_publish_once_stay_quiet_and_follow_a_change(
     assert api.node_labels("n1") == {**FOREIGN, **expected_labels(SNAPSHOT_B)}
 
 
+def nodefeature_labels(api: FakeApiServer) -> list[dict[str, str]]:
+    return [obj["spec"]["labels"] for obj in api.objects("NodeFeature")]
+
+
 def test_nodefeature_outage_of_three_passes_is_survived(
     api: FakeApiServer, kubeconfig: str, node_snapshot: Path
 ) -> None:
     seen: list[int] = []
 
     def published(agent: Agent) -> None:
-        assert [obj["spec"]["labels"] for obj in api.objects("NodeFeature")] == [
-            expected_labels(SNAPSHOT_A)
-        ]
+        assert nodefeature_labels(api) == [expected_labels(SNAPSHOT_A)]
         seen.append(api.count())
 
     def quiet(agent: Agent) -> None:
@@ -98,20 +90,15 @@ def test_nodefeature_outage_of_three_passes_is_survived(
         api.come_up()
 
     def caught_up(agent: Agent) -> None:
-        assert [obj["spec"]["labels"] for obj in api.objects("NodeFeature")] == [
-            expected_labels(SNAPSHOT_B)
-        ]
+        assert nodefeature_labels(api) == [expected_labels(SNAPSHOT_B)]
 
     settings = api_settings(kubeconfig, node_snapshot, use_node_feature_api=True)
     # the real output, its client's waits between attempts skipped (tests/fakes/waits.py):
     # each pass of the outage retries until its budget is spent without waiting it out
     budget = retry_budget(settings.sleep_interval)
     output = NodeFeatureOutput(settings, client=client_without_waits(kubeconfig, budget=budget))
-    run = drive(
-        settings,
-        [published, quiet, quiet, outage, still_down, still_down, back, caught_up],
-        output=output,
-    )
+    steps = [published, quiet, quiet, outage, still_down, still_down, back, caught_up]
+    run = drive(settings, steps, output=output)
     assert run.metrics.passes == ["success"] * 4 + ["error"] * 3 + ["success"] * 2
     assert run.metrics.publishes.count(("nodefeature", "error")) == 3
     assert run.status == 0

@@ -120,8 +120,7 @@ def test_neither_the_first_list_nor_a_bookmark_wakes_the_loop(
 
 
 def test_gone_relists_once(
-    api: FakeApiServer,
-    watched: tuple[dra_source.SliceReader, Wakes],
+    api: FakeApiServer, watched: tuple[dra_source.SliceReader, Wakes]
 ) -> None:
     reader, _ = watched
     _publish(api, slices_for(node(gpu(0)), NODE))

@@ -42,21 +42,9 @@ from gfd.options import OPTIONS
 from gfd.snapshot import Vgpu
 from tests.fakes.fake_apiserver import TOKEN as KUBECONFIG_TOKEN
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import (
-    LONGEST_LINE,
-    ROOT,
-    Daemon,
-    assert_refused,
-    run_gfd,
-    run_gfd_here,
-)
-from tests.specialfiles import (
-    SPECIAL,
-    fifo_held_open,
-    fifo_trickled,
-    replace_with_directory,
-    swap,
-)
+from tests.helpers import table
+from tests.process import LONGEST_LINE, ROOT, Daemon, assert_refused, run_gfd, run_gfd_here
+from tests.specialfiles import SPECIAL, fifo_held_open, fifo_trickled, replace_with_directory, swap
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
 #: a value far past every limit, to see that no message echoes it whole
@@ -134,44 +122,34 @@ DOCUMENTS = [
 EVERY_DOCUMENT = [pytest.param(d, id=d.name) for d in DOCUMENTS]
 
 
-def _refused_at_start(
-    place: Callable[[Document, Path], Any], *words: str, read: bool = True
-) -> Any:
-    """A start-up cell for every document: ``place`` puts the fault at its path (returning
-    a context manager where the fault must last through the run); the run is refused, naming
-    the flag too where the file could not be read (rather than parsed)."""
+#: a fault at a start-up document's path: how it is placed (returning a context manager where
+#: the fault must last through the run), what the refusal names besides the file's name, and
+#: whether the file could be opened but not parsed (otherwise the refusal names the flag too)
+START_FAULTS = {
+    "missing": (lambda document, path: None, (), False),
+    # past the size limit: refused after reading at most limit + 1 bytes
+    "huge": (lambda doc, path: path.write_text(f"{doc.valid()}# {'x' * MAX_DOCUMENT_BYTES}\n"),
+             ("larger than the limit",), False),
+    # a FIFO, fed slowly or never, is not a regular file: refused at once, never waited for
+    "slow": (lambda document, path: fifo_trickled(path, document.valid()), ("FIFO",), False),
+    "hung": (lambda document, path: fifo_held_open(path), ("FIFO",), False),
+    "malformed": (lambda document, path: path.write_text("key: [unclosed\n"), (), True),
+    "wrong-type": (lambda document, path: path.write_text(document.wrong_type), (), True),
+    # a symlink to a file that was removed: the path is there, the file is gone
+    "vanished": (lambda document, path: path.symlink_to(path.parent / "gone"), (), False),
+}  # fmt: skip
 
-    @pytest.mark.parametrize("document", EVERY_DOCUMENT)
-    def test(document: Document, short_dir: Path) -> None:
-        placed = place(document, short_dir / document.file_name)
-        if not isinstance(placed, contextlib.AbstractContextManager):
-            placed = contextlib.nullcontext()
-        with placed:
-            flag = (document.flag,) if read else ()
-            assert_refused(document.run(short_dir), *flag, document.file_name, *words)
 
-    return test
-
-
-test_missing = _refused_at_start(lambda document, path: None)
-# past the size limit: refused after reading at most limit + 1 bytes
-test_huge = _refused_at_start(
-    lambda document, path: path.write_text(
-        document.valid() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n"
-    ),
-    "larger than the limit",
-)
-# a FIFO, fed slowly or never, is not a regular file: refused at once, never waited for
-test_slow = _refused_at_start(lambda document, path: fifo_trickled(path, document.valid()), "FIFO")
-test_hung = _refused_at_start(lambda document, path: fifo_held_open(path), "FIFO")
-test_malformed = _refused_at_start(
-    lambda document, path: path.write_text("key: [unclosed\n"), read=False
-)
-test_wrong_type = _refused_at_start(
-    lambda document, path: path.write_text(document.wrong_type), read=False
-)
-# a symlink to a file that was removed: the path is there, the file is gone
-test_vanished = _refused_at_start(lambda document, path: path.symlink_to(path.parent / "gone"))
+@pytest.mark.parametrize("fault", list(START_FAULTS))
+@pytest.mark.parametrize("document", EVERY_DOCUMENT)
+def test_refused_at_start(document: Document, fault: str, short_dir: Path) -> None:
+    place, words, parsed = START_FAULTS[fault]
+    placed = place(document, short_dir / document.file_name)
+    if not isinstance(placed, contextlib.AbstractContextManager):
+        placed = contextlib.nullcontext()
+    with placed:
+        flag = () if parsed else (document.flag,)
+        assert_refused(document.run(short_dir), *flag, document.file_name, *words)
 
 
 @pytest.mark.parametrize("document", EVERY_DOCUMENT)
@@ -202,24 +180,14 @@ def test_permission_denied(document: Document, short_dir: Path) -> None:
 
 FULL_CONFIG: dict[str, Any] = {
     "version": "v1",
-    "flags": {
-        "migStrategy": "mixed",
-        "failOnInitError": True,
-        "useNodeFeatureAPI": False,
-        "gfd": {"oneshot": True, "sleepInterval": "60s", "machineTypeFile": "/x"},
-    },
-    "resources": {
-        "gpus": [{"pattern": "*A100*", "name": "a100"}],
-        "mig": [{"pattern": "1g.*", "name": "mig-small"}],
-    },
-    "sharing": {
-        "timeSlicing": {
-            "renameByDefault": False,
-            "resources": [{"name": "nvidia.com/gpu", "replicas": 4, "rename": "shared"}],
-        }
-    },
+    "flags": {"migStrategy": "mixed", "failOnInitError": True, "useNodeFeatureAPI": False,
+              "gfd": {"oneshot": True, "sleepInterval": "60s", "machineTypeFile": "/x"}},
+    "resources": {"gpus": [{"pattern": "*A100*", "name": "a100"}],
+                  "mig": [{"pattern": "1g.*", "name": "mig-small"}]},
+    "sharing": {"timeSlicing": {"renameByDefault": False, "resources": [
+        {"name": "nvidia.com/gpu", "replicas": 4, "rename": "shared"}]}},
     "partitions": {2: [{"minors": [0, 1], "ringBusBandwidth": "300G", "allocationScore": 1}]},
-}
+}  # fmt: skip
 
 
 def _one_gpu_snapshot() -> dict[str, Any]:
@@ -277,10 +245,7 @@ def test_huge_value_in_every_field(name: str, short_dir: Path) -> None:
                 assert_refused(result)
 
 
-@pytest.mark.parametrize(
-    "where",
-    ["top level", "flags.gfd"],
-)
+@pytest.mark.parametrize("where", ["top level", "flags.gfd"])
 def test_huge_count_of_unknown_keys_is_one_bounded_report(where: str, short_dir: Path) -> None:
     """100,000 unknown keys are one mistake: a screenful of warnings (the first ones, then a
     count of the rest), not 100,000 log lines at every start and reload."""
@@ -482,8 +447,7 @@ def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApi
     warning line (not one per attempt), the labels stay and the daemon labels on; once the
     server behaves, the watch is back and a removed label is repaired at once; SIGTERM
     ends it with 0."""
-    daemon = _api_daemon(short_dir, api)
-    try:
+    with _api_daemon(short_dir, api) as daemon:
         daemon.wait_for("pass finished", limit=60)
         daemon.wait_until(lambda: api.open_watches == 1, "the watch")
         labels = api.node_labels("n1")
@@ -500,8 +464,6 @@ def test_the_watch_stream_under_faults(fault: str, short_dir: Path, api: FakeApi
         api.edit("Node", "n1", "", lambda node: node["metadata"]["labels"].clear())
         daemon.wait_until(lambda: api.node_labels("n1") == labels, "the repair")
         assert daemon.stop(signal.SIGTERM) == 0
-    finally:
-        daemon.kill()
     assert daemon.log().count("interrupted; reconnecting") == 1
     assert "Traceback" not in daemon.log()
     assert KUBECONFIG_TOKEN[:6] not in daemon.log()  # not even the start of the credential
@@ -776,8 +738,7 @@ def assert_runtime_contract(
 ) -> None:
     """The fault fails a pass with one log line naming the source; the daemon lives;
     once the fault is gone the next pass succeeds; SIGTERM ends it with status 0."""
-    daemon = channel.start(directory, api)
-    try:
+    with channel.start(directory, api) as daemon:
         daemon.wait_for("pass finished", limit=60)
         remove = channel.place(fault, directory, daemon, api)
         if channel.needs_sighup:
@@ -795,47 +756,18 @@ def assert_runtime_contract(
         daemon.wait_for("pass finished", limit=60)
         assert daemon.stop(signal.SIGTERM) == 0
         assert "Traceback" not in daemon.log()
-    finally:
-        daemon.kill()
-
-
-def _at_runtime(fault: str) -> Any:
-    """The runtime cell of every channel that declares ``fault``."""
-
-    @pytest.mark.parametrize(
-        "channel", [pytest.param(r, id=r.name) for r in RUNTIME if fault in r.classes]
-    )
-    def test(channel: Runtime, short_dir: Path, api: FakeApiServer) -> None:
-        assert_runtime_contract(channel, fault, short_dir, api)
-
-    return test
-
-
-test_missing_at_runtime = _at_runtime("missing")
-test_empty_at_runtime = _at_runtime("empty")
-test_huge_at_runtime = _at_runtime("huge")
-test_slow_at_runtime = _at_runtime("slow")
-test_hung_at_runtime = _at_runtime("hung")
-test_malformed_at_runtime = _at_runtime("malformed")
-test_wrong_type_at_runtime = _at_runtime("wrong-type")
-test_vanished_at_runtime = _at_runtime("vanished")
-test_closed_at_runtime = _at_runtime("closed")
-test_full_at_runtime = _at_runtime("full")
 
 
 @pytest.mark.parametrize(
-    ("channel", "kind"),
-    [
-        pytest.param(channel, kind, id=f"{channel.name}-{kind}")
-        for channel in RUNTIME
-        for kind in [*sorted(SPECIAL), "symlink"]
-        if kind in channel.classes
-    ],
+    ("channel", "fault"),
+    [pytest.param(r, fault, id=f"{r.name}-{fault}") for r in RUNTIME for fault in r.classes],
 )
-def test_special_file_swapped_in_at_runtime(
-    channel: Runtime, kind: str, short_dir: Path, api: FakeApiServer
+def test_fault_at_runtime(
+    channel: Runtime, fault: str, short_dir: Path, api: FakeApiServer
 ) -> None:
-    assert_runtime_contract(channel, kind, short_dir, api)
+    """Every channel a daemon reads or writes while it runs, crossed with each fault class
+    it declares (the special files among them swapped in for the file)."""
+    assert_runtime_contract(channel, fault, short_dir, api)
 
 
 def test_features_file_swapped_for_a_symlink_is_replaced_not_written_through(
@@ -845,16 +777,13 @@ def test_features_file_swapped_for_a_symlink_is_replaced_not_written_through(
     (an atomic rename over it), never the file it points to."""
     victim = short_dir / "victim"
     victim.write_text("not gfd's\n")
-    daemon = _file_daemon(short_dir, None)  # type: ignore[arg-type]
-    try:
+    with _file_daemon(short_dir, None) as daemon:  # type: ignore[arg-type]
         daemon.wait_for("pass finished", limit=60)
         swap(short_dir / "gfd", lambda p: p.symlink_to(victim))
         daemon.wait_until(lambda: not (short_dir / "gfd").is_symlink(), "the link replaced")
         assert victim.read_text() == "not gfd's\n"
         assert "nvidia.com/gpu.count=8" in (short_dir / "gfd").read_text()
         assert daemon.stop(signal.SIGTERM) == 0
-    finally:
-        daemon.kill()
 
 
 # =============================================================== stdin and stdout
@@ -881,8 +810,7 @@ def test_hung_stdout_never_holds_the_daemon() -> None:
     but a stall never holds the loop or a stop signal (SIGTERM still ends it, status 0)."""
     import fcntl
 
-    daemon = _daemon("--output-file", "-", "--snapshot-file", DGX)
-    try:
+    with _daemon("--output-file", "-", "--snapshot-file", DGX) as daemon:
         daemon.wait_for("pass finished", limit=60)
         # the smallest pipe the kernel allows, one page: four label sets of ~900 bytes
         # fill it (the first is in it already)
@@ -894,8 +822,6 @@ def test_hung_stdout_never_holds_the_daemon() -> None:
         assert daemon.stop(signal.SIGTERM) == 0
         assert "Traceback" not in daemon.log()
         assert "not honoured" not in daemon.log()  # an orderly exit, not the watchdog's
-    finally:
-        daemon.kill()
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full")
@@ -930,45 +856,27 @@ def _scan(root: Path) -> Any:
     return sysfs.scan_vgpu(str(root))
 
 
+DEVICE = f"bus/pci/devices/{BUS}"
 HOST_FILES = [
-    HostFile(
-        "sysfs PCI class",
-        f"bus/pci/devices/{BUS}/class",
-        lambda root: sysfs.read_pci_class(str(root), BUS),
-        {},
-    ),
-    HostFile(
-        "sysfs PCI vendor (vGPU scan)",
-        f"bus/pci/devices/{BUS}/vendor",
-        _scan,
-        # gone: the device left between listing and reading; empty: not NVIDIA's
-        {"missing": NO_VGPU, "vanished": NO_VGPU, "empty": NO_VGPU},
-    ),
-    HostFile(
-        "sysfs PCI config space (vGPU scan)",
-        f"bus/pci/devices/{BUS}/config",
-        _scan,
-        # huge: the first 256 bytes are read, and hold no capability
-        {"missing": NO_VGPU, "vanished": NO_VGPU, "huge": NO_VGPU},
-    ),
-    HostFile(
-        "sysfs attribute (GPUs on the bus, NUMA node)",
-        f"bus/pci/devices/{BUS}/numa_node",
-        lambda root: sysfs.read_attribute(str(root / f"bus/pci/devices/{BUS}/numa_node")),
-        {"empty": ""},
-    ),
-    HostFile(
-        "machine-type file",
-        "product_name",
-        lambda root: sysfs.read_machine_type(str(root / "product_name")),
-        # read as upstream reads it: an empty file is an empty machine type
-        {"empty": "", "malformed": "\ufffd\ufffd\x00garbage"},
-    ),
-]
+    HostFile("sysfs PCI class", f"{DEVICE}/class",
+             lambda root: sysfs.read_pci_class(str(root), BUS), {}),
+    # gone: the device left between listing and reading; empty: not NVIDIA's
+    HostFile("sysfs PCI vendor (vGPU scan)", f"{DEVICE}/vendor", _scan,
+             {"missing": NO_VGPU, "vanished": NO_VGPU, "empty": NO_VGPU}),
+    # huge: the first 256 bytes are read, and hold no capability
+    HostFile("sysfs PCI config space (vGPU scan)", f"{DEVICE}/config", _scan,
+             {"missing": NO_VGPU, "vanished": NO_VGPU, "huge": NO_VGPU}),
+    HostFile("sysfs attribute (GPUs on the bus, NUMA node)", f"{DEVICE}/numa_node",
+             lambda root: sysfs.read_attribute(str(root / DEVICE / "numa_node")), {"empty": ""}),
+    # read as upstream reads it: an empty file is an empty machine type
+    HostFile("machine-type file", "product_name",
+             lambda root: sysfs.read_machine_type(str(root / "product_name")),
+             {"empty": "", "malformed": "\ufffd\ufffd\x00garbage"}),
+]  # fmt: skip
 
 
 def _host_tree(root: Path) -> None:
-    device = root / "bus" / "pci" / "devices" / BUS
+    device = root / DEVICE
     device.mkdir(parents=True)
     (device / "vendor").write_bytes(b"0x10de\n")
     (device / "class").write_bytes(b"0x030200\n")
@@ -1021,15 +929,11 @@ def test_host_files_never_block_or_flood_discovery(
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[Daemon]:
-    daemon = Daemon(
-        "--sleep-interval", INTERVAL, "--output-file", str(tmp_path / "gfd"),
-        "--snapshot-file", DGX, metrics=True,
-    )  # fmt: skip
-    try:
+    args = ("--sleep-interval", INTERVAL, "--output-file", str(tmp_path / "gfd"),
+            "--snapshot-file", DGX)  # fmt: skip
+    with Daemon(*args, metrics=True) as daemon:
         daemon.wait_until(lambda: daemon.get("/readyz")[0] == 200, "ready")
         yield daemon
-    finally:
-        daemon.kill()
 
 
 def _connect(daemon: Daemon) -> socket.socket:
@@ -1132,16 +1036,13 @@ def test_kubeconfig_list_fault(fault: str, short_dir: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fault", "cluster", "user"),
-    [
-        ("insecure-with-ca",
-         "insecure-skip-tls-verify: true, certificate-authority-data: eA==", ""),
-        ("two-methods", "", "token: t, username: u, password: p"),
-        ("cert-without-key", "", "client-certificate-data: eA=="),
-    ],
-    ids=["insecure-with-ca", "two-methods", "cert-without-key"],
+    ("cluster", "user"),
+    table([("insecure-with-ca",
+            "insecure-skip-tls-verify: true, certificate-authority-data: eA==", ""),
+           ("two-methods", "", "token: t, username: u, password: p"),
+           ("cert-without-key", "", "client-certificate-data: eA==")]),
 )  # fmt: skip
-def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short_dir: Path) -> None:
+def test_kubeconfig_client_go_refuses(cluster: str, user: str, short_dir: Path) -> None:
     """What client-go's ConfirmUsable or its TLS rule refuses: one line, exit 2."""
     url = "https://127.0.0.1:9" if cluster else "http://127.0.0.1:9"
     (short_dir / "kube.cfg").write_text(_kubeconfig_text(cluster, user, url))
@@ -1149,14 +1050,11 @@ def test_kubeconfig_client_go_refuses(fault: str, cluster: str, user: str, short
 
 
 @pytest.mark.parametrize(
-    ("fault", "host", "port", "variable"),
-    [
-        ("port", "127.0.0.1", "https", "KUBERNETES_SERVICE_PORT"),
-        ("host", "a host", "443", "KUBERNETES_SERVICE_HOST"),
-    ],
-    ids=["port", "host"],
-)
-def test_in_cluster_address_fault(fault: str, host: str, port: str, variable: str) -> None:
+    ("host", "port", "variable"),
+    table([("port", "127.0.0.1", "https", "KUBERNETES_SERVICE_PORT"),
+           ("host", "a host", "443", "KUBERNETES_SERVICE_HOST")]),
+)  # fmt: skip
+def test_in_cluster_address_fault(host: str, port: str, variable: str) -> None:
     env = {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port}
     assert_refused(_kubeconfig_start(env), variable)
 
@@ -1250,9 +1148,7 @@ def _limited(open_files: int, file_bytes: int) -> Callable[[], None]:
     return apply
 
 
-def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(
-    short_dir: Path,
-) -> None:
+def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(short_dir: Path) -> None:
     """README "Limits" and docs/SECURITY.md, all past their bound in one process: a config
     file over the size limit made of deep nesting and many keys, a snapshot over the size
     limit, strings past 4096 characters as flags and environment, a machine-type file that
@@ -1275,12 +1171,9 @@ def test_every_documented_input_limit_hit_at_once_is_answered_within_10s(
         "--sleep-interval", "1e400h",
         "--output-file", str(short_dir / "out"),
     ]  # fmt: skip
-    result = run_gfd(
-        *args,
-        env={"GFD_MIG_STRATEGY": HUGE_VALUE[:100_000], "NAMESPACE": "x" * 5000},
-        timeout=10,
-        preexec_fn=_limited(open_files=32, file_bytes=1024),
-    )
+    env = {"GFD_MIG_STRATEGY": HUGE_VALUE[:100_000], "NAMESPACE": "x" * 5000}
+    limits = _limited(open_files=32, file_bytes=1024)
+    result = run_gfd(*args, env=env, timeout=10, preexec_fn=limits)
     assert_refused(result)
     assert not (short_dir / "out").exists()
 
@@ -1305,13 +1198,8 @@ main()
 
 def _gfd_without_threads(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(
-            [sys.executable, "-c", NO_THREADS, *args],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        return subprocess.run([sys.executable, "-c", NO_THREADS, *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=timeout)  # fmt: skip
     except subprocess.TimeoutExpired as exc:  # a daemon: what it wrote until then
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
@@ -1362,13 +1250,10 @@ def _limit_address_space(mib: int) -> None:
 
 def _oneshot_under(mib: int) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gfd", "--oneshot", "--snapshot-file", TWO_MODELS],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [sys.executable, "-m", "gfd", "--oneshot", "--snapshot-file", TWO_MODELS], cwd=ROOT,
+        capture_output=True, text=True, timeout=60,
         preexec_fn=lambda: _limit_address_space(mib),  # the interpreter starts, gfd may not
-    )
+    )  # fmt: skip
 
 
 def test_out_of_memory() -> None:
@@ -1414,11 +1299,9 @@ warnings.warn("Unverified HTTPS request is being made", InsecureRequestWarning)
 warnings.warn("System time is way off (before 2024-01-01)", SystemTimeWarning)
 warnings.warn("ssl.PROTOCOL_TLS is deprecated", DeprecationWarning)
 """,
-        [
-            ("library warning", "InsecureRequestWarning", "warning"),
-            ("library warning", "SystemTimeWarning", "warning"),
-            ("library warning", "DeprecationWarning", "warning"),
-        ],
+        [("library warning", "InsecureRequestWarning", "warning"),
+         ("library warning", "SystemTimeWarning", "warning"),
+         ("library warning", "DeprecationWarning", "warning")],
     ),
     "logging": (
         """
@@ -1428,23 +1311,16 @@ logging.getLogger("urllib3.connectionpool").warning(
 logging.getLogger("kubernetes.client.rest").error("response body: %r", b"{}")
 logging.getLogger("urllib3").warning("bad %d format", "x")
 """,
-        [
-            ("library log", "urllib3.connectionpool", "warning"),
-            ("library log", "kubernetes.client.rest", "error"),
-            ("library log", "urllib3", "warning"),
-        ],
+        [("library log", "urllib3.connectionpool", "warning"),
+         ("library log", "kubernetes.client.rest", "error"),
+         ("library log", "urllib3", "warning")],
     ),
-}
+}  # fmt: skip
 
 
 def _log_records(code: str) -> list[dict[str, Any]]:
-    result = subprocess.run(
-        [sys.executable, "-c", _LOGGING_SETUP + code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = subprocess.run([sys.executable, "-c", _LOGGING_SETUP + code], cwd=ROOT,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stderr.splitlines()]  # every line is JSON
 

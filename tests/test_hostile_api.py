@@ -32,25 +32,21 @@ from gfd.outputs.topology_extras import PartitionsAnnotation
 from gfd.partition_table import Partition
 from gfd.settings import Settings
 from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
-from tests.fakes.waits import client_without_waits
+from tests.fakes.waits import FakeTime, client_without_waits
+from tests.helpers import table
 from tests.strategies import configs, snapshots
 
 pytestmark = pytest.mark.timeout(120)
 
 NODE = "/api/v1/nodes/n1"
 FOREIGN = {
-    "kubernetes.io/hostname": "n1",
-    "nvidia.com/gpu.present": "true",
-    "nvidia.com/device-plugin.config": "a100",
-    "nvidia.com/mig.config": "all-1g.5gb",
+    "kubernetes.io/hostname": "n1", "nvidia.com/gpu.present": "true",
+    "nvidia.com/device-plugin.config": "a100", "nvidia.com/mig.config": "all-1g.5gb",
     "nvidia.com/gpu.deploy.device-plugin": "true",
-}
+}  # fmt: skip
 A = {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.product": "A"}
-B = {
-    "nvidia.com/gpu.count": "1",
-    "nvidia.com/gpu.memory": "40960",
-    "nvidia.com/mig.capable": "false",
-}
+B = {"nvidia.com/gpu.count": "1", "nvidia.com/gpu.memory": "40960",
+     "nvidia.com/mig.capable": "false"}  # fmt: skip
 C = {"nvidia.com/gpu.count": "2"}
 
 
@@ -65,13 +61,9 @@ BUDGET = retry_budget(INTERVAL)
 
 
 def settings(kubeconfig: str, **overrides: Any) -> Settings:
-    values: dict[str, Any] = {
-        "node_name": "n1",
-        "kubeconfig": kubeconfig,
-        "sleep_interval": INTERVAL,
-    }
-    values.update(overrides)
-    return Settings(**values)
+    return Settings(
+        node_name="n1", kubeconfig=kubeconfig, **{"sleep_interval": INTERVAL, **overrides}
+    )
 
 
 def node_labels(kubeconfig: str, **client: float) -> NodeLabelsOutput:
@@ -174,20 +166,12 @@ def test_only_keys_gfd_can_produce_count_as_owned() -> None:
         "nvidia.com/a100-40gb.product",
     ]
     foreign = [
-        "nvidia.com/gpu.present",
-        "nvidia.com/device-plugin.config",
-        "nvidia.com/mig.config",
-        "nvidia.com/mig.config.state",
-        "nvidia.com/gpu.deploy.driver",
-        "nvidia.com/gpu.deploy.product",
-        "nvidia.com/gfd.managed-labels",
-        "nvidia.com/gpu.count.extra",
-        "nvidia.com/GPU.count",
-        "nvidia.com/.count",
-        "nvidia.com/",
-        "feature.node.kubernetes.io/gpu.count",
-        "kubernetes.io/hostname",
-    ]
+        "nvidia.com/gpu.present", "nvidia.com/device-plugin.config", "nvidia.com/mig.config",
+        "nvidia.com/mig.config.state", "nvidia.com/gpu.deploy.driver",
+        "nvidia.com/gpu.deploy.product", "nvidia.com/gfd.managed-labels",
+        "nvidia.com/gpu.count.extra", "nvidia.com/GPU.count", "nvidia.com/.count", "nvidia.com/",
+        "feature.node.kubernetes.io/gpu.count", "kubernetes.io/hostname",
+    ]  # fmt: skip
     node = {"metadata": {"annotations": {MANAGED_LABELS_ANNOTATION: ",".join(produced + foreign)}}}
     assert owned_keys_from(node) == set(produced)
 
@@ -196,15 +180,8 @@ def test_only_keys_gfd_can_produce_count_as_owned() -> None:
 def test_a_hand_edited_annotation_never_deletes_foreign_labels(
     api: FakeApiServer, kubeconfig: str, step: str
 ) -> None:
-    api.edit(
-        "Node",
-        "n1",
-        "",
-        lambda node: node["metadata"].update(
-            labels={**FOREIGN, **A},
-            annotations={MANAGED_LABELS_ANNOTATION: ",".join(sorted({*FOREIGN, *A}))},
-        ),
-    )
+    recorded = ",".join(sorted({*FOREIGN, *A}))
+    api.edit_node("n1", labels={**FOREIGN, **A}, annotations={MANAGED_LABELS_ANNOTATION: recorded})
     output = node_labels(kubeconfig)
     if step == "publish":
         output.publish(C)
@@ -243,11 +220,9 @@ def test_a_thousand_recorded_keys_are_counted_not_listed_in_a_log_line(
 # ----------------------------------------------------------------- NFD's keys
 
 NFD_LABELS = {
-    "nvidia.com/gpu.count": "8",
-    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
-    "nvidia.com/cuda.driver.major": "550",
-    "feature.node.kubernetes.io/pci-10de.present": "true",
-}
+    "nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/cuda.driver.major": "550", "feature.node.kubernetes.io/pci-10de.present": "true",
+}  # fmt: skip
 # as nfd-master writes it: sorted, the default namespace left out, other namespaces kept
 NFD_RECORD = (
     "nvidia.com/cuda.driver.major,nvidia.com/gpu.count,nvidia.com/gpu.product,pci-10de.present"
@@ -260,29 +235,16 @@ NFD_RECORD = (
 def test_keys_nfd_records_as_its_own_are_never_claimed_nor_removed(
     api: FakeApiServer, kubeconfig: str, annotation: str
 ) -> None:
-    api.edit(
-        "Node",
-        "n1",
-        "",
-        lambda node: node["metadata"].update(
-            labels={**FOREIGN, **NFD_LABELS}, annotations={annotation: NFD_RECORD}
-        ),
-    )
-    ours = {
-        "nvidia.com/gpu.count": "7",  # NFD says 8: NFD's value stays
-        "nvidia.com/gpu.product": "other",
-        "nvidia.com/gpu.memory": "40960",
-    }
+    api.edit_node("n1", labels={**FOREIGN, **NFD_LABELS}, annotations={annotation: NFD_RECORD})
+    # NFD says 8 GPUs of another product: NFD's values stay
+    ours = {"nvidia.com/gpu.count": "7", "nvidia.com/gpu.product": "other",
+            "nvidia.com/gpu.memory": "40960"}  # fmt: skip
     with structlog.testing.capture_logs() as logs:
         output = node_labels(kubeconfig)
         output.publish(ours)
         output.publish({**ours, "nvidia.com/gpu.family": "ampere"})
-    assert api.node_labels("n1") == {
-        **FOREIGN,
-        **NFD_LABELS,
-        "nvidia.com/gpu.memory": "40960",
-        "nvidia.com/gpu.family": "ampere",
-    }
+    added = {"nvidia.com/gpu.memory": "40960", "nvidia.com/gpu.family": "ampere"}
+    assert api.node_labels("n1") == {**FOREIGN, **NFD_LABELS, **added}
     assert api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION] == (
         "nvidia.com/gpu.family,nvidia.com/gpu.memory"
     )
@@ -297,18 +259,9 @@ def test_keys_nfd_records_as_its_own_are_never_claimed_nor_removed(
 def test_cleanup_leaves_nfd_keys_even_when_gfd_once_recorded_them(
     api: FakeApiServer, kubeconfig: str
 ) -> None:
-    api.edit(
-        "Node",
-        "n1",
-        "",
-        lambda node: node["metadata"].update(
-            labels={**FOREIGN, **NFD_LABELS},
-            annotations={
-                NFD_FEATURE_LABELS_ANNOTATION: NFD_RECORD,
-                MANAGED_LABELS_ANNOTATION: "nvidia.com/gpu.count,nvidia.com/gpu.product",
-            },
-        ),
-    )
+    recorded = "nvidia.com/gpu.count,nvidia.com/gpu.product"
+    annotations = {NFD_FEATURE_LABELS_ANNOTATION: NFD_RECORD, MANAGED_LABELS_ANNOTATION: recorded}
+    api.edit_node("n1", labels={**FOREIGN, **NFD_LABELS}, annotations=annotations)
     node_labels(kubeconfig).cleanup()
     assert api.node_labels("n1") == {**FOREIGN, **NFD_LABELS}
     assert MANAGED_LABELS_ANNOTATION not in api.node_annotations("n1")
@@ -396,54 +349,27 @@ def _nodefeature(kubeconfig: str, client: KubeClient) -> NodeFeatureOutput:
     return NodeFeatureOutput(settings(kubeconfig, use_node_feature_api=True), client=client)
 
 
+def _node_labels(kubeconfig: str, client: KubeClient) -> NodeLabelsOutput:
+    return NodeLabelsOutput(settings(kubeconfig, use_node_labels=True), client=client)
+
+
+def _partitions(kubeconfig: str, client: KubeClient) -> PartitionsAnnotation:
+    return PartitionsAnnotation(settings(kubeconfig, use_node_labels=True), client=client)
+
+
+NOT_WRITTEN = "does not hold what was written"
 #: (operation, the verb answered 200 with the object as it was, the one-line complaint):
 #: every write gfd sends, each followed by what it reads back of its own write
-UNAPPLIED_WRITES = [
-    pytest.param(
-        lambda kubeconfig, client: NodeLabelsOutput(
-            settings(kubeconfig, use_node_labels=True), client=client
-        ).publish(B),
-        "PATCH",
-        "does not hold what was written",
-        id="node-labels-publish",
-    ),
-    pytest.param(
-        lambda kubeconfig, client: NodeLabelsOutput(
-            settings(kubeconfig, use_node_labels=True), client=client
-        ).cleanup(),
-        "PATCH",
-        "still carries",
-        id="node-labels-cleanup",
-    ),
-    pytest.param(
-        lambda kubeconfig, client: _nodefeature(kubeconfig, client).publish(B),
-        "PUT",
-        "does not hold what was written",
-        id="nodefeature-update",
-    ),
-    pytest.param(
-        lambda kubeconfig, client: PartitionsAnnotation(
-            settings(kubeconfig, use_node_labels=True), client=client
-        ).publish(OTHER_TABLE),
-        "PATCH",
-        "does not hold what was written",
-        id="partitions-annotation",
-    ),
-    pytest.param(
-        lambda kubeconfig, client: PartitionsAnnotation(
-            settings(kubeconfig, use_node_labels=True), client=client
-        ).cleanup(),
-        "PATCH",
-        "does not hold what was written",
-        id="partitions-annotation-cleanup",
-    ),
-    pytest.param(
-        lambda kubeconfig, client: _nodefeature(kubeconfig, client).publish(B),
-        "POST",
-        "does not hold what was written",
-        id="nodefeature-create",
-    ),
-]
+UNAPPLIED_WRITES = table([
+    ("node-labels-publish", lambda k, c: _node_labels(k, c).publish(B), "PATCH", NOT_WRITTEN),
+    ("node-labels-cleanup", lambda k, c: _node_labels(k, c).cleanup(), "PATCH", "still carries"),
+    ("nodefeature-update", lambda k, c: _nodefeature(k, c).publish(B), "PUT", NOT_WRITTEN),
+    ("partitions-annotation", lambda k, c: _partitions(k, c).publish(OTHER_TABLE), "PATCH",
+     NOT_WRITTEN),
+    ("partitions-annotation-cleanup", lambda k, c: _partitions(k, c).cleanup(), "PATCH",
+     NOT_WRITTEN),
+    ("nodefeature-create", lambda k, c: _nodefeature(k, c).publish(B), "POST", NOT_WRITTEN),
+])  # fmt: skip
 
 
 @pytest.mark.parametrize(("operation", "verb", "refused"), UNAPPLIED_WRITES)
@@ -463,26 +389,14 @@ def test_a_write_answered_but_not_applied_fails(
     if verb == "POST":
         api.delete(kind, name, namespace)
         before = None
-    waits = WaitsOnlyClock()
+    # a retry clock moved only by the waits: a slow attempt on a loaded machine spends none of
+    # the budget, so each attempt's timeout is what the waits before it left
+    waits = FakeTime()
     client = KubeClient(kubeconfig, budget=BUDGET, sleep=waits.sleep, clock=waits.clock)
     with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
         operation(kubeconfig, client)
     refused_every_time(refused, logs, raised.value)
     assert api.get(kind, name, namespace) == before
-
-
-class WaitsOnlyClock:
-    """A retry clock moved only by the waits asked for: a slow attempt on a loaded machine
-    spends none of the budget, so each attempt's timeout is what the waits before it left."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def clock(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def refused_every_time(refused: str, logs: list[Any], error: PublishError) -> None:
@@ -522,21 +436,15 @@ def test_nodefeature_bad_answers_are_retried_server_errors(
 
 #: the pod a NodeFeature's owner references are read from, answered in a shape no API server
 #: sends: what it holds would be written into the object and kept for the process's life
+POD = {"name": "gfd-abc", "uid": "u1"}
 BAD_PODS = {
-    "owners-a-number": {"name": "gfd-abc", "uid": "u1", "ownerReferences": 5},
-    "owners-an-object": {"name": "gfd-abc", "uid": "u1", "ownerReferences": {"kind": "DaemonSet"}},
+    "owners-a-number": {**POD, "ownerReferences": 5},
+    "owners-an-object": {**POD, "ownerReferences": {"kind": "DaemonSet"}},
     "owner-name-an-object": {
-        "name": "gfd-abc",
-        "uid": "u1",
-        "ownerReferences": [{"kind": "DaemonSet", "name": {"a": 1}, "uid": "u2"}],
-    },
-    "owner-without-uid": {
-        "name": "gfd-abc",
-        "uid": "u1",
-        "ownerReferences": [{"kind": "DaemonSet", "name": "gfd"}],
-    },
+        **POD, "ownerReferences": [{"kind": "DaemonSet", "name": {"a": 1}, "uid": "u2"}]},
+    "owner-without-uid": {**POD, "ownerReferences": [{"kind": "DaemonSet", "name": "gfd"}]},
     "another-pod": {"name": "gfd-xyz", "uid": "u1"},
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("pod", sorted(BAD_PODS))
@@ -586,7 +494,7 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
 ) -> None:
     size = 300 * 1024 * 1024
     api.inject(Fault(huge=size, declare_length=declare_length, count=None))
-    waits = WaitsOnlyClock()
+    waits = FakeTime()  # moved only by the waits, as above
     client = KubeClient(kubeconfig, budget=2.0, sleep=waits.sleep, clock=waits.clock)
     tracemalloc.start()
     try:
@@ -617,16 +525,7 @@ def test_a_server_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path, serve
 
 
 def test_credentials_in_the_server_url_never_reach_a_message(tmp_path: Path) -> None:
-    path = tmp_path / "kubeconfig"
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": {"server": "http://admin:s3cr3t@127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-        "current-context": "c",
-    }
-    path.write_text(json.dumps(config))
+    path = write_kubeconfig(tmp_path / "kubeconfig", "http://admin:s3cr3t@127.0.0.1:9")
     client = client_without_waits(str(path), budget=0.3)
     with structlog.testing.capture_logs() as logs, pytest.raises(PublishError) as raised:
         client.run("get node n1", lambda: client.request("GET", NODE))

@@ -99,7 +99,7 @@ def _snapshot_text(as_json: bool, edit: Callable[[dict[str, Any]], object] = pri
 
 def _gpu3(field: str, value: Any) -> Callable[[], str]:
     return lambda: _snapshot_text(
-        False, lambda snapshot: snapshot["gpus"][3].update({field: value})
+        False, lambda document: document["gpus"][3].update({field: value})
     )
 
 
@@ -115,37 +115,25 @@ SNAPSHOTS_REFUSED: dict[str, tuple[Callable[[], str], tuple[str, ...]]] = {
         lambda: SNAPSHOT.read_text().replace("version: v1\n", "version: v1\n" + alias_bomb(), 1),
         ("snapshot.yaml", "aliases"),
     ),
-    "one-alias-to-a-megabyte-name": (
-        _one_alias_to_a_megabyte_name_used_by_thousands_of_gpus,
-        ("gpus[0].name", "longer than"),
-    ),
+    "one-alias-to-a-megabyte-name": (_one_alias_to_a_megabyte_name_used_by_thousands_of_gpus,
+                                     ("gpus[0].name", "longer than")),
     **{  # never published cut
         f"memory-of-{digits}-digits-{form}": (_memory(digits, form), ("memory_mib",))
         for digits in (5000, 70)
         for form in ("yaml", "json")
     },
-    "duplicate-key": (
-        lambda: SNAPSHOT.read_text().replace(*DUPLICATE_MEMORY, 1),
-        ("duplicate key", "'memory_mib'"),
-    ),
-    "duplicate-key-json": (
-        lambda: _snapshot_text(True).replace(*DUPLICATE_JSON_MEMORY, 1),
-        ("duplicate key", "'memory_mib'"),
-    ),
-    "two-gpus-one-uuid": (
-        _gpu3("uuid", "GPU-79a2ba02-a537-ccbf-2965-8e9d90c0bd00"),
-        ("gpus[3].uuid", "duplicate"),
-    ),
-    "two-gpus-one-bus-id": (
-        _gpu3("pci_bus_id", "0000:07:00.0"),
-        ("gpus[3].pci_bus_id", "duplicate"),
-    ),
-    "two-gpus-one-bus-id-in-capitals": (
-        _gpu3("pci_bus_id", "0000:07:00.0".upper()),
-        ("gpus[3].pci_bus_id", "duplicate"),
-    ),
+    "duplicate-key": (lambda: SNAPSHOT.read_text().replace(*DUPLICATE_MEMORY, 1),
+                      ("duplicate key", "'memory_mib'")),
+    "duplicate-key-json": (lambda: _snapshot_text(True).replace(*DUPLICATE_JSON_MEMORY, 1),
+                           ("duplicate key", "'memory_mib'")),
+    "two-gpus-one-uuid": (_gpu3("uuid", "GPU-79a2ba02-a537-ccbf-2965-8e9d90c0bd00"),
+                          ("gpus[3].uuid", "duplicate")),
+    "two-gpus-one-bus-id": (_gpu3("pci_bus_id", "0000:07:00.0"),
+                            ("gpus[3].pci_bus_id", "duplicate")),
+    "two-gpus-one-bus-id-in-capitals": (_gpu3("pci_bus_id", "0000:07:00.0".upper()),
+                                        ("gpus[3].pci_bus_id", "duplicate")),
     "two-gpus-one-index": (_gpu3("index", 0), ("gpus[3].index", "duplicate")),
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(SNAPSHOTS_REFUSED))
@@ -161,20 +149,11 @@ JSON_INTERVAL = '{"version": "v1", "flags": {"gfd": {"sleepInterval": VALUE}}}'
 CONFIGS_REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     # expands to a 39 MB message today: a key whose value is a huge nested list
     "small-alias-bomb": ("version: v1\n" + alias_bomb(6, 9).replace("a5:", "flags:"), ("flags",)),
-    **{
-        f"replicas-of-{digits}-digits": (
-            f"{REPLICAS}      replicas: {'9' * digits}\n",
-            ("replicas",),
-        )
-        for digits in (5000, 70)
-    },
-    **{
-        f"interval-{value[:10]}": (
-            f"version: v1\nflags:\n  gfd:\n    sleepInterval: {value}\n",
-            ("sleepInterval",),
-        )
-        for value in [*INTERVALS, "1" * 5000]
-    },
+    **{f"replicas-of-{digits}-digits": (f"{REPLICAS}      replicas: {'9' * digits}\n",
+                                        ("replicas",)) for digits in (5000, 70)},
+    **{f"interval-{value[:10]}": (f"version: v1\nflags:\n  gfd:\n    sleepInterval: {value}\n",
+                                  ("sleepInterval",))
+       for value in [*INTERVALS, "1" * 5000]},
     **{
         f"json-interval-{value}": (JSON_INTERVAL.replace("VALUE", value), ("sleepInterval",))
         for value in ["1e999", "NaN", "-Infinity", "1e10"]
@@ -187,17 +166,13 @@ CONFIGS_REFUSED: dict[str, tuple[str, tuple[str, ...]]] = {
     "duplicate-key": ("version: v1\nversion: v1\n", ("duplicate key", "'version'")),
     "duplicate-nested-key": (
         "version: v1\nflags:\n  gfd:\n    sleepInterval: 1s\n    sleepInterval: 5s\n",
-        ("duplicate key", "'sleepInterval'"),
-    ),
-    "duplicate-key-in-a-flow-map": (
-        "version: v1\nflags: {migStrategy: none, migStrategy: mixed}\n",
-        ("duplicate key", "'migStrategy'"),
-    ),
+        ("duplicate key", "'sleepInterval'")),
+    "duplicate-key-in-a-flow-map": ("version: v1\nflags: {migStrategy: none, migStrategy: mixed}\n",
+                                    ("duplicate key", "'migStrategy'")),
     "duplicate-key-in-json": (
         '{"version": "v1", "flags": {"migStrategy": "none", "migStrategy": "mixed"}}',
-        ("duplicate key", "'migStrategy'"),
-    ),
-}
+        ("duplicate key", "'migStrategy'")),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("case", list(CONFIGS_REFUSED))
@@ -269,14 +244,8 @@ def test_backtracking_pattern_against_a_long_name_finishes(tmp_path: Path) -> No
         f"  - {{pattern: '{'*a' * 20}*b', name: never}}\n"
         f"  - {{pattern: '{'*a' * 20}*', name: many-a}}\n"
     )
-    result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        str(snapshot),
-        "--config-file",
-        str(config),
-    )
+    result = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", str(snapshot),
+                          "--config-file", str(config))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "nvidia.com/many-a.count=8\n" in result.stdout
     assert "never" not in result.stdout
@@ -308,17 +277,14 @@ MEGA = "x" * 100_000  # one argv or environ string is at most 128 KiB on Linux
 
 @pytest.mark.parametrize(
     ("flags", "env", "name"),
-    [
-        (["--mig-strategy", MEGA], {}, "--mig-strategy"),
-        (["--sleep-interval", MEGA], {}, "--sleep-interval"),
-        (["--oneshot=" + MEGA], {}, "--oneshot"),
-        ([], {"GFD_MIG_STRATEGY": MEGA}, "GFD_MIG_STRATEGY"),
-        ([], {"GFD_SLEEP_INTERVAL": MEGA}, "GFD_SLEEP_INTERVAL"),
-        ([], {"GFD_ONESHOT": MEGA}, "GFD_ONESHOT"),
-        (["--config-file", "/nonexistent/" + MEGA], {}, "--config-file"),
-        (["--node-name", MEGA, "--use-node-labels"], {}, "--node-name"),
-    ],
-)
+    [(["--mig-strategy", MEGA], {}, "--mig-strategy"),
+     (["--sleep-interval", MEGA], {}, "--sleep-interval"), (["--oneshot=" + MEGA], {}, "--oneshot"),
+     ([], {"GFD_MIG_STRATEGY": MEGA}, "GFD_MIG_STRATEGY"),
+     ([], {"GFD_SLEEP_INTERVAL": MEGA}, "GFD_SLEEP_INTERVAL"),
+     ([], {"GFD_ONESHOT": MEGA}, "GFD_ONESHOT"),
+     (["--config-file", "/nonexistent/" + MEGA], {}, "--config-file"),
+     (["--node-name", MEGA, "--use-node-labels"], {}, "--node-name")],
+)  # fmt: skip
 def test_long_flag_and_environment_values_are_clipped(
     flags: list[str], env: dict[str, str], name: str
 ) -> None:
@@ -372,20 +338,11 @@ def name_server() -> Iterator[FakeApiServer]:
 
 @pytest.mark.parametrize(
     ("flag", "value"),
-    [
-        ("--node-name", "n1?dryRun=All"),
-        ("--node-name", "../namespaces/kube-system/secrets/x"),
-        ("--node-name", "n1/status"),
-        ("--node-name", "n1#x"),
-        ("--node-name", ".."),
-        ("--node-name", "N1"),
-        ("--pod-name", "../../../nodes/n1"),
-        ("--pod-name", "p?x=1"),
-        ("--namespace", ".."),
-        ("--namespace", "kube-system/secrets"),
-        ("--namespace", "a.b"),
-    ],
-)
+    [("--node-name", "n1?dryRun=All"), ("--node-name", "../namespaces/kube-system/secrets/x"),
+     ("--node-name", "n1/status"), ("--node-name", "n1#x"), ("--node-name", ".."),
+     ("--node-name", "N1"), ("--pod-name", "../../../nodes/n1"), ("--pod-name", "p?x=1"),
+     ("--namespace", ".."), ("--namespace", "kube-system/secrets"), ("--namespace", "a.b")],
+)  # fmt: skip
 @pytest.mark.parametrize("output", ["--use-node-labels", "--use-node-feature-api"])
 def test_names_that_are_not_dns_names_are_refused_before_any_request(
     tmp_path: Path, flag: str, value: str, output: str, name_server: FakeApiServer
@@ -393,15 +350,8 @@ def test_names_that_are_not_dns_names_are_refused_before_any_request(
     before = name_server.requests
     kubeconfig = name_server.write_kubeconfig(tmp_path / "kubeconfig")
     flags = ["--node-name", "n1", "--pod-name", "p1", flag, value]
-    result = run_gfd_here(
-        "--oneshot",
-        "--snapshot-file",
-        str(SNAPSHOT),
-        output,
-        "--kubeconfig",
-        str(kubeconfig),
-        *flags,
-    )
+    result = run_gfd_here("--oneshot", "--snapshot-file", str(SNAPSHOT), output, "--kubeconfig",
+                          str(kubeconfig), *flags)  # fmt: skip
     assert_refused(result, flag)
     assert name_server.requests == before
 
@@ -436,14 +386,9 @@ def closed_stdout(*args: str) -> subprocess.CompletedProcess[str]:
     from tests.process import GFD, clean_env
 
     return subprocess.run(
-        ["sh", "-c", 'exec "$@" >&-', "sh", *GFD, *args],
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-        cwd=ROOT,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+        ["sh", "-c", 'exec "$@" >&-', "sh", *GFD, *args], stderr=subprocess.PIPE, text=True,
+        env=clean_env(), cwd=ROOT, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
 def assert_one_runtime_line(result: subprocess.CompletedProcess[str], *words: str) -> None:
@@ -538,21 +483,16 @@ def test_cleanup_never_removes_a_fifo_at_the_output_path(fifo: Path) -> None:
 def test_many_mig_gpus_are_refused_or_served_never_a_traceback(tmp_path: Path) -> None:
     document = base_snapshot()
     device = {
-        "profile": "1g.5gb",
-        "memory_mib": 4864,
-        "multiprocessors": 14,
+        "profile": "1g.5gb", "memory_mib": 4864, "multiprocessors": 14,
         "slices": {"gi": 1, "ci": 1},
         "engines": {"copy": 1, "decoder": 0, "encoder": 0, "jpeg": 0, "ofa": 0},
-    }
+    }  # fmt: skip
     template = copy.deepcopy(document["gpus"][0])
     template["mig"] = {"enabled": True, "devices": [device] * 7}
-    gpus = []
-    for i in range(10_000):
-        gpu = dict(
-            template, index=i, uuid=f"GPU-{i}", pci_bus_id=f"{i // 256:04x}:{i % 256:02x}:00.0"
-        )
-        gpus.append(gpu)
-    document["gpus"] = gpus
+    document["gpus"] = [
+        dict(template, index=i, uuid=f"GPU-{i}", pci_bus_id=f"{i // 256:04x}:{i % 256:02x}:00.0")
+        for i in range(10_000)
+    ]
     text = json.dumps(document)
     result = oneshot_with_snapshot(tmp_path, text, "--mig-strategy", "mixed")
     assert "Traceback" not in result.stderr

@@ -21,9 +21,8 @@ def fake_time() -> FakeTime:
 
 
 @pytest.fixture
-def client(api: FakeApiServer, tmp_path: Path, fake_time: FakeTime) -> KubeClient:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    return KubeClient(str(kubeconfig), budget=10.0, sleep=fake_time.sleep, clock=fake_time.clock)
+def client(kubeconfig: str, fake_time: FakeTime) -> KubeClient:
+    return KubeClient(kubeconfig, budget=10.0, sleep=fake_time.sleep, clock=fake_time.clock)
 
 
 def get_node(client: KubeClient) -> dict[str, object]:
@@ -102,12 +101,9 @@ def test_permanent_errors_fail_at_once(
 
 
 def test_waits_grow_exponentially_with_jitter_and_are_capped(
-    api: FakeApiServer, tmp_path: Path, fake_time: FakeTime
+    api: FakeApiServer, kubeconfig: str, fake_time: FakeTime
 ) -> None:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    client = KubeClient(
-        str(kubeconfig), budget=1000.0, sleep=fake_time.sleep, clock=fake_time.clock
-    )
+    client = KubeClient(kubeconfig, budget=1000.0, sleep=fake_time.sleep, clock=fake_time.clock)
     api.fail(503, count=10)
     get_node(client)
     waits = fake_time.sleeps
@@ -167,11 +163,10 @@ def test_each_request_gets_at_most_what_the_budget_has_left(
 
 
 def test_a_slow_server_is_cut_off_by_the_request_timeout(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
     # the waits between attempts skipped: only the requests' own timeouts take time
-    client = client_without_waits(str(kubeconfig), budget=0.2, request_timeout=0.1)
+    client = client_without_waits(kubeconfig, budget=0.2, request_timeout=0.1)
     api.delay(5.0, count=None)
     with pytest.raises(PublishError, match="cannot reach the API server"):
         get_node(client)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,33 +37,19 @@ API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 
 
 @pytest.fixture
-def start(kubeconfig: str, node_snapshot: Path) -> Iterator[Callable[..., Daemon]]:
-    daemons: list[Daemon] = []
-
-    def start_daemon(output_flag: str, *extra: str) -> Daemon:
-        daemon = Daemon(
-            output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
-            "--snapshot-file", str(node_snapshot), "--sleep-interval", INTERVAL, "--no-timestamp",
-            *extra, metrics=True,
-        )  # fmt: skip
-        daemons.append(daemon)
-        return daemon
-
-    yield start_daemon
-    for daemon in daemons:
-        daemon.kill()
+def start(kubeconfig: str, node_snapshot: Path, daemons: Any) -> Callable[..., Daemon]:
+    return lambda output_flag, *extra: daemons(
+        output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
+        "--snapshot-file", str(node_snapshot), "--sleep-interval", INTERVAL, "--no-timestamp",
+        *extra, metrics=True,
+    )  # fmt: skip
 
 
-def run_cleanup(
-    api: FakeApiServer, tmp_path: Path, output_flag: str
-) -> subprocess.CompletedProcess[str]:
+def run_cleanup(kubeconfig: str, output_flag: str) -> subprocess.CompletedProcess[str]:
     """``gfd --cleanup`` in-process (tests/process.py run_gfd_here): the command ends by
     itself, so a process adds nothing to what the cleanup leaves on the server."""
-    kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
-    return run_gfd_here(
-        "--cleanup", output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
-        "--namespace", "default",
-    )  # fmt: skip
+    return run_gfd_here("--cleanup", output_flag, "--node-name", "n1", "--kubeconfig", kubeconfig,
+                        "--namespace", "default")  # fmt: skip
 
 
 def ready(daemon: Daemon) -> bool:
@@ -73,7 +60,7 @@ def ready(daemon: Daemon) -> bool:
 
 
 def test_node_labels_survive_restart_and_cleanup_restores_the_node(
-    api: FakeApiServer, start: Callable[..., Daemon], node_snapshot: Path, tmp_path: Path
+    api: FakeApiServer, start: Callable[..., Daemon], node_snapshot: Path, kubeconfig: str
 ) -> None:
     before = api.node("n1")["metadata"]
     first = start("--use-node-labels")
@@ -89,13 +76,13 @@ def test_node_labels_survive_restart_and_cleanup_restores_the_node(
     assert api.node_labels("n1") == {**FOREIGN, **expected_labels(SNAPSHOT_B)}
     assert second.stop() == 0
 
-    result = run_cleanup(api, tmp_path, "--use-node-labels")
+    result = run_cleanup(kubeconfig, "--use-node-labels")
     assert result.returncode == 0, result.stderr
     after = api.node("n1")["metadata"]
     assert after["labels"] == before["labels"]
     assert after["annotations"] == before["annotations"]
 
-    again = run_cleanup(api, tmp_path, "--use-node-labels")
+    again = run_cleanup(kubeconfig, "--use-node-labels")
     assert again.returncode == 0, again.stderr
     assert api.node("n1")["metadata"]["labels"] == before["labels"]
 
@@ -104,7 +91,7 @@ def test_node_labels_survive_restart_and_cleanup_restores_the_node(
 
 
 def test_nodefeature_readyz_waits_for_a_reachable_api_server(
-    api: FakeApiServer, start: Callable[..., Daemon], tmp_path: Path
+    api: FakeApiServer, start: Callable[..., Daemon], kubeconfig: str
 ) -> None:
     api.go_down()
     daemon = start("--use-node-feature-api")
@@ -116,7 +103,7 @@ def test_nodefeature_readyz_waits_for_a_reachable_api_server(
     assert len(api.objects("NodeFeature")) == 1
     assert daemon.stop() == 0
 
-    result = run_cleanup(api, tmp_path, "--use-node-feature-api")
+    result = run_cleanup(kubeconfig, "--use-node-feature-api")
     assert result.returncode == 0, result.stderr
     assert api.objects("NodeFeature") == []
-    assert run_cleanup(api, tmp_path, "--use-node-feature-api").returncode == 0
+    assert run_cleanup(kubeconfig, "--use-node-feature-api").returncode == 0

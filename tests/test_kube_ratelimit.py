@@ -6,7 +6,7 @@ talks to the fake API server here; only the clock and the sleep are fakes."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,32 +44,24 @@ def test_a_negative_qps_turns_the_limit_off() -> None:
     assert time.sleeps == []
 
 
-def _client(
-    api: FakeApiServer, tmp_path: Path, time: FakeTime, qps: float, burst: int
-) -> KubeClient:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    return KubeClient(
-        str(kubeconfig), budget=30.0, sleep=time.sleep, clock=time.clock, qps=qps, burst=burst
-    )
+def _client(kubeconfig: str, time: FakeTime, **limits: Any) -> KubeClient:
+    return KubeClient(kubeconfig, budget=30.0, sleep=time.sleep, clock=time.clock, **limits)
 
 
 def test_the_api_client_waits_between_requests_beyond_the_burst(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
     time = FakeTime()
-    client = _client(api, tmp_path, time, qps=4.0, burst=2)
+    client = _client(kubeconfig, time, qps=4.0, burst=2)
     for _ in range(5):
         client.run("get node n1", lambda: client.request("GET", "/api/v1/nodes/n1"))
     assert api.count("GET", "/api/v1/nodes/n1") == 5
     assert time.sleeps == [0.25, 0.25, 0.25]
 
 
-def test_upstreams_defaults_let_ten_requests_through_at_once(
-    api: FakeApiServer, tmp_path: Path
-) -> None:
+def test_upstreams_defaults_let_ten_requests_through_at_once(kubeconfig: str) -> None:
     time = FakeTime()
-    kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
-    client = KubeClient(str(kubeconfig), budget=30.0, sleep=time.sleep, clock=time.clock)
+    client = _client(kubeconfig, time)
     for _ in range(11):
         client.run("get node n1", lambda: client.request("GET", "/api/v1/nodes/n1"))
     assert time.sleeps == [0.2]  # the eleventh waits 1/5 s
@@ -86,22 +78,20 @@ def test_the_outputs_build_their_client_with_the_settings_limits(
 
     module, _, name = factory.partition(":")
     selector = "use_node_feature_api" if "nodefeature" in module else "use_node_labels"
-    settings = Settings(
-        node_name="n1", kubeconfig=kubeconfig, kube_api_qps=2.5, kube_api_burst=7,
-        **{selector: True},
-    )  # fmt: skip
+    limits = {"kube_api_qps": 2.5, "kube_api_burst": 7}
+    settings = Settings(node_name="n1", kubeconfig=kubeconfig, **limits, **{selector: True})
     output = getattr(importlib.import_module(module), name)(settings)
     limiter = output._client.rate_limiter
     assert (limiter.qps, limiter.burst) == (2.5, 7)
 
 
-def test_the_limit_never_holds_a_pass_past_its_budget(api: FakeApiServer, tmp_path: Path) -> None:
+def test_the_limit_never_holds_a_pass_past_its_budget(api: FakeApiServer, kubeconfig: str) -> None:
     """A tiny QPS fails the operation within its budget (counted, retried next pass)
     instead of sleeping for minutes."""
     from gfd.errors import PublishError
 
     time = FakeTime()
-    client = _client(api, tmp_path, time, qps=0.001, burst=1)
+    client = _client(kubeconfig, time, qps=0.001, burst=1)
     client.run("get node n1", lambda: client.request("GET", "/api/v1/nodes/n1"))
     started = time.now
     with pytest.raises(PublishError, match=r"client-side rate limit \(--kube-api-qps 0\.001"):

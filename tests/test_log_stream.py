@@ -82,12 +82,9 @@ class StderrDaemon(Daemon):
         self._reader.start()
         self.process = subprocess.Popen(
             [*prefix, *GFD, "--log-format", "json", "--log-level", "debug", *args, *served],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            env=clean_env(),
-            cwd=ROOT,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=clean_env(), cwd=ROOT,
             **stderr,
-        )
+        )  # fmt: skip
 
     def log(self) -> str:
         return "(stderr is the test's fault injection: not read)"
@@ -118,34 +115,24 @@ def test_the_daemon_labels_reloads_and_stops_whatever_stderr_does(
         "--sleep-interval", INTERVAL, "--output-file", str(out),
         "--snapshot-file", str(snapshot), "--config-file", str(config),
     ]  # fmt: skip
-    with stderr_as(kind) as (prefix, stderr):
-        daemon = StderrDaemon(args, prefix, stderr)
-        try:
-            daemon.wait_until(
-                lambda: contains(out, "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB\n"),
-                "the first labels",
-            )
-            # a later pass publishes what changed
-            replace(snapshot, DGX.read_text().replace("A100-SXM4-40GB", "A100-SXM4-80GB"))
-            daemon.wait_until(
-                lambda: contains(out, "nvidia.com/gpu.product=NVIDIA-A100-SXM4-80GB\n"),
-                "the changed snapshot's labels",
-            )
-            # SIGHUP reloads the config
-            replace(config, "version: v1\nflags:\n  migStrategy: single\n")
-            daemon.process.send_signal(signal.SIGHUP)
-            daemon.wait_until(
-                lambda: contains(out, "nvidia.com/mig.strategy=single\n"), "the reloaded config"
-            )
-            successes = daemon.passes(result="success")
-            daemon.wait_until(lambda: daemon.passes(result="success") > successes, "a pass")
-            dropped = daemon.metric("gfd_log_lines_dropped_total")
-            if kind != "full":  # a full pipe drops only once the backlog is full too
-                assert dropped > 0
-            assert daemon.passes(result="error") == 0
-            assert daemon.stop(signal.SIGTERM) == 0
-        finally:
-            daemon.kill()
+    with stderr_as(kind) as (prefix, stderr), StderrDaemon(args, prefix, stderr) as daemon:
+        product = "nvidia.com/gpu.product=NVIDIA-A100-SXM4-{}GB\n"
+        daemon.wait_until(lambda: contains(out, product.format(40)), "the first labels")
+        # a later pass publishes what changed
+        replace(snapshot, DGX.read_text().replace("A100-SXM4-40GB", "A100-SXM4-80GB"))
+        daemon.wait_until(lambda: contains(out, product.format(80)), "the changed labels")
+        # SIGHUP reloads the config
+        replace(config, "version: v1\nflags:\n  migStrategy: single\n")
+        daemon.process.send_signal(signal.SIGHUP)
+        single = "nvidia.com/mig.strategy=single\n"
+        daemon.wait_until(lambda: contains(out, single), "the reloaded config")
+        successes = daemon.passes(result="success")
+        daemon.wait_until(lambda: daemon.passes(result="success") > successes, "a pass")
+        dropped = daemon.metric("gfd_log_lines_dropped_total")
+        if kind != "full":  # a full pipe drops only once the backlog is full too
+            assert dropped > 0
+        assert daemon.passes(result="error") == 0
+        assert daemon.stop(signal.SIGTERM) == 0
 
 
 def oneshot(kind: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -43,10 +43,8 @@ def test_first_publish_creates_the_object_as_upstream_does(
     assert obj["metadata"]["labels"] == {"nfd.node.kubernetes.io/node-name": "n1"}
     assert "ownerReferences" not in obj["metadata"]
     # full keys, as upstream puts them in spec.labels
-    assert obj["spec"] == {
-        "features": {"flags": {}, "attributes": {}, "instances": {}},
-        "labels": LABELS,
-    }
+    features = {"flags": {}, "attributes": {}, "instances": {}}
+    assert obj["spec"] == {"features": features, "labels": LABELS}
     assert api.counts() == {("GET", f"{PATH}/{OBJECT}"): 1, ("POST", PATH): 1}
 
 
@@ -80,18 +78,12 @@ RETRIED_AFTER_A_CONFLICT = [("GET", 200), ("PUT", 409), ("GET", 200), ("PUT", 20
 
 def put_foreign_object(api: FakeApiServer, **labels: str) -> None:
     """This node's NodeFeature as another writer (upstream gfd) left it: no status."""
-    api.put_object(
-        {
-            "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
-            "kind": "NodeFeature",
-            "metadata": {
-                "name": OBJECT,
-                "namespace": NAMESPACE,
-                "labels": {"nfd.node.kubernetes.io/node-name": "n1", **labels},
-            },
-            "spec": {"labels": {"nvidia.com/gpu.count": "1"}},
-        }
-    )
+    api.put_object({
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+        "metadata": {"name": OBJECT, "namespace": NAMESPACE,
+                     "labels": {"nfd.node.kubernetes.io/node-name": "n1", **labels}},
+        "spec": {"labels": {"nvidia.com/gpu.count": "1"}},
+    })  # fmt: skip
 
 
 def test_an_existing_object_from_upstream_is_taken_over(
@@ -122,12 +114,8 @@ def test_a_conflict_is_retried_with_a_fresh_get(api: FakeApiServer, kubeconfig: 
     api.clear_requests()
     # someone else writes between our read and our write: the first PUT carries a stale
     # resourceVersion and gets 409
-    api.edit(
-        "NodeFeature",
-        OBJECT,
-        NAMESPACE,
-        lambda obj: obj["metadata"].setdefault("annotations", {}).update(touched="yes"),
-    )
+    touched = {"touched": "yes"}
+    api.edit("NodeFeature", OBJECT, NAMESPACE, lambda o: o["metadata"].update(annotations=touched))
     api.fail(409, count=1, method="PUT")
     output.publish({"nvidia.com/gpu.count": "2"})
     assert [(r.method, r.status) for r in api.requests] == RETRIED_AFTER_A_CONFLICT
@@ -166,20 +154,11 @@ def test_owner_references_name_the_daemonset_and_the_pod(
     pod = api.add_pod(NAMESPACE, "gpu-feature-discovery-x7k2p", owner=daemonset)
     make_output(kubeconfig, pod_name="gpu-feature-discovery-x7k2p").publish(LABELS)
     assert stored(api)["metadata"]["ownerReferences"] == [
-        {
-            "apiVersion": "apps/v1",
-            "kind": "DaemonSet",
-            "name": "gpu-feature-discovery",
-            "uid": daemonset["metadata"]["uid"],
-            "controller": True,
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "name": "gpu-feature-discovery-x7k2p",
-            "uid": pod["metadata"]["uid"],
-        },
-    ]
+        {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "gpu-feature-discovery",
+         "uid": daemonset["metadata"]["uid"], "controller": True},
+        {"apiVersion": "v1", "kind": "Pod", "name": "gpu-feature-discovery-x7k2p",
+         "uid": pod["metadata"]["uid"]},
+    ]  # fmt: skip
 
 
 def test_owner_references_are_added_to_an_existing_object(
@@ -234,12 +213,8 @@ def test_verify_recreates_a_deleted_object(api: FakeApiServer, kubeconfig: str) 
 def test_verify_repairs_edited_labels(api: FakeApiServer, kubeconfig: str) -> None:
     output = make_output(kubeconfig)
     output.publish(LABELS)
-    api.edit(
-        "NodeFeature",
-        OBJECT,
-        NAMESPACE,
-        lambda obj: obj["spec"]["labels"].update({"nvidia.com/gpu.count": "99"}),
-    )
+    edited = {"nvidia.com/gpu.count": "99"}
+    api.edit("NodeFeature", OBJECT, NAMESPACE, lambda obj: obj["spec"]["labels"].update(edited))
     assert output.verify(LABELS) is True
     assert stored(api)["spec"]["labels"] == LABELS
 
@@ -249,9 +224,8 @@ def test_cleanup_deletes_only_this_nodes_object(api: FakeApiServer, kubeconfig: 
     make_output(kubeconfig, node_name="n2").publish(LABELS)
     output = make_output(kubeconfig)
     output.cleanup()
-    assert [obj["metadata"]["name"] for obj in api.objects("NodeFeature")] == [
-        "nvidia-features-for-n2"
-    ]
+    names = [obj["metadata"]["name"] for obj in api.objects("NodeFeature")]
+    assert names == ["nvidia-features-for-n2"]
     output.cleanup()  # nothing left: still fine
 
 

@@ -13,22 +13,18 @@ from typing import Any
 
 import pytest
 
-from gfd import labels as labelling
-from gfd import snapshot
-from gfd.config import Config
 from gfd.outputs.file import split_features_file
 from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon, run_gfd_here
+from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS, expected_labels
+from tests.helpers import SNAPSHOT_A as SNAPSHOT
+from tests.process import Daemon, run_gfd_here
 
 pytestmark = pytest.mark.timeout(120)
 
-SNAPSHOT = Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml"
-FOREIGN = {"kubernetes.io/hostname": "n1", "nvidia.com/gpu.present": "true"}
-FOREIGN_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
 RETIRED = "removed what the previous settings published"
-EXPECTED = labelling.build(snapshot.load(str(SNAPSHOT)), "none", Config(), None).labels
+EXPECTED = expected_labels(SNAPSHOT)
 
 
 def config_text(output: str, tmp_path: Path) -> str:
@@ -36,13 +32,8 @@ def config_text(output: str, tmp_path: Path) -> str:
     "node-labels" or "nodefeature" -- every selecting key set explicitly."""
     feature_api = output == "nodefeature"
     node_labels = output == "node-labels"
-    lines = [
-        "version: v1",
-        "flags:",
-        f"  useNodeFeatureAPI: {str(feature_api).lower()}",
-        "  gfd:",
-        f"    useNodeLabels: {str(node_labels).lower()}",
-    ]
+    lines = ["version: v1", "flags:", f"  useNodeFeatureAPI: {str(feature_api).lower()}",
+             "  gfd:", f"    useNodeLabels: {str(node_labels).lower()}"]  # fmt: skip
     if output.startswith("file"):
         lines.append(f"    outputFile: {features_file(output, tmp_path)}")
     return "\n".join(lines) + "\n"
@@ -84,10 +75,8 @@ class Node:
             return not features_file(output, self.tmp_path).exists()
         if output == "node-labels":
             metadata = self.api.node("n1")["metadata"]
-            return (metadata.get("labels"), metadata.get("annotations")) == (
-                self.before.get("labels"),
-                self.before.get("annotations"),
-            )
+            fields = ("labels", "annotations")
+            return [metadata.get(f) for f in fields] == [self.before.get(f) for f in fields]
         return self.api.objects("NodeFeature") == []
 
 
@@ -112,14 +101,8 @@ def switch(daemon: Daemon, output: str, tmp_path: Path) -> None:
     daemon.wait_for("settings reloaded")
 
 
-PAIRS = [
-    ("file", "node-labels"),
-    ("node-labels", "nodefeature"),
-    ("nodefeature", "file"),
-    ("file", "file-b"),
-    ("node-labels", "file"),
-    ("nodefeature", "node-labels"),
-]
+PAIRS = [("file", "node-labels"), ("node-labels", "nodefeature"), ("nodefeature", "file"),
+         ("file", "file-b"), ("node-labels", "file"), ("nodefeature", "node-labels")]  # fmt: skip
 #: between two API outputs, the first write of the new one and of the old one's retirement
 ORDER = {
     ("node-labels", "nodefeature"): (("POST", "nodefeatures"), ("PATCH", "/nodes/n1")),
@@ -179,9 +162,8 @@ def test_a_retirement_that_fails_is_counted_and_tried_again(
     daemon.wait_until(lambda: node.published("node-labels"), "the node labels")
     api.inject(Fault(status=403, method="PATCH", count=None))
     switch(daemon, "file", tmp_path)
-    daemon.wait_until(
-        lambda: daemon.metric("gfd_retire_total", result="error") >= 2, "two failed retirements"
-    )
+    failed = {"result": "error"}
+    daemon.wait_until(lambda: daemon.metric("gfd_retire_total", **failed) >= 2, "two failures")
     assert node.published("file")  # the new output is in force meanwhile
     assert daemon.passes(result="error") == 0  # retiring is not publishing: passes succeed
     api.clear_faults()
@@ -234,17 +216,16 @@ def test_a_reload_whose_output_cannot_be_built_keeps_the_old_one(
     assert daemon.log().count("reload failed") == 1
 
 
-def test_retiring_uses_the_cleanup_code(api: FakeApiServer, tmp_path: Path) -> None:
+def test_retiring_uses_the_cleanup_code(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
     """The reload's retirement and ``--cleanup`` leave the node in the same state: what
     ``--cleanup`` leaves after a node-labels publish is what a reload away from node
     labels leaves (asserted by the pair tests above as the node before gfd ran)."""
-    kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig"))
     node = Node(api, tmp_path)
     args = ("--node-name", "n1", "--kubeconfig", kubeconfig, "--use-node-feature-api=false")
-    published = run_gfd_here(
-        "--oneshot", "--use-node-labels", "--snapshot-file", str(SNAPSHOT), "--no-timestamp",
-        *args,
-    )  # fmt: skip
+    snapshot = ("--snapshot-file", str(SNAPSHOT), "--no-timestamp")
+    published = run_gfd_here("--oneshot", "--use-node-labels", *snapshot, *args)
     assert published.returncode == 0, published.stderr
     assert node.published("node-labels")
     cleaned = run_gfd_here("--cleanup", "--use-node-labels", *args)

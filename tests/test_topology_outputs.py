@@ -121,25 +121,15 @@ def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -
 
 
 def test_koordlet_flag_writes_the_file_in_a_oneshot_run(tmp_path: Path) -> None:
-    result = run_gfd_here(
-        "--oneshot",
-        "--no-timestamp",
-        "--snapshot-file",
-        str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"),
-        "--koordlet-device-infos-dir",
-        str(tmp_path),
-    )
+    snapshot = str(EXAMPLES / "dgx1-v100-cube-mesh.yaml")
+    result = run_gfd_here("--oneshot", "--no-timestamp", "--snapshot-file", snapshot,
+                          "--koordlet-device-infos-dir", str(tmp_path))  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "gpu.interconnect" not in result.stdout  # the labels stay opt-in
     derived, _ = koordlet_partition_table(json.loads((tmp_path / FILE_NAME).read_text()))
     assert derived is not None and sorted(derived) == [2, 4, 8]
-    missing = run_gfd_here(
-        "--oneshot",
-        "--snapshot-file",
-        str(EXAMPLES / "dgx1-v100-cube-mesh.yaml"),
-        "--koordlet-device-infos-dir",
-        str(tmp_path / "nope" / "deeper"),
-    )
+    nowhere = ("--koordlet-device-infos-dir", str(tmp_path / "nope" / "deeper"))
+    missing = run_gfd_here("--oneshot", "--snapshot-file", snapshot, *nowhere)
     assert missing.returncode == 1
     assert "cannot write koordlet device infos" in missing.stderr
     assert "Traceback" not in missing.stderr
@@ -151,23 +141,18 @@ def test_koordlet_flag_writes_the_file_in_a_oneshot_run(tmp_path: Path) -> None:
 API_NODE_N1 = {"annotations": {"someone/else": "x"}}  # the shared api fixture adds it
 
 
-def settings_for(api: FakeApiServer, tmp_path: Path, snapshot: Path, **extra: Any) -> Settings:
-    values: dict[str, Any] = {
-        "use_node_labels": True,
-        "node_name": "n1",
-        "kubeconfig": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
-        "sleep_interval": 1.0,
-        "snapshot_file": str(snapshot),
-        "no_timestamp": True,
-        "topology_labels": True,
-    }
-    values.update(extra)
+def settings_for(kubeconfig: str, snapshot: Path, **extra: Any) -> Settings:
+    values = {"use_node_labels": True, "node_name": "n1", "kubeconfig": kubeconfig,
+              "sleep_interval": 1.0, "snapshot_file": str(snapshot), "no_timestamp": True,
+              "topology_labels": True, **extra}  # fmt: skip
     return Settings(**values)
 
 
-def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: Path) -> None:
+def test_node_annotation_is_owned_like_the_labels(
+    api: FakeApiServer, kubeconfig: str, tmp_path: Path
+) -> None:
     dgx1 = EXAMPLES / "dgx1-v100-cube-mesh.yaml"
-    settings = settings_for(api, tmp_path, dgx1)
+    settings = settings_for(kubeconfig, dgx1)
     agent = Agent(settings, reload_settings=lambda: settings)
     assert agent.run_pass()
     annotations = api.node_annotations("n1")
@@ -192,10 +177,10 @@ def test_node_annotation_is_owned_like_the_labels(api: FakeApiServer, tmp_path: 
     assert api.node_annotations("n1")["someone/else"] == "x"
 
 
-def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_path: Path) -> None:
+def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, kubeconfig: str) -> None:
     """A start on a node that already carries the right labels (and, here, the
     right partition annotation) sends no write at all."""
-    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    settings = settings_for(kubeconfig, EXAMPLES / "hgx-h100-nvswitch.yaml")
     assert Agent(settings, reload_settings=lambda: settings).run_pass()
     patches = api.count("PATCH")
     restarted = Agent(settings, reload_settings=lambda: settings)
@@ -205,12 +190,12 @@ def test_a_restart_on_an_annotated_node_writes_nothing(api: FakeApiServer, tmp_p
 
 
 def test_without_the_watch_a_removed_annotation_is_put_back_at_the_interval(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
     """Where the node cannot be watched, the annotation is checked as the labels are: one
     read of the node every VERIFY_INTERVAL_SECONDS (the watched repair: tests/test_watch.py)."""
     clock = Clock()
-    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    settings = settings_for(kubeconfig, EXAMPLES / "hgx-h100-nvswitch.yaml")
     annotation = PartitionsAnnotation(settings, clock=clock)
     table = partition_table(load(EXAMPLES / "hgx-h100-nvswitch.yaml"), None)
     assert annotation.publish(table)
@@ -226,8 +211,8 @@ def test_without_the_watch_a_removed_annotation_is_put_back_at_the_interval(
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
 
 
-def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> None:
-    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+def test_cleanup_removes_the_annotation(api: FakeApiServer, kubeconfig: str) -> None:
+    settings = settings_for(kubeconfig, EXAMPLES / "hgx-h100-nvswitch.yaml")
     agent = Agent(settings, reload_settings=lambda: settings)
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION in api.node_annotations("n1")
@@ -240,9 +225,9 @@ def test_cleanup_removes_the_annotation(api: FakeApiServer, tmp_path: Path) -> N
 
 
 def test_reload_without_topology_labels_removes_the_annotation(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
-    settings = settings_for(api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml")
+    settings = settings_for(kubeconfig, EXAMPLES / "hgx-h100-nvswitch.yaml")
     plain = replace(settings, topology_labels=False)
     agent = Agent(settings, reload_settings=lambda: plain)
     assert agent.run_pass()
@@ -256,12 +241,9 @@ def test_reload_without_topology_labels_removes_the_annotation(
 
 
 def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> None:
-    settings = Settings(
-        oneshot=False,
-        output_file="-",
-        snapshot_file=str(EXAMPLES / "a100-pcie-nvlink-bridges.yaml"),
-        koordlet_device_infos_dir=str(tmp_path),
-    )
+    snapshot = str(EXAMPLES / "a100-pcie-nvlink-bridges.yaml")
+    settings = Settings(oneshot=False, output_file="-", snapshot_file=snapshot,
+                        koordlet_device_infos_dir=str(tmp_path))  # fmt: skip
     plain = replace(settings, koordlet_device_infos_dir="")
     agent = Agent(settings, reload_settings=lambda: plain)
     assert agent.run_pass()
@@ -271,10 +253,8 @@ def test_reload_without_the_koordlet_dir_removes_the_file(tmp_path: Path) -> Non
     assert not (tmp_path / FILE_NAME).exists()
 
 
-def test_no_annotation_without_topology_labels(api: FakeApiServer, tmp_path: Path) -> None:
-    settings = settings_for(
-        api, tmp_path, EXAMPLES / "hgx-h100-nvswitch.yaml", topology_labels=False
-    )
+def test_no_annotation_without_topology_labels(api: FakeApiServer, kubeconfig: str) -> None:
+    settings = settings_for(kubeconfig, EXAMPLES / "hgx-h100-nvswitch.yaml", topology_labels=False)
     agent = Agent(settings, reload_settings=lambda: settings)
     assert agent.run_pass()
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
@@ -298,10 +278,8 @@ def test_koordlet_component_mounts_koordlets_directory(
     assert gfd_settings(obj, container).koordlet_device_infos_dir == KOORDLET_DIR
     mount = mounts(container)[KOORDLET_DIR]
     assert not mount.get("readOnly", False)
-    assert volumes(obj)[mount["name"]]["hostPath"] == {
-        "path": KOORDLET_DIR,
-        "type": "DirectoryOrCreate",
-    }
+    host_path = volumes(obj)[mount["name"]]["hostPath"]
+    assert host_path == {"path": KOORDLET_DIR, "type": "DirectoryOrCreate"}
     # gfd stays uid 65532: a one-off init container without any capability gives the
     # root-owned directory to gfd's group (README, "Deploy")
     security = effective_security(obj, container)

@@ -168,9 +168,7 @@ def test_a_node_entry_naming_a_forbidden_path_is_refused(
     assert "may not name" in message and CANARY not in message
 
 
-def test_a_relabelled_node_whose_entry_names_a_credential_keeps_its_config(
-    here: Path,
-) -> None:
+def test_a_relabelled_node_whose_entry_names_a_credential_keeps_its_config(here: Path) -> None:
     good = "version: v1\nflags: {migStrategy: single}\n"
     hostile = f"version: v1\nflags:\n  gfd: {{machineTypeFile: {here / 'to-token'}}}\n"
     root = entry_dir(here, {"good": good, "hostile": hostile})

@@ -9,6 +9,7 @@ are cells of tests/test_fault_matrix.py.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import signal
@@ -71,30 +72,15 @@ class Seen:
             ]
 
 
-@pytest.fixture
-def api() -> Iterator[FakeApiServer]:
-    with FakeApiServer() as server:
-        server.add_node("n1", labels={"a": "1"})
-        yield server
-
-
-@pytest.fixture
-def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
-    return str(api.write_kubeconfig(tmp_path / "kube.cfg"))
+API_NODE_N1 = {"labels": {"a": "1"}}  # the shared api fixture (tests/conftest.py) adds it
 
 
 @contextmanager
 def following(kubeconfig: str) -> Iterator[tuple[watch.ObjectWatch, Seen]]:
     """Node n1 watched for the block, and the watch ended and joined after it."""
     seen = Seen()
-    followed = watch.follow(
-        lambda: watch.watch_client(kubeconfig, -1, 0),
-        "/api/v1/nodes",
-        "n1",
-        "Node n1",
-        seen,
-        seen.refused,
-    )
+    client = functools.partial(watch.watch_client, kubeconfig, -1, 0)
+    followed = watch.follow(client, "/api/v1/nodes", "n1", "Node n1", seen, seen.refused)
     try:
         yield followed, seen
     finally:
@@ -527,19 +513,15 @@ def test_an_output_that_stops_watching_ends_its_watch(api: FakeApiServer, kubeco
 # ------------------------------------------------------------------ a real gfd process
 
 
-def daemon(api: FakeApiServer, tmp_path: Path, *args: str) -> Daemon:
-    kubeconfig = api.write_kubeconfig(tmp_path / "kube.cfg")
-    return Daemon(
-        "--sleep-interval", "1h", "--node-name", "n1",
-        "--kubeconfig", str(kubeconfig), "--snapshot-file", DGX, *args,
-    )  # fmt: skip
+def daemon(kubeconfig: str, *args: str) -> Daemon:
+    return Daemon("--sleep-interval", "1h", "--node-name", "n1", "--kubeconfig", kubeconfig,
+                  "--snapshot-file", DGX, *args)  # fmt: skip
 
 
 def test_a_deleted_nodefeature_is_created_again_long_before_the_interval(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
-    gfd = daemon(api, tmp_path, "--use-node-feature-api")
-    try:
+    with daemon(kubeconfig, "--use-node-feature-api") as gfd:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")
         published = api.objects("NodeFeature")[0]
@@ -551,18 +533,15 @@ def test_a_deleted_nodefeature_is_created_again_long_before_the_interval(
         # what the watch saw stands for a read: the repair is the create alone
         assert api.count("GET", published["metadata"]["name"]) == reads
         assert gfd.stop(signal.SIGTERM) == 0
-    finally:
-        gfd.kill()
 
 
 def test_after_an_outage_a_node_sends_one_watch_and_one_create(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
     """The object deleted while the server was away (as NFD's reinstall does): once it is
     back, the WatchList that restarts the watch is the check of the object, so the repair
     is the create alone; no resume answered 410, no read of the object, no list."""
-    gfd = daemon(api, tmp_path, "--use-node-feature-api")
-    try:
+    with daemon(kubeconfig, "--use-node-feature-api") as gfd:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")
         name = api.objects("NodeFeature")[0]["metadata"]["name"]
@@ -579,35 +558,27 @@ def test_after_an_outage_a_node_sends_one_watch_and_one_create(
         (watched,) = [r for r in requests if r.method == "GET"]
         assert "sendInitialEvents=true" in watched.query and "fieldSelector" in watched.query
         assert gfd.stop(signal.SIGTERM) == 0
-    finally:
-        gfd.kill()
 
 
 #: what gfd owns on its node, each with how someone else removes it and the requests that
 #: repair it (the labels' read of the node, and the annotation's own, then the patch)
 OWNED_ON_THE_NODE = [
     pytest.param((), "labels", "nvidia.com/gpu.count", ["GET", "PATCH"], id="label"),
-    pytest.param(
-        ("--topology-labels", "--snapshot-file", HGX),
-        "annotations",
-        PARTITIONS_ANNOTATION,
-        ["GET", "GET", "PATCH"],
-        id="partitions annotation",
-    ),
-]
+    pytest.param(("--topology-labels", "--snapshot-file", HGX), "annotations",
+                 PARTITIONS_ANNOTATION, ["GET", "GET", "PATCH"], id="partitions annotation"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("args", "field", "key", "repair"), OWNED_ON_THE_NODE)
 def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
     api: FakeApiServer,
-    tmp_path: Path,
+    kubeconfig: str,
     args: tuple[str, ...],
     field: str,
     key: str,
     repair: list[str],
 ) -> None:
-    gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms", *args)
-    try:
+    with daemon(kubeconfig, "--use-node-labels", "--sleep-interval", "100ms", *args) as gfd:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")
         before = len(api.requests)
@@ -620,27 +591,17 @@ def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
         )
         assert [r.method for r in api.requests[before:] if "watch=" not in r.query] == repair
         assert gfd.stop(signal.SIGTERM) == 0
-    finally:
-        gfd.kill()
 
 
 def test_labels_nfd_gives_up_are_published_by_gfd_at_once(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
     """A key NFD's master records as its own is left to NFD; once NFD lets it go (its
     NodeFeature deleted, as a reload from the NodeFeature output to node labels does) the
     watch sees it and gfd publishes the key itself, not at its next change."""
     claimed = "nvidia.com/gpu.count"
-    api.edit(
-        "Node",
-        "n1",
-        "",
-        lambda node: node["metadata"].update(
-            labels={claimed: "7"}, annotations={NFD_FEATURE_LABELS_ANNOTATION: claimed}
-        ),
-    )
-    gfd = daemon(api, tmp_path, "--use-node-labels")
-    try:
+    api.edit_node("n1", labels={claimed: "7"}, annotations={NFD_FEATURE_LABELS_ANNOTATION: claimed})
+    with daemon(kubeconfig, "--use-node-labels") as gfd:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")
         assert api.node_labels("n1")[claimed] == "7"  # NFD's
@@ -654,18 +615,15 @@ def test_labels_nfd_gives_up_are_published_by_gfd_at_once(
         managed = api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION].split(",")
         assert claimed in managed
         assert gfd.stop(signal.SIGTERM) == 0
-    finally:
-        gfd.kill()
 
 
 def test_a_server_whose_version_went_back_is_listed_again_not_resumed_forever(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
     """etcd restored from an older backup: the resume asks for a version the server has not
     reached and is answered 504 "Too large resource version" however often it is tried;
     the watch lists again (as client-go's reflector does), so a removed label is repaired."""
-    gfd = daemon(api, tmp_path, "--use-node-labels")
-    try:
+    with daemon(kubeconfig, "--use-node-labels") as gfd:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")
         labels = api.node_labels("n1")
@@ -676,21 +634,16 @@ def test_a_server_whose_version_went_back_is_listed_again_not_resumed_forever(
         )
         gfd.wait_until(lambda: api.node_labels("n1") == labels, "the repair", PATIENCE)
         assert gfd.stop(signal.SIGTERM) == 0
-    finally:
-        gfd.kill()
 
 
 def test_a_watch_refused_by_rbac_falls_back_with_one_line(
-    api: FakeApiServer, tmp_path: Path
+    api: FakeApiServer, kubeconfig: str
 ) -> None:
     api.refuse_watches(403)
-    gfd = daemon(api, tmp_path, "--use-node-labels", "--sleep-interval", "100ms")
-    try:
+    with daemon(kubeconfig, "--use-node-labels", "--sleep-interval", "100ms") as gfd:
         gfd.wait_for("cannot watch Node n1; re-reading it periodically instead", limit=60)
         gfd.wait_for("pass finished", count=5)  # it labels on
         assert gfd.stop(signal.SIGTERM) == 0
-    finally:
-        gfd.kill()
     refused = [line for line in gfd.lines if "cannot watch" in line]
     assert len(refused) == 1 and "403" in refused[0], refused
     assert "Traceback" not in gfd.log()

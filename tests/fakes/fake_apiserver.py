@@ -82,15 +82,9 @@ TOKEN = "fake-token"
 #: the annotation of the bookmark that closes a WatchList's initial events
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 _REASONS = {
-    401: "Unauthorized",
-    403: "Forbidden",
-    404: "NotFound",
-    409: "Conflict",
-    422: "Invalid",
-    429: "TooManyRequests",
-    503: "ServiceUnavailable",
-    504: "Timeout",
-}
+    401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "Conflict", 422: "Invalid",
+    429: "TooManyRequests", 503: "ServiceUnavailable", 504: "Timeout",
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -154,14 +148,10 @@ class ApiStatusError(Exception):
 
 def status_object(code: int, reason: str, message: str, details: JSON | None = None) -> JSON:
     body: JSON = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Success" if code < 400 else "Failure",
-        "message": message,
-        "reason": reason,
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Success" if code < 400 else "Failure", "message": message, "reason": reason,
         "code": code,
-    }
+    }  # fmt: skip
     if details:
         body["details"] = details
     return body
@@ -344,48 +334,33 @@ class FakeApiServer:
             return copy.deepcopy(stored)
 
     def add_node(
-        self,
-        name: str,
-        labels: Mapping[str, str] | None = None,
+        self, name: str, labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
-    ) -> JSON:
+    ) -> JSON:  # fmt: skip
         metadata: JSON = {"name": name, "labels": dict(labels or {})}
         if annotations:
             metadata["annotations"] = dict(annotations)
-        return self.put_object(
-            {
-                "kind": "Node",
-                "apiVersion": "v1",
-                "metadata": metadata,
-                "spec": {},
-                "status": {"nodeInfo": {"kubeletVersion": "v1.31.0"}},
-            }
-        )
+        return self.put_object({
+            "kind": "Node", "apiVersion": "v1", "metadata": metadata, "spec": {},
+            "status": {"nodeInfo": {"kubeletVersion": "v1.31.0"}},
+        })  # fmt: skip
 
     def add_daemonset(self, namespace: str, name: str) -> JSON:
-        return self.put_object(
-            {
-                "kind": "DaemonSet",
-                "apiVersion": "apps/v1",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"selector": {"matchLabels": {"app": name}}},
-            }
-        )
+        return self.put_object({
+            "kind": "DaemonSet", "apiVersion": "apps/v1",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {"app": name}}},
+        })  # fmt: skip
 
     def add_pod(self, namespace: str, name: str, owner: JSON | None = None) -> JSON:
         """A pod; ``owner`` (an object from :meth:`add_daemonset`) becomes its controller."""
         metadata: JSON = {"name": name, "namespace": namespace}
         if owner is not None:
-            metadata["ownerReferences"] = [
-                {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": owner["metadata"]["name"],
-                    "uid": owner["metadata"]["uid"],
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ]
+            metadata["ownerReferences"] = [{
+                "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                "controller": True, "blockOwnerDeletion": True,
+            }]  # fmt: skip
         return self.put_object(
             {"kind": "Pod", "apiVersion": "v1", "metadata": metadata, "spec": {"containers": []}}
         )
@@ -417,6 +392,10 @@ class FakeApiServer:
             obj["metadata"]["resourceVersion"] = self._state.version()
             self._state.note("MODIFIED", resource, key, obj)
             return copy.deepcopy(obj)
+
+    def edit_node(self, name: str, **metadata: Any) -> JSON:
+        """Replace whole fields of a node's metadata (``labels=``, ``annotations=``)."""
+        return self.edit("Node", name, "", lambda node: node["metadata"].update(metadata))
 
     def delete(self, kind: str, name: str, namespace: str = "") -> None:
         resource = _BY_KIND[kind]
@@ -477,24 +456,10 @@ class FakeApiServer:
             self._state.faults.append(live)
         return live
 
-    def fail(
-        self,
-        status: int = 500,
-        count: int | None = 1,
-        *,
-        method: str | None = None,
-        path_contains: str | None = None,
-        retry_after: int | str | None = None,
-    ) -> Fault:
-        return self.inject(
-            Fault(
-                status=status,
-                count=count,
-                method=method,
-                path_contains=path_contains,
-                retry_after=retry_after,
-            )
-        )
+    def fail(self, status: int = 500, count: int | None = 1, **where: Any) -> Fault:
+        """Answer ``status`` (a Status object); ``where``: the Fault's ``method``,
+        ``path_contains`` and ``retry_after``."""
+        return self.inject(Fault(status=status, count=count, **where))
 
     def drop(self, count: int | None = 1, *, method: str | None = None) -> Fault:
         return self.inject(Fault(drop=True, count=count, method=method))
@@ -585,20 +550,16 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 def _label_problems(key: str, value: Any) -> list[str]:
     prefix, _, name = key.rpartition("/")
     problems = []
+    invalid = "metadata.labels: Invalid value:"
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
-        problems.append(
-            f"metadata.labels: Invalid value: {key!r}: prefix part must be a DNS subdomain"
-        )
+        problems.append(f"{invalid} {key!r}: prefix part must be a DNS subdomain")
     if len(name) > 63 or not _LABEL_NAME.fullmatch(name):
-        problems.append(
-            f"metadata.labels: Invalid value: {key!r}: name part must be a valid label name"
-        )
+        problems.append(f"{invalid} {key!r}: name part must be a valid label name")
     if not isinstance(value, str) or (
         value and (len(value) > 63 or not _LABEL_NAME.fullmatch(value))
     ):
         problems.append(
-            f"metadata.labels: Invalid value: {value!r}: "
-            "a valid label must be an empty string or a label name"
+            f"{invalid} {value!r}: a valid label must be an empty string or a label name"
         )
     return problems
 
@@ -627,11 +588,9 @@ def _validate(resource: ResourceType, obj: JSON) -> None:
     if problems:
         name = metadata.get("name", "")
         raise ApiStatusError(
-            422,
-            "Invalid",
-            f'{resource.kind} "{name}" is invalid: ' + ", ".join(problems),
+            422, "Invalid", f'{resource.kind} "{name}" is invalid: ' + ", ".join(problems),
             {"name": name, "kind": resource.kind, "causes": [{"message": p} for p in problems]},
-        )
+        )  # fmt: skip
 
 
 def _key(resource: ResourceType, namespace: str, name: str) -> tuple[str, str, str]:
@@ -837,12 +796,9 @@ class _Handler(BaseHTTPRequestHandler):
         return None
 
     def _send(
-        self,
-        code: int,
-        body: JSON,
-        headers: Mapping[str, str] | None = None,
+        self, code: int, body: JSON, headers: Mapping[str, str] | None = None,
         reason: str | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         payload = json.dumps(body).encode("utf-8")
         self.send_response(code, reason)
         self.send_header("Content-Type", "application/json")
@@ -874,11 +830,9 @@ class _Handler(BaseHTTPRequestHandler):
             current = self.state.last_version
         if since > current:
             message = f"Too large resource version: {since}, current: {current}"
-            causes = [
-                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
-            ]
+            cause = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
             raise ApiStatusError(
-                504, "Timeout", message, {"causes": causes, "retryAfterSeconds": 1}
+                504, "Timeout", message, {"causes": [cause], "retryAfterSeconds": 1}
             )
         deadline = time.monotonic() + float(query.get("timeoutSeconds", ["1800"])[0])
         self._record("GET", path, 200, None, None)
@@ -905,15 +859,9 @@ class _Handler(BaseHTTPRequestHandler):
                     self.state.open_watches -= 1
 
     def _stream_events(
-        self,
-        resource: ResourceType,
-        namespace: str,
-        wanted: Mapping[str, str],
-        since: int,
-        bookmarks: bool,
-        deadline: float,
-        whole: bool = False,
-    ) -> None:
+        self, resource: ResourceType, namespace: str, wanted: Mapping[str, str], since: int,
+        bookmarks: bool, deadline: float, whole: bool = False,
+    ) -> None:  # fmt: skip
         state = self.state
         with state.lock:
             seen_bookmarks, restores = state.bookmarks, state.restores
@@ -959,13 +907,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.flush()
 
     def _initial_events(
-        self,
-        query: Mapping[str, list[str]],
-        resource: ResourceType,
-        namespace: str,
-        wanted: Mapping[str, str],
-        bookmarks: bool,
-    ) -> tuple[list[JSON], int] | None:
+        self, query: Mapping[str, list[str]], resource: ResourceType, namespace: str,
+        wanted: Mapping[str, str], bookmarks: bool,
+    ) -> tuple[list[JSON], int] | None:  # fmt: skip
         """A WatchList's first events (``sendInitialEvents``): every object the selector picks,
         then the bookmark that closes them (only where bookmarks are allowed, as the real
         server does), and the version they are the state at; None for a plain watch.  Refused
@@ -983,11 +927,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
         if not initial or match != "NotOlderThan":
             raise ApiStatusError(
-                422,
-                "Invalid",
-                "resourceVersionMatch: Forbidden: sendInitialEvents requires "
+                422, "Invalid", "resourceVersionMatch: Forbidden: sendInitialEvents requires "
                 "setting resourceVersionMatch to NotOlderThan",
-            )
+            )  # fmt: skip
         lines: list[JSON] = []
         with self.state.lock:
             for (plural, ns, _name), obj in sorted(self.state.objects.items()):
@@ -1057,11 +999,9 @@ class _Handler(BaseHTTPRequestHandler):
             current = objects.get(key)
             if current is None:
                 raise ApiStatusError(
-                    404,
-                    "NotFound",
-                    f'{resource.plural} "{name}" not found',
+                    404, "NotFound", f'{resource.plural} "{name}" not found',
                     {"name": name, "kind": resource.plural},
-                )
+                )  # fmt: skip
             if method == "GET":
                 return 200, copy.deepcopy(current)
             if method == "DELETE":
@@ -1077,21 +1017,17 @@ class _Handler(BaseHTTPRequestHandler):
                 ):
                     # custom resources allow no unconditional update (core objects do)
                     raise ApiStatusError(
-                        422,
-                        "Invalid",
-                        f'{resource.plural}.nfd.k8s-sigs.io "{name}" is invalid: '
-                        "metadata.resourceVersion: Invalid value: 0: "
-                        "must be specified for an update",
-                        {"name": name, "kind": resource.plural},
-                    )
+                        422, "Invalid", f'{resource.plural}.nfd.k8s-sigs.io "{name}" is invalid: '
+                        "metadata.resourceVersion: Invalid value: 0: must be specified for an "
+                        "update", {"name": name, "kind": resource.plural},
+                    )  # fmt: skip
                 return 200, self._replace(resource, key, current, body)
             if method == "PATCH":
                 if (content_type or "").split(";")[0].strip() != MERGE_PATCH:
                     raise ApiStatusError(
-                        415,
-                        "UnsupportedMediaType",
+                        415, "UnsupportedMediaType",
                         f"the fake API server only supports {MERGE_PATCH}, got {content_type!r}",
-                    )
+                    )  # fmt: skip
                 if not isinstance(body, dict):
                     raise ApiStatusError(400, "BadRequest", "a merge patch must be a JSON object")
                 patched = json_merge_patch(current, body)
@@ -1108,11 +1044,9 @@ class _Handler(BaseHTTPRequestHandler):
         key = _key(resource, namespace, name)
         if key in self.state.objects:
             raise ApiStatusError(
-                409,
-                "AlreadyExists",
-                f'{resource.plural} "{name}" already exists',
+                409, "AlreadyExists", f'{resource.plural} "{name}" already exists',
                 {"name": name, "kind": resource.plural},
-            )
+            )  # fmt: skip
         if resource.namespaced:
             given = body["metadata"].get("namespace")
             if given not in (None, namespace):
@@ -1145,12 +1079,10 @@ class _Handler(BaseHTTPRequestHandler):
             and given_version != current["metadata"]["resourceVersion"]
         ):
             raise ApiStatusError(
-                409,
-                "Conflict",
-                f'Operation cannot be fulfilled on {resource.plural} "{name}": the object has '
-                "been modified; please apply your changes to the latest version and try again",
-                {"name": name, "kind": resource.plural},
-            )
+                409, "Conflict", f'Operation cannot be fulfilled on {resource.plural} "{name}": '
+                "the object has been modified; please apply your changes to the latest version "
+                "and try again", {"name": name, "kind": resource.plural},
+            )  # fmt: skip
         _validate(resource, body)
         stored = copy.deepcopy(body)
         stored["kind"] = resource.kind
@@ -1196,19 +1128,13 @@ def write_kubeconfig(
 ) -> Path:
     """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token (or
     ``user``: the ``users[].user`` section, e.g. ``{"tokenFile": ...}`` or ``{"exec": ...}``)."""
+    context = {"cluster": "fake", "user": "fake", "namespace": namespace}
     config = {
-        "apiVersion": "v1",
-        "kind": "Config",
+        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
         "clusters": [{"name": "fake", "cluster": {"server": server}}],
         "users": [{"name": "fake", "user": user if user is not None else {"token": TOKEN}}],
-        "contexts": [
-            {
-                "name": "fake",
-                "context": {"cluster": "fake", "user": "fake", "namespace": namespace},
-            }
-        ],
-        "current-context": "fake",
-    }
+        "contexts": [{"name": "fake", "context": context}],
+    }  # fmt: skip
     target = Path(path)
     target.write_text(json.dumps(config, indent=2), encoding="utf-8")
     return target

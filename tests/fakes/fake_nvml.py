@@ -184,22 +184,14 @@ class _DeviceHandle:
     __slots__ = ("_gpu", "_slot")
 
     def __init__(self, gpu: int, slot: int | None = None) -> None:
-        self._gpu = gpu
-        self._slot = slot
-
-    def __repr__(self) -> str:
-        return "<c_nvmlDevice_t>"
+        self._gpu, self._slot = gpu, slot
 
 
 class _GpuInstanceHandle:
     __slots__ = ("_gi_id", "_gpu")
 
     def __init__(self, gpu: int, gi_id: int) -> None:
-        self._gpu = gpu
-        self._gi_id = gi_id
-
-    def __repr__(self) -> str:
-        return "<c_nvmlGpuInstance_t>"
+        self._gpu, self._gi_id = gpu, gi_id
 
 
 T = TypeVar("T")
@@ -233,22 +225,14 @@ _COPIED = {name: getattr(real, name) for name in dir(real) if name.startswith(_C
 
 class FakeNvml:
     def __init__(
-        self,
-        gpus: Iterable[FakeGpu] = (),
-        *,
-        driver_version: str | bytes = "550.54.15",
-        cuda_version: int = 12040,
-        library_missing: bool = False,
-        init_error: int | None = None,
-        bytes_strings: bool = False,
-        missing_symbols: Iterable[str] = (),
+        self, gpus: Iterable[FakeGpu] = (), *, driver_version: str | bytes = "550.54.15",
+        cuda_version: int = 12040, library_missing: bool = False, init_error: int | None = None,
+        bytes_strings: bool = False, missing_symbols: Iterable[str] = (),
         missing_functions: Iterable[str] = (),
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.gpus = list(gpus)
-        self.driver_version = driver_version
-        self.cuda_version = cuda_version
-        self.library_missing = library_missing
-        self.init_error = init_error
+        self.driver_version, self.cuda_version = driver_version, cuda_version
+        self.library_missing, self.init_error = library_missing, init_error
         self.bytes_strings = bytes_strings
         self.missing_symbols = set(missing_symbols)  # FUNCTION_NOT_FOUND (old driver)
         # GPU index pairs (low, high) -> NVML_TOPOLOGY_* / NVML_P2P_STATUS_* for NVLink;
