@@ -112,7 +112,8 @@ def publish_nodefeature(plane: ControlPlane, node: str, tmp_path: Path) -> str |
         return "labels not updated"
     if [ref["kind"] for ref in obj["metadata"].get("ownerReferences", [])] != ["DaemonSet", "Pod"]:
         return "owner references missing"
-    # the daemon watches its object (list, watch) and creates it again at once
+    # the daemon watches its object (the WatchList, or list and watch) and creates it again
+    # at once
     args = nf_args(plane, tmp_path, node, "--pod-name", pod_name)
     return repair_nodefeature(plane, node, tmp_path, args, nodefeature_path(node))
 
@@ -124,6 +125,9 @@ MODES: dict[str, tuple[str, Mode]] = {
     "nodefeature": ("nodefeature", publish_nodefeature),
 }
 SURPLUS: dict[str, str] = {}
+#: rules only a server without the WatchList needs: there the watch lists its object first;
+#: where the server serves it (not v1.20), the watch reads the object with `watch` alone
+LIST_BEFORE_WATCH_LIST = {"node-labels:nodes:list", "nodefeature:nfd.k8s-sigs.io/nodefeatures:list"}
 
 
 def cases() -> Iterator[Any]:
@@ -181,4 +185,7 @@ def test_every_rule_is_needed(
     finally:
         gfd_rbac.apply(removal.role())
         gfd_rbac.wait_for(f"{removal.id} granted again", gfd_may)
+    if removal.id in LIST_BEFORE_WATCH_LIST and gfd_rbac.version != "v1.20.2":
+        assert problem is None, problem  # kept for the servers without it, proven there
+        return
     assert problem is not None, f"{mode} still works without {removal.id}: the rule is surplus"
