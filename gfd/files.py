@@ -233,12 +233,7 @@ def _abandoned(directory: int, name: str) -> bool:
     except UnreadableFileError:
         return False
     try:
-        opened = os.fstat(fd)
-        if opened.st_uid != os.geteuid():
-            return False
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live writer holds it
-        now = os.stat(name, dir_fd=directory, follow_symlinks=False)
-        if (now.st_dev, now.st_ino) != (opened.st_dev, opened.st_ino):
+        if not abandoned_here(fd, name, directory):
             return False
         os.unlink(name, dir_fd=directory)
         return True
@@ -246,3 +241,14 @@ def _abandoned(directory: int, name: str) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def abandoned_here(fd: int, name: str, directory: int) -> bool:
+    """Whether the file open as ``fd`` is this user's, held by no live gfd (its lock is
+    taken now; OSError when someone holds it) and still the one named ``name`` in the
+    directory open as ``directory``: what may be removed as a dead gfd's leftover."""
+    opened = os.fstat(fd)
+    if opened.st_uid != os.geteuid():
+        return False
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return os.path.samestat(opened, os.stat(name, dir_fd=directory, follow_symlinks=False))

@@ -31,6 +31,8 @@ import re
 import shutil
 import tempfile
 
+from gfd.files import abandoned_here
+
 #: where a descriptor of this process can be opened again by path
 _FD_DIRECTORIES = ("/proc/self/fd", "/dev/fd")
 
@@ -175,11 +177,7 @@ def _reclaim(parent: int, name: str) -> bool:
     except OSError:  # a file, a symbolic link, gone: not one of these directories
         return False
     try:
-        opened = os.fstat(fd)
-        if opened.st_uid != os.geteuid():
-            return False
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # OSError: a live gfd holds it
-        if not os.path.samestat(opened, os.stat(name, dir_fd=parent, follow_symlinks=False)):
+        if not abandoned_here(fd, name, parent):
             return False
         with os.scandir(fd) as entries:
             for entry in [entry.name for entry in entries]:
