@@ -87,6 +87,22 @@ class Keyed:
     tmpdir: Path
     env: dict[str, str]
 
+    @property
+    def daemon_args(self) -> tuple[str, ...]:
+        """A node-labels daemon that authenticates with the key, a pass a second."""
+        return (
+            "--use-node-labels", "--node-name", "n1", "--kubeconfig", self.kubeconfig,
+            "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s",
+        )  # fmt: skip
+
+
+def shimmed(tmp_path: Path, source: str, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with ``source`` as the sitecustomize every gfd process then runs first."""
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(source)
+    return {**env, "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}"}
+
 
 @pytest.fixture(params=["kubeconfig", "exec"])
 def keyed(
@@ -119,14 +135,8 @@ def test_a_daemon_never_puts_the_key_on_disk_however_it_ends(
 ) -> None:
     tmpdir, env, key = keyed.tmpdir, keyed.env, keyed.key
     if ending == "watchdog":
-        shim = tmp_path / "shim"
-        shim.mkdir()
-        (shim / "sitecustomize.py").write_text(DEAF_TO_STOPS)
-        env["PYTHONPATH"] = f"{shim}{os.pathsep}{ROOT}"
-    daemon = Daemon(
-        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
-        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=env,
-    )  # fmt: skip
+        env = shimmed(tmp_path, DEAF_TO_STOPS, env)
+    daemon = Daemon(*keyed.daemon_args, env=env)
     try:
         daemon.wait_for("pass finished")
         assert authenticated(tls_api), daemon.log()
@@ -167,10 +177,7 @@ def test_a_crash_dumps_no_core_holding_the_key(
     with it, wherever the node's core pattern says: gfd allows itself no core dump."""
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    daemon = DumpingDaemon(
-        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
-        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=keyed.env, cwd=cwd,
-    )  # fmt: skip
+    daemon = DumpingDaemon(*keyed.daemon_args, env=keyed.env, cwd=cwd)
     try:
         daemon.wait_for("pass finished")
         assert authenticated(tls_api), daemon.log()
@@ -272,14 +279,8 @@ def test_without_memfd_no_key_outlives_a_killed_gfd_and_the_next_one(
     """SIGKILL while the key is held: either it never had a name (an unnamed file, gone
     with the process), or it sits in a folder that the next gfd to start removes (its lock
     went with the killed process)."""
-    shim = tmp_path / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(WITHOUT[missing])
-    env = {**keyed.env, "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}"}
-    daemon = Daemon(
-        "--use-node-labels", "--node-name", "n1", "--kubeconfig", keyed.kubeconfig,
-        "--snapshot-file", SNAPSHOT, "--sleep-interval", "1s", env=env,
-    )  # fmt: skip
+    env = shimmed(tmp_path, WITHOUT[missing], keyed.env)
+    daemon = Daemon(*keyed.daemon_args, env=env)
     try:
         daemon.wait_for("pass finished")
         assert authenticated(tls_api), daemon.log()
