@@ -216,6 +216,42 @@ def test_an_exec_credential_is_renewed_when_it_expires(api: FakeApiServer, tmp_p
     assert runs.read_text() == "run\n" * 2
 
 
+def test_two_clients_never_run_the_plugin_at_once(api: FakeApiServer, tmp_path: Path) -> None:
+    """The pass's client and a watch's share a plugin: a second run that starts while the
+    first has printed its token, unread yet, could quote that token unredacted; it waits."""
+    import threading
+
+    from tests.fakes.waits import client_without_waits
+
+    ran, go = tmp_path / "ran", tmp_path / "go"
+    command = write_plugin(
+        tmp_path,
+        f"if [ -e {ran} ]; then echo 'my token was {TOKEN}' >&2; exit 1; fi\n"
+        f"touch {ran}\necho '{exec_credential(TOKEN)}'\n"
+        f"for i in $(seq 100); do [ -e {go} ] && exit 0; sleep 0.05; done\n",
+    )
+    kubeconfig = exec_kubeconfig(api, tmp_path, command)
+    first = client_without_waits(kubeconfig, budget=10.0)
+    second = client_without_waits(kubeconfig, budget=0.5)
+    running = threading.Thread(target=get_node, args=(first,))
+    running.start()
+    try:
+        for _ in range(200):
+            if ran.exists():
+                break
+            threading.Event().wait(0.05)
+        with pytest.raises(PublishError) as waited:
+            get_node(second)  # while the first run is still running
+    finally:
+        go.touch()
+        running.join()
+    assert "its run for another request has not ended" in str(waited.value)
+    assert TOKEN not in str(waited.value)
+    with pytest.raises(PublishError) as quoted:
+        get_node(second)  # once the first run has ended: its token is remembered
+    assert "my token was ***" in str(quoted.value)
+
+
 @pytest.mark.parametrize(
     ("config", "words"),
     [
@@ -250,6 +286,33 @@ def test_a_plugin_is_given_no_more_than_the_request_deadline(
         get_node(client)
     assert "gave up" not in str(raised.value)  # not retried within the operation
     assert api.requests == []
+
+
+def test_a_credential_written_just_before_the_deadline_is_read_and_so_remembered(
+    tmp_path: Path,
+) -> None:
+    """A plugin stopped at its deadline may have printed its token an instant before, and
+    its next run may quote it on stderr: what waits unread in its pipe is read all the same
+    (and so remembered for redaction), after the plugin is killed."""
+    import select
+    import signal
+    import subprocess
+    import time
+
+    from gfd.kube import exec_plugin
+
+    command = write_plugin(tmp_path, f"echo '{exec_credential(TOKEN)}'\nexec sleep 1000\n")
+    pipe = subprocess.PIPE
+    process = subprocess.Popen([command], stdout=pipe, stderr=pipe, start_new_session=True)
+    try:
+        assert process.stdout is not None
+        select.select([process.stdout], [], [], 30)  # the credential waits in the pipe
+        stdout, _, status = exec_plugin._collect(process, deadline=time.monotonic())
+        assert process.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        exec_plugin._end_group(process)
+    assert status is None  # stopped at the deadline, not a success
+    assert stdout is not None and json.loads(stdout)["status"]["token"] == TOKEN
 
 
 def test_a_server_message_is_quoted_without_control_characters(

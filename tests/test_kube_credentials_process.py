@@ -315,7 +315,8 @@ def test_a_plugin_that_never_exits_is_killed_with_everything_it_started(
     command = write_plugin(tmp_path, f"sleep 1000 &\necho $$ $! >> {pids}\nwait\n")
     daemon = exec_daemon(api, tmp_path, metered, command)
     failures = failed_passes(daemon, 2)
-    assert "no answer before the request's deadline; it was stopped" in failures[0]["error"]
+    # the pass's own run, or the watch's that it waited for: the same deadline's words
+    assert "no answer before the request's deadline" in failures[0]["error"]
     first_run = [int(pid) for pid in pids.read_text().split()[:2]]
     assert daemon.stop() == 0
     assert not any(alive(pid) for pid in first_run)

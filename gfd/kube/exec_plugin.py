@@ -11,6 +11,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -124,6 +125,26 @@ class ExecPlugin(CredentialSource):
         if deadline is None:
             deadline = time.monotonic() + REQUEST_TIMEOUT_SECONDS
         what = f"exec plugin {describe(self._name)} ({self._where})"
+        # one run of a plugin at a time, whichever client (a pass's, a watch's) asks, as
+        # client-go shares one authenticator per plugin: a run that starts while another
+        # has printed its token but not yet been read could quote that token on stderr
+        # before it is remembered, and so unredacted
+        lock = _run_lock((self.command, *self.args))
+        with interrupt.interruptible():
+            taken = lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        if not taken:
+            raise CredentialError(
+                f"{what}: no answer before the request's deadline; its run for another"
+                " request has not ended"
+            )
+        try:
+            return self._run_alone(deadline, what)
+        finally:
+            lock.release()
+
+    def _run_alone(
+        self, deadline: float, what: str
+    ) -> tuple[str, tuple[str, str] | None, float | None]:
         env = {**os.environ, **self.env, "KUBERNETES_EXEC_INFO": self._request()}
         process: subprocess.Popen[bytes] | None = None
         try:
@@ -292,25 +313,46 @@ def _collect(
             break
         left = deadline - time.monotonic()
         if left <= 0:
-            return bytes(stdout), bytes(stderr), None
+            # what it wrote before it was stopped is read all the same: a credential it
+            # printed just then must be remembered, or its next run's stderr could quote
+            # the token unredacted
+            _kill_group(process.pid)
+            # a bounded number of reads: a helper that escaped the group may write for ever
+            for _ in range(MAX_EXEC_OUTPUT_BYTES // 65536 + 2):
+                if not open_fds or not _read_ready(open_fds, out, stdout, stderr, 0):
+                    break
+            over = len(stdout) > MAX_EXEC_OUTPUT_BYTES
+            return None if over else bytes(stdout), bytes(stderr), None
         # short waits while running: its exit is seen by polling, not by a signal; once
         # it has exited, no wait at all: only what is already in the pipes is read
-        ready, _, _ = select.select(list(open_fds), [], [], 0 if exited else min(left, 0.05))
-        if exited and not ready:
+        read = _read_ready(open_fds, out, stdout, stderr, 0 if exited else min(left, 0.05))
+        if len(stdout) > MAX_EXEC_OUTPUT_BYTES:
+            return None, bytes(stderr), 0
+        if exited and not read:
             break
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-            elif fd == out:
-                stdout += chunk
-                if len(stdout) > MAX_EXEC_OUTPUT_BYTES:
-                    return None, bytes(stderr), 0
-            else:
-                stderr += chunk
-                del stderr[:-EXEC_STDERR_KEPT_BYTES]
     status = process.wait()
     return bytes(stdout), bytes(stderr), status
+
+
+def _read_ready(
+    open_fds: set[int], out: int, stdout: bytearray, stderr: bytearray, wait: float
+) -> bool:
+    """Read once from each of the pipes ready within ``wait`` seconds (a pipe at its end is
+    dropped from ``open_fds``); whether any was ready.  Reading stops short once stdout is
+    over its limit, and only the end of stderr is kept."""
+    ready, _, _ = select.select(list(open_fds), [], [], wait)
+    for fd in ready:
+        if len(stdout) > MAX_EXEC_OUTPUT_BYTES:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            open_fds.discard(fd)
+        elif fd == out:
+            stdout += chunk
+        else:
+            stderr += chunk
+            del stderr[:-EXEC_STDERR_KEPT_BYTES]
+    return bool(ready)
 
 
 def _exited(pid: int) -> bool:
@@ -320,6 +362,16 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
+
+
+_RUN_LOCKS: dict[tuple[str, ...], threading.Lock] = {}
+_RUN_LOCKS_GUARD = threading.Lock()
+
+
+def _run_lock(command: tuple[str, ...]) -> threading.Lock:
+    """The lock that one plugin's runs (its command line) take, one at a time."""
+    with _RUN_LOCKS_GUARD:
+        return _RUN_LOCKS.setdefault(command, threading.Lock())
 
 
 #: the plugins running now, by pid (= process group): killed at exit, whichever thread
