@@ -215,7 +215,8 @@ def test_the_slices_watch_under_faults_keeps_the_pool_and_comes_back(
     reader, wakes = watched
     _publish(api, slices_for(node(gpu(0), gpu(1)), NODE))
     eventually(lambda: reader.watching and api.open_watches == 1, "the watch")
-    assert len(reader.snapshot().gpus) == 2
+    # the watch may have listed before the slice was published: its event comes after
+    eventually(lambda: len(reader.snapshot().gpus) == 2, "the pool in the cache")
     api.inject(SLICE_WATCH_FAULTS[fault]())
     with api.down():  # ends the stream in progress: the next ones meet the fault
         eventually(lambda: api.open_watches == 0, "the stream to end")

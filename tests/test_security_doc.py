@@ -102,7 +102,7 @@ ALLOWED_OPENS = {
     ("gfd/interrupt.py", "_drain"): "its own self-pipe",
     ("gfd/signals.py", "_watch"): "its own self-pipe",
     ("gfd/logsink.py", "_hold_with_devnull"): "/dev/null put in place of a stderr that is gone",
-    ("gfd/kube/exec_plugin.py", "_collect"): "a credential plugin's pipes, under a deadline",
+    ("gfd/kube/exec_plugin.py", "_read_ready"): "a credential plugin's pipes, under a deadline",
     ("gfd/kube/secret_files.py", "_on_disk"): (
         "its own new file (O_CREAT | O_EXCL | O_NOFOLLOW), only where no nameless file can be made"
     ),
