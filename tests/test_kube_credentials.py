@@ -315,6 +315,30 @@ def test_a_credential_written_just_before_the_deadline_is_read_and_so_remembered
     assert stdout is not None and json.loads(stdout)["status"]["token"] == TOKEN
 
 
+def test_a_token_in_output_cut_short_at_the_deadline_is_remembered(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """A plugin stopped at its deadline mid-write left no ExecCredential, but a whole token
+    string: its next run may quote it on stderr, and that is redacted."""
+    from tests.fakes.waits import client_without_waits
+
+    ran = tmp_path / "ran"
+    cut = exec_credential(TOKEN).rsplit("}", 2)[0]  # the token's string is whole
+    command = write_plugin(
+        tmp_path,
+        f"if [ -e {ran} ]; then echo 'my token was {TOKEN}' >&2; exit 1; fi\n"
+        f"printf '%s' '{cut}'\ntouch {ran}\nexec sleep 1000\n",
+    )
+    client = client_without_waits(exec_kubeconfig(api, tmp_path, command), budget=1.0)
+    with pytest.raises(PublishError, match="no answer before the request's deadline"):
+        get_node(client)
+    assert ran.exists()
+    with pytest.raises(PublishError) as quoted:
+        get_node(client)
+    assert "my token was ***" in str(quoted.value)
+    assert TOKEN not in str(quoted.value)
+
+
 def test_a_server_message_is_quoted_without_control_characters(
     api: FakeApiServer, tmp_path: Path
 ) -> None:

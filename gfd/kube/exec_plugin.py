@@ -8,6 +8,7 @@ import atexit
 import contextlib
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -240,10 +241,27 @@ def _remember_written(source: str, stdout: bytes) -> None:
     try:
         status = json.loads(stdout).get("status")
     except (ValueError, RecursionError, AttributeError):
+        # output cut short (a plugin stopped at its deadline mid-write) or not an object:
+        # whatever complete token or key string it holds is held all the same
+        text = stdout.decode("utf-8", "replace")
+        cut = [_json_string(match) for match in _SECRET_FIELD.findall(text)]
+        redaction.remember(source, *(value for value in cut if value))
         return
     if isinstance(status, dict):
         found = (status.get("token"), status.get("clientKeyData"))
         redaction.remember(source, *(value for value in found if isinstance(value, str)))
+
+
+#: a token or client key field with its whole string value, wherever it stands in a text
+_SECRET_FIELD = re.compile(r'"(?:token|clientKeyData)"\s*:\s*("(?:[^"\\]|\\.)*")')
+
+
+def _json_string(literal: str) -> str | None:
+    try:
+        value = json.loads(literal)
+    except ValueError:  # an escape JSON does not know
+        return None
+    return value if isinstance(value, str) else None
 
 
 def _cluster_info(cluster: Mapping[str, Any] | None) -> dict[str, Any]:
