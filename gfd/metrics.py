@@ -363,6 +363,10 @@ class _Handler(BaseHTTPRequestHandler):
     #: a connection that sends nothing is closed after this long
     timeout = CONNECTION_TIMEOUT_SECONDS
 
+    def version_string(self) -> str:
+        # gfd's name alone: the interpreter's version would tell a scanner what to try
+        return self.server_version
+
     def setup(self) -> None:
         # the timeout above bounds each read; a client trickling its request a byte at a
         # time would pass every one of them, so the whole connection has a deadline too

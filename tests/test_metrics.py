@@ -52,6 +52,10 @@ def metrics(clock: Clock) -> Iterator[PrometheusMetrics]:
 def test_port_zero_binds_a_free_port(metrics: PrometheusMetrics) -> None:
     assert metrics.port > 0
     assert get(metrics, "/nope")[0] == 404
+    # the listener names gfd alone: the interpreter's version would tell a scanner which
+    # of its flaws to try
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics.port}/healthz", timeout=10) as r:
+        assert r.headers["Server"] == f"gfd/{__version__}"
 
 
 def test_metrics_carry_the_spec_names(metrics: PrometheusMetrics) -> None:
