@@ -420,3 +420,11 @@ def test_an_impossible_device_count_fails_the_pass(sysfs: FakeSysfs, count: int)
 
     with pytest.raises(DiscoveryError, match=f"cuDeviceGetCount reported {count} devices"):
         discover(settings_for(sysfs, "tegra"), cuda=Lying([ORIN]))
+
+
+def test_a_negative_cuda_version_fails_the_pass(sysfs: FakeSysfs) -> None:
+    """A C int no label and no snapshot can hold: one error, never a half-labelled version."""
+    fake = FakeCuda([ORIN])
+    fake.driver_version = -1
+    with pytest.raises(DiscoveryError, match="cuDriverGetVersion reported version -1"):
+        discover(settings_for(sysfs, "tegra"), cuda=fake)

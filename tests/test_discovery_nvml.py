@@ -89,6 +89,18 @@ def test_one_plain_gpu(settings: Settings) -> None:
     assert fake.init_depth == 0
 
 
+@pytest.mark.parametrize("cuda", [-1, -12040])
+def test_a_negative_cuda_version_fails_the_pass(settings: Settings, cuda: int) -> None:
+    """A C int no label and no snapshot can hold (the runtime labels would come out half
+    made, and --dump-snapshot would write what --snapshot-file refuses): one error."""
+    fake = FakeNvml([plain_gpu()], cuda_version=cuda)
+    with pytest.raises(
+        DiscoveryError, match=f"nvmlSystemGetCudaDriverVersion reported version {cuda}$"
+    ):
+        discover(settings, nvml=fake.module)
+    assert fake.init_depth == 0  # NVML shut down all the same
+
+
 def test_old_bindings_returning_bytes(settings: Settings) -> None:
     fake = FakeNvml([plain_gpu(uuid="GPU-b", name="Tesla T4")], bytes_strings=True)
     found = discover(settings, nvml=fake.module)

@@ -106,6 +106,8 @@ def read(lib: Any) -> tuple[Driver, tuple[Gpu, ...]]:
         )
     version = ctypes.c_int(0)
     _check(lib, "cuDriverGetVersion", ctypes.byref(version))
+    if version.value < 0:  # no label, nor a snapshot, can hold it
+        raise DiscoveryError(f"cuDriverGetVersion reported version {version.value}")
     count = ctypes.c_int(0)
     _check(lib, "cuDeviceGetCount", ctypes.byref(count))
     if not 0 <= count.value <= MAX_GPUS:

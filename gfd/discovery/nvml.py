@@ -251,6 +251,8 @@ class _NvmlReader:
             count = int(self._call("nvmlDeviceGetCount"))
         except self._error_type as err:
             raise DiscoveryError(f"NVML error in {self._current}: {err}") from None
+        if driver.cuda < 0:  # a C int: no label, nor a snapshot, can hold a negative one
+            raise DiscoveryError(f"nvmlSystemGetCudaDriverVersion reported version {driver.cuda}")
         gpus = []
         lost = []
         for index in range(count):
