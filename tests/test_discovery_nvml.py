@@ -101,6 +101,27 @@ def test_a_negative_cuda_version_fails_the_pass(settings: Settings, cuda: int) -
     assert fake.init_depth == 0  # NVML shut down all the same
 
 
+@pytest.mark.parametrize(("answer", "held"), [((8, -5), (8, -1)), ((-7, 0), (-1, 0))])
+def test_a_compute_capability_below_0_is_unknown(
+    settings: Settings, answer: tuple[int, int], held: tuple[int, int]
+) -> None:
+    """C ints: a part below 0 is held as upstream's unknown, -1, which a snapshot holds
+    (--dump-snapshot's output reads back) and no label shows; the rest is labelled."""
+    from gfd import snapshot as snapshot_format
+    from gfd.config import Config
+    from gfd.labels import build
+
+    fake = FakeNvml([plain_gpu(compute_capability=answer)])
+    found = discover(settings, nvml=fake.module)
+    capability = found.gpus[0].compute_capability
+    assert (capability.major, capability.minor) == held
+    assert snapshot_format.loads(snapshot_format.dumps(found)) == found
+    labels = build(found, "none", Config(), None).labels
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
+    assert "nvidia.com/gpu.compute.minor" not in labels
+    assert ("nvidia.com/gpu.compute.major" in labels) == (held[0] >= 0)
+
+
 def test_old_bindings_returning_bytes(settings: Settings) -> None:
     fake = FakeNvml([plain_gpu(uuid="GPU-b", name="Tesla T4")], bytes_strings=True)
     found = discover(settings, nvml=fake.module)

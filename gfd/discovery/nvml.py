@@ -288,14 +288,19 @@ class _NvmlReader:
         pci = self._call("nvmlDeviceGetPciInfo", handle)
         self._bus_id = normalize_bus_id(read_text(lambda: pci.busId))
         total_bytes = self._total_memory(handle)
-        major, minor = self._call("nvmlDeviceGetCudaComputeCapability", handle)
+        major, minor = (
+            int(part) for part in self._call("nvmlDeviceGetCudaComputeCapability", handle)
+        )
+        if min(major, minor) < -1:  # C ints: a part below 0 is unknown, which is -1
+            _log().warning("gpu compute capability unknown", gpu=index, answer=f"{major}.{minor}")
+            major, minor = max(major, -1), max(minor, -1)
         return Gpu(
             index=index,
             uuid=uuid_text,
             name=name,
             pci_bus_id=self._bus_id,
             memory_mib=None if total_bytes is None else total_bytes // (1 << 20),
-            compute_capability=ComputeCapability(major=int(major), minor=int(minor)),
+            compute_capability=ComputeCapability(major=major, minor=minor),
             mig=self._mig(handle, total_bytes),
             fabric=self._fabric(handle),
         )
