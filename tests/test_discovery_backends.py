@@ -428,3 +428,13 @@ def test_a_negative_cuda_version_fails_the_pass(sysfs: FakeSysfs) -> None:
     fake.driver_version = -1
     with pytest.raises(DiscoveryError, match="cuDriverGetVersion reported version -1"):
         discover(settings_for(sysfs, "tegra"), cuda=fake)
+
+
+def test_a_compute_capability_below_0_is_unknown(sysfs: FakeSysfs) -> None:
+    """As from NVML: a part below 0 is -1, which a snapshot holds and reads back."""
+    from gfd import snapshot as snapshot_format
+
+    found = discover(settings_for(sysfs, "tegra"), cuda=FakeCuda([replace(ORIN, minor=-9)]))
+    capability = found.gpus[0].compute_capability
+    assert (capability.major, capability.minor) == (8, -1)
+    assert snapshot_format.loads(snapshot_format.dumps(found)) == found

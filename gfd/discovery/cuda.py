@@ -129,7 +129,7 @@ def read(lib: Any) -> tuple[Driver, tuple[Gpu, ...]]:
                 handle,
                 device=index,
             )
-            capability.append(value.value)
+            capability.append(max(value.value, -1))  # below 0: unknown, as from NVML
         total = ctypes.c_size_t(0)
         # the _v2 entry point takes a size_t (cuda.h maps cuDeviceTotalMem to it)
         memory_ok = _call(lib, "cuDeviceTotalMem_v2", ctypes.byref(total), handle) == SUCCESS
