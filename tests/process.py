@@ -138,6 +138,16 @@ def http_get(port: int, path: str) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
+def eventually(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+    """Poll ``condition`` (a guard of ``limit`` seconds against a hung test, not a timing
+    assertion)."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.02)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -22,13 +22,13 @@ from tests.dra_slices import slices_for
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.helpers import H100, gpu, node
 from tests.loop import RecordedMetrics
-from tests.process import ROOT, Daemon, assert_refused, run_gfd
+from tests.process import ROOT, Daemon, assert_refused, eventually, run_gfd
 from tests.test_discovery_dra import (
     PROFILES,
     mock_lib,  # noqa: F401 (the fixture)
     nvml_snapshot,
 )
-from tests.test_watch import PATIENCE, eventually
+from tests.test_watch import PATIENCE
 
 NODE = "n1"
 pytestmark = pytest.mark.timeout(180)

@@ -31,7 +31,7 @@ from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION, NFD_FEATURE_LABELS
 from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION
 from gfd.settings import resolve
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon
+from tests.process import ROOT, Daemon, eventually
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
 HGX = str(Path(ROOT) / "examples" / "snapshots" / "hgx-h100-nvswitch.yaml")
@@ -39,14 +39,6 @@ HGX = str(Path(ROOT) / "examples" / "snapshots" / "hgx-h100-nvswitch.yaml")
 PATIENCE = 30.0
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def eventually(condition: Callable[[], bool], what: str, limit: float = PATIENCE) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 class Seen:
