@@ -136,19 +136,16 @@ def test_gos_boolean_words_in_flags_and_variables(args: list[str], env: dict[str
     assert result.stdout == DGX_LABELS
 
 
-@pytest.mark.parametrize(
-    ("args", "named"),
-    [
-        (["-oneshot", "false"], "-oneshot false: a boolean flag takes its value as -oneshot=false"),
-        (["-ofile"], "no such option: -ofile"),
-        (["---oneshot"], "bad flag syntax: ---oneshot"),
-        (["-o", "a", "--output-file", "b"], "cannot use two forms of the same flag: -o and"),
-        (["-oneshot=tRuE"], "-oneshot 'tRuE'"),
-        (["--mig-strategy=MIXED"], "--mig-strategy 'MIXED'"),
-        (["-v=maybe"], "-v 'maybe'"),
-        (["-h=tRuE"], "-h 'tRuE'"),
-    ],
-)
+@pytest.mark.parametrize(("args", "named"), [
+    (["-oneshot", "false"], "-oneshot false: a boolean flag takes its value as -oneshot=false"),
+    (["-ofile"], "no such option: -ofile"),
+    (["---oneshot"], "bad flag syntax: ---oneshot"),
+    (["-o", "a", "--output-file", "b"], "cannot use two forms of the same flag: -o and"),
+    (["-oneshot=tRuE"], "-oneshot 'tRuE'"),
+    (["--mig-strategy=MIXED"], "--mig-strategy 'MIXED'"),
+    (["-v=maybe"], "-v 'maybe'"),
+    (["-h=tRuE"], "-h 'tRuE'"),
+])  # fmt: skip
 def test_what_upstreams_grammar_refuses_is_refused(args: list[str], named: str) -> None:
     result = run_gfd_here(*args, env={"GFD_SNAPSHOT_FILE": DGX})
     assert result.returncode == 2

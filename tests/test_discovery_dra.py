@@ -167,15 +167,12 @@ def test_a_hostile_product_name_is_labelled_safely() -> None:
     assert len(product) <= 63 and product.isascii() and "\n" not in product
 
 
-@pytest.mark.parametrize(
-    ("changes", "named"),
-    [
-        ({"productName": None}, "productName"),
-        ({"cudaComputeCapability": {"version": "x"}}, "cudaComputeCapability"),
-        ({"uuid": {"int": 3}}, "uuid"),
-        ({"productName": {"string": "A" * 5000}}, "longer than the limit"),
-    ],
-)
+@pytest.mark.parametrize(("changes", "named"), [
+    ({"productName": None}, "productName"),
+    ({"cudaComputeCapability": {"version": "x"}}, "cudaComputeCapability"),
+    ({"uuid": {"int": 3}}, "uuid"),
+    ({"productName": {"string": "A" * 5000}}, "longer than the limit"),
+])  # fmt: skip
 def test_a_bad_attribute_fails_the_pass_in_one_line(changes: dict[str, object], named: str) -> None:
     with pytest.raises(DiscoveryError) as caught:
         dra.to_snapshot(_one_device(**changes))

@@ -78,15 +78,11 @@ def _padded(pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
 POOL = slices_for(node(gpu(0), gpu(1), gpu(2), gpu(3)), NODE, split=4)
 
 
-@pytest.mark.parametrize(
-    ("server", "said"),
-    [
-        (lambda: _paged([[item] for item in _padded(copy.deepcopy(POOL))]), "MiB"),
-        (lambda: _paged([POOL], loop=True), "more than 1600 slices"),
-        (lambda: _paged([POOL], endless=True), "more than 1600 slices"),
-    ],
-    ids=["bytes", "looping-token", "endless-tokens"],
-)
+@pytest.mark.parametrize(("server", "said"), [
+    (lambda: _paged([[item] for item in _padded(copy.deepcopy(POOL))]), "MiB"),
+    (lambda: _paged([POOL], loop=True), "more than 1600 slices"),
+    (lambda: _paged([POOL], endless=True), "more than 1600 slices"),
+], ids=["bytes", "looping-token", "endless-tokens"])  # fmt: skip
 def test_a_list_past_what_any_node_takes_fails_the_pass_in_one_line(server: Any, said: str) -> None:
     with pytest.raises(DiscoveryError) as caught:
         dra_source.SliceReader(NODE, server()).snapshot()

@@ -494,10 +494,9 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
 # ----------------------------------------------------------------- the server address
 
 
-@pytest.mark.parametrize(
-    "server",
-    ["ftp://127.0.0.1:6443", "127.0.0.1:6443", "unix:///run/kube.sock", "http://", "https://:0"],
-)
+@pytest.mark.parametrize("server", [
+    "ftp://127.0.0.1:6443", "127.0.0.1:6443", "unix:///run/kube.sock", "http://", "https://:0",
+])  # fmt: skip
 def test_a_server_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path, server: str) -> None:
     path = write_kubeconfig(tmp_path / "kubeconfig", server)
     with pytest.raises(UsageError, match="not an http:// or https:// URL"):

@@ -448,11 +448,9 @@ def fifo(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    "text",
-    [alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n"],
-    ids=["alias-bomb", "deep", "duplicate-key"],
-)
+@pytest.mark.parametrize("text", [
+    alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n",
+], ids=["alias-bomb", "deep", "duplicate-key"])  # fmt: skip
 def test_hostile_kubeconfig_is_refused_before_the_client_reads_it(
     tmp_path: Path, text: str
 ) -> None:

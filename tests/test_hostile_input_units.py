@@ -181,29 +181,23 @@ def test_describe_is_short_for_any_value() -> None:
         assert len(documents.describe(value)) <= 200
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n", {"a": 1, "b": 3}),
-        ("x: &x 5\ny: *x\n", 5),
-    ],
-)
+@pytest.mark.parametrize(("text", "expected"), [
+    ("base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n", {"a": 1, "b": 3}),
+    ("x: &x 5\ny: *x\n", 5),
+])  # fmt: skip
 def test_anchors_and_merge_keys_still_work(text: str, expected: object) -> None:
     document = documents.parse_yaml(text, "doc", ConfigError)
     assert document[list(document)[-1]] == expected
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("a: !!python/object/apply:os.system [ls]\n", "unsupported tag"),
-        ("a: !!set {x}\n", "unsupported tag"),
-        ("a: &a [*a]\n", "unknown alias"),
-        ("a: 1\n---\nb: 2\n", "one document"),
-        ("a:\n  b: 1\n  c: 2\n  b: 3\n", "a.b: duplicate key 'b'"),
-        ("a: " + "9" * 101 + "\n", "a: a number of 101 characters"),
-    ],
-)
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: !!python/object/apply:os.system [ls]\n", "unsupported tag"),
+    ("a: !!set {x}\n", "unsupported tag"),
+    ("a: &a [*a]\n", "unknown alias"),
+    ("a: 1\n---\nb: 2\n", "one document"),
+    ("a:\n  b: 1\n  c: 2\n  b: 3\n", "a.b: duplicate key 'b'"),
+    ("a: " + "9" * 101 + "\n", "a: a number of 101 characters"),
+])  # fmt: skip
 def test_yaml_documents_outside_the_rules_are_refused(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         documents.parse_yaml(text, "doc", ConfigError)

@@ -363,16 +363,12 @@ def test_sigterm_during_a_plugin_call_ends_gfd_and_the_plugin(
 # ----------------------------------------------------------------- auth providers
 
 
-@pytest.mark.parametrize(
-    "provider",
-    [
-        {"name": "gcp"},
-        {"name": "azure", "config": {"access-token": TOKEN}},
-        {"name": "oidc", "config": {"id-token": TOKEN, "idp-issuer-url": "http://127.0.0.1:9"}},
-        {"name": "gcp", "config": {"cmd-path": "/bin/sleep", "cmd-args": "1000"}},
-    ],
-    ids=["gcp", "azure", "oidc", "gcp-cmd-path"],
-)
+@pytest.mark.parametrize("provider", [
+    {"name": "gcp"},
+    {"name": "azure", "config": {"access-token": TOKEN}},
+    {"name": "oidc", "config": {"id-token": TOKEN, "idp-issuer-url": "http://127.0.0.1:9"}},
+    {"name": "gcp", "config": {"cmd-path": "/bin/sleep", "cmd-args": "1000"}},
+], ids=["gcp", "azure", "oidc", "gcp-cmd-path"])  # fmt: skip
 @pytest.mark.parametrize("mode", ["--oneshot", "--cleanup"])
 def test_an_auth_provider_is_one_usage_error(
     api: FakeApiServer, tmp_path: Path, provider: dict[str, Any], mode: str

@@ -92,13 +92,10 @@ def test_clique_when_all_attached_gpus_agree() -> None:
     assert labels[P + "gpu.clique"] == "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1"
 
 
-@pytest.mark.parametrize(
-    "other",
-    [
-        Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 2),
-        Fabric("00000000-0000-0000-0000-000000000001", 1),
-    ],
-)
+@pytest.mark.parametrize("other", [
+    Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 2),
+    Fabric("00000000-0000-0000-0000-000000000001", 1),
+])  # fmt: skip
 def test_clique_omitted_with_a_warning_when_gpus_disagree(other: Fabric) -> None:
     fabric = Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 1)
     result = build(node(gpu(0, fabric=fabric), gpu(1, fabric=other)), "none", Config(), None)
@@ -143,16 +140,10 @@ def test_unknown_memory_omits_the_memory_label(memory: int | None) -> None:
     assert "memory" not in resource(labels_of(node(gpu(0, memory=memory))), "gpu")
 
 
-@pytest.mark.parametrize(
-    ("classes", "mode"),
-    [
-        ([0x030200, 0x030200], "compute"),
-        ([0x030000, 0x030000], "graphics"),
-        ([0x030200, 0x030000], "unknown"),
-        ([0x030200, None], "unknown"),
-        ([0x038000], "unknown"),
-    ],
-)
+@pytest.mark.parametrize(("classes", "mode"), [
+    ([0x030200, 0x030200], "compute"), ([0x030000, 0x030000], "graphics"),
+    ([0x030200, 0x030000], "unknown"), ([0x030200, None], "unknown"), ([0x038000], "unknown"),
+])  # fmt: skip
 def test_mode_from_pci_classes(classes: list[int | None], mode: str) -> None:
     gpus = [gpu(i, pci_class=c) for i, c in enumerate(classes)]
     assert labels_of(node(*gpus))[P + "gpu.mode"] == mode

@@ -168,16 +168,13 @@ def test_config_file_is_ignored_with_a_warning_next_to_a_srcdir(tmp_path: Path) 
     assert any("CONFIG_FILE: ignored" in warning for warning in settings.warnings)
 
 
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"FALLBACK_STRATEGIES": "named,first"}, "FALLBACK_STRATEGIES='named,first'"),
-        ({"NODE_LABEL": "not a key"}, "NODE_LABEL='not a key'"),
-        ({"NODE_LABEL": "bad_prefix/x"}, "NODE_LABEL='bad_prefix/x'"),
-        ({"NODE_NAME": ""}, "--node-name (or NODE_NAME) is required with --config-file-srcdir"),
-        ({"NODE_NAME": "../nodes/other"}, "NODE_NAME='../nodes/other': not a valid node name"),
-    ],
-)
+@pytest.mark.parametrize(("env", "message"), [
+    ({"FALLBACK_STRATEGIES": "named,first"}, "FALLBACK_STRATEGIES='named,first'"),
+    ({"NODE_LABEL": "not a key"}, "NODE_LABEL='not a key'"),
+    ({"NODE_LABEL": "bad_prefix/x"}, "NODE_LABEL='bad_prefix/x'"),
+    ({"NODE_NAME": ""}, "--node-name (or NODE_NAME) is required with --config-file-srcdir"),
+    ({"NODE_NAME": "../nodes/other"}, "NODE_NAME='../nodes/other': not a valid node name"),
+])  # fmt: skip
 def test_bad_node_config_settings_are_usage_errors(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
@@ -286,11 +283,9 @@ def test_a_removed_label_falls_back(tmp_path: Path) -> None:
     assert labels()["nvidia.com/mig.strategy"] == "single"
 
 
-@pytest.mark.parametrize(
-    "value",
-    ["no-such-entry", "../../etc/passwd", "x" * 100_000],
-    ids=["missing entry", "path traversal", "huge value"],
-)
+@pytest.mark.parametrize("value", [
+    "no-such-entry", "../../etc/passwd", "x" * 100_000,
+], ids=["missing entry", "path traversal", "huge value"])  # fmt: skip
 def test_a_label_naming_no_entry_keeps_the_config_with_one_error_line(
     tmp_path: Path, value: str
 ) -> None:

@@ -133,14 +133,11 @@ def test_verify_is_one_get_when_nothing_changed(api: FakeApiServer, kubeconfig: 
     assert api.counts() == {("GET", NODE_PATH): 1}
 
 
-@pytest.mark.parametrize(
-    "tamper",
-    [
-        pytest.param(lambda m: m["labels"].pop("nvidia.com/gpu.count"), id="label removed"),
-        pytest.param(lambda m: m["labels"].update({"nvidia.com/gpu.count": "1"}), id="edited"),
-        pytest.param(lambda m: m["annotations"].pop(MANAGED_LABELS_ANNOTATION), id="annotation"),
-    ],
-)
+@pytest.mark.parametrize("tamper", [
+    pytest.param(lambda m: m["labels"].pop("nvidia.com/gpu.count"), id="label removed"),
+    pytest.param(lambda m: m["labels"].update({"nvidia.com/gpu.count": "1"}), id="edited"),
+    pytest.param(lambda m: m["annotations"].pop(MANAGED_LABELS_ANNOTATION), id="annotation"),
+])  # fmt: skip
 def test_verify_repairs_what_someone_else_changed(
     api: FakeApiServer, kubeconfig: str, tamper: Any
 ) -> None:

@@ -288,11 +288,10 @@ def _not_utf8_bus_id() -> Any:
     return info
 
 
-@pytest.mark.parametrize(
-    "remote_pci",
-    [lambda: type("Pci", (), {"busId": "z" * 1_000_000})(), _not_utf8_bus_id],
-    ids=["huge", "not-utf8"],
-)
+@pytest.mark.parametrize("remote_pci", [
+    lambda: type("Pci", (), {"busId": "z" * 1_000_000})(),
+    _not_utf8_bus_id,
+], ids=["huge", "not-utf8"])  # fmt: skip
 def test_garbage_remote_bus_ids_and_affinity_are_left_out(
     tmp_path: Path, remote_pci: Callable[[], Any]
 ) -> None:

@@ -144,15 +144,12 @@ def test_lost_gpus_round_trip() -> None:
     assert "lost_gpus" not in snapshot.dumps(snapshot.loads(MINIMAL))
 
 
-@pytest.mark.parametrize(
-    ("tail", "message"),
-    [
-        ("lost_gpus:\n- {index: 0}\n", "lost_gpus[0].index: GPU 0 is also listed in gpus"),
-        ("lost_gpus:\n- {index: -1}\n", "lost_gpus[0].index: expected a non-negative integer"),
-        ("lost_gpus:\n- {slot: 3}\n", "lost_gpus[0].slot: unknown key"),
-        ("lost_gpus: {index: 1}\n", "lost_gpus"),
-    ],
-)
+@pytest.mark.parametrize(("tail", "message"), [
+    ("lost_gpus:\n- {index: 0}\n", "lost_gpus[0].index: GPU 0 is also listed in gpus"),
+    ("lost_gpus:\n- {index: -1}\n", "lost_gpus[0].index: expected a non-negative integer"),
+    ("lost_gpus:\n- {slot: 3}\n", "lost_gpus[0].slot: unknown key"),
+    ("lost_gpus: {index: 1}\n", "lost_gpus"),
+])  # fmt: skip
 def test_bad_lost_gpus(tail: str, message: str) -> None:
     with pytest.raises(SnapshotError, match=re.escape(message)):
         snapshot.loads(MINIMAL + tail)

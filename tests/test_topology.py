@@ -403,17 +403,14 @@ def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.partition-sizes=2-4\n" in labels.stdout
 
 
-@pytest.mark.parametrize(
-    ("document", "message"),
-    [
-        ("partitions: {2: [{minors: [0, 1, 2]}]}", "partitions.2[0].minors: expected 2 different"),
-        ("partitions: {0: []}", "partitions.0: a size is a positive integer"),
-        ("partitions: {2: [{minors: [0, 1], allocationScore: '1'}]}", "allocationScore"),
-        ("partitions: {2: [{minors: [0, 1], ringBusBandwidth: fast}]}", "ringBusBandwidth"),
-        ("partitions: {2: [{minors: [0, 1], colour: red}]}", "partitions.2[0].colour: unknown"),
-        ("partitions: [0, 1]", "partitions: expected a mapping"),
-    ],
-)
+@pytest.mark.parametrize(("document", "message"), [
+    ("partitions: {2: [{minors: [0, 1, 2]}]}", "partitions.2[0].minors: expected 2 different"),
+    ("partitions: {0: []}", "partitions.0: a size is a positive integer"),
+    ("partitions: {2: [{minors: [0, 1], allocationScore: '1'}]}", "allocationScore"),
+    ("partitions: {2: [{minors: [0, 1], ringBusBandwidth: fast}]}", "ringBusBandwidth"),
+    ("partitions: {2: [{minors: [0, 1], colour: red}]}", "partitions.2[0].colour: unknown"),
+    ("partitions: [0, 1]", "partitions: expected a mapping"),
+])  # fmt: skip
 def test_bad_operator_table_is_one_line_and_exit_2(
     tmp_path: Path, document: str, message: str
 ) -> None:

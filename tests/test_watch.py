@@ -377,11 +377,9 @@ def test_a_refusal_after_the_watch_worked_is_a_server_starting_and_retried(
 CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-@pytest.mark.parametrize(
-    "framing",
-    [b"zz\r\n{}\r\n", b"5;" + b"x" * 100_000 + b"\r\n", b"ffffffffffffffff\r\n{}\r\n"],
-    ids=["not-hex", "endless-size-line", "size-beyond-the-data"],
-)
+@pytest.mark.parametrize("framing", [
+    b"zz\r\n{}\r\n", b"5;" + b"x" * 100_000 + b"\r\n", b"ffffffffffffffff\r\n{}\r\n",
+], ids=["not-hex", "endless-size-line", "size-beyond-the-data"])  # fmt: skip
 def test_a_watch_stream_whose_chunks_are_malformed_is_one_line_and_reconnected(
     api: FakeApiServer,
     kubeconfig: str,
