@@ -428,10 +428,9 @@ _sharings = sharings()
 def configs(draw: st.DrawFn) -> Config:
     """A label configuration: resource patterns and a sharing section."""
     return Config(
-        gpu_patterns=draw(_gpu_pattern_lists),
-        mig_patterns=draw(_mig_pattern_lists),
+        gpu_patterns=draw(_gpu_pattern_lists), mig_patterns=draw(_mig_pattern_lists),
         sharing=draw(_sharings),
-    )
+    )  # fmt: skip
 
 
 _configs = configs()

@@ -174,11 +174,9 @@ def test_a_retirement_that_fails_is_counted_and_tried_after_each_pass(tmp_path: 
     metrics = RecordedMetrics()
     other = file_settings(tmp_path, str(tmp_path / "gfd"))
     agent = Agent(
-        file_settings(tmp_path, str(tmp_path / "first")),
-        reload_settings=lambda: other,
-        output=old,
+        file_settings(tmp_path, str(tmp_path / "first")), reload_settings=lambda: other, output=old,
         metrics=metrics,
-    )
+    )  # fmt: skip
     assert agent.run_pass()
     agent._reload()
     assert agent.run_pass() and agent.run_pass()

@@ -105,13 +105,8 @@ def test_one_dash_long_flags_are_upstreams_not_short_options(tmp_path: Path) -> 
     args = ["-oneshot", "-no-timestamp", "-mig-strategy=mixed", "-snapshot-file", DGX]
     result = subprocess.run(
         [*GFD, *[str(Path(arg).resolve()) if arg == DGX else arg for arg in args]],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+        capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "nvidia.com/mig.strategy=mixed\n" in result.stdout
     assert "gfd.timestamp" not in result.stdout

@@ -76,10 +76,9 @@ def discover_other_backend(snapshot: Snapshot, root: Path) -> Snapshot:
         machine.write_text(snapshot.machine + "\n")
     sysfs = FakeSysfs(root / "sys")
     chosen = Settings(
-        device_discovery_strategy=snapshot.discovery,
-        sysfs_root=str(sysfs.root),
+        device_discovery_strategy=snapshot.discovery, sysfs_root=str(sysfs.root),
         machine_type_file=str(machine),
-    )
+    )  # fmt: skip
     if snapshot.discovery == "tegra":
         return discover(chosen, cuda=FakeCuda.from_snapshot(snapshot))
     names = sorted({gpu.name for gpu in snapshot.gpus})

@@ -82,13 +82,9 @@ def record_imports(tmp_path: Path, *args: str, env: dict[str, str] | None = None
     run_env.update(PYTHONPATH=f"{shim}{os.pathsep}{ROOT}", RECORD_IMPORTS=str(out))
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from gfd.cli import main; sys.exit(main())", *args],
-        capture_output=True,
-        text=True,
-        env=run_env,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, env=run_env, cwd=tmp_path, stdin=subprocess.DEVNULL,
         timeout=60,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     recorded = json.loads(out.read_text())
     recorded["stdout"] = done.stdout

@@ -769,11 +769,10 @@ BASE_LABELS = {"kubernetes.io/hostname": "gpu-node-1", "nvidia.com/gpu.present":
 BASE_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 OLD = node("gpu-node-1", BASE_LABELS, BASE_ANNOTATIONS, podCIDR="10.0.0.0/24")
 GOOD = node(
-    "gpu-node-1",
-    {**BASE_LABELS, "nvidia.com/gpu.count": "8"},
+    "gpu-node-1", {**BASE_LABELS, "nvidia.com/gpu.count": "8"},
     {**BASE_ANNOTATIONS, "nvidia.com/gfd.managed-labels": "nvidia.com/gpu.count"},
     podCIDR="10.0.0.0/24",
-)
+)  # fmt: skip
 
 
 def edited(obj: Obj, path: str, changes: Obj) -> Obj:
@@ -1034,17 +1033,14 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
     if not snapshots:
         pytest.skip("no example snapshot to run on")
     env.update(
-        GFD_OUTPUT_FILE=str(features_file),
-        GFD_METRICS_ADDRESS=f"127.0.0.1:{port}",
+        GFD_OUTPUT_FILE=str(features_file), GFD_METRICS_ADDRESS=f"127.0.0.1:{port}",
         GFD_SNAPSHOT_FILE=str(snapshots[0]),
-    )
+    )  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "gfd"],
         env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         probes = {
             p["httpGet"]["path"] for p in (container["livenessProbe"], container["readinessProbe"])

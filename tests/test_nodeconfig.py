@@ -151,9 +151,8 @@ def test_the_chosen_entry_is_the_config_file(tmp_path: Path) -> None:
     choice = choose_for(base, "mixed")
     settings = resolve(
         {"snapshot_file": MIG_NODE, "output_file": "-"},
-        {"CONFIG_FILE_SRCDIR": str(root), "NODE_NAME": "n1"},
-        config_choice=choice,
-    )
+        {"CONFIG_FILE_SRCDIR": str(root), "NODE_NAME": "n1"}, config_choice=choice,
+    )  # fmt: skip
     assert settings.config_file == os.path.join(str(root), "mixed")
     assert settings.mig_strategy == "mixed"
     assert settings.config_choice == choice

@@ -23,14 +23,9 @@ class _DaemonIn(Daemon):
 
     def __init__(self, cwd: Path, *args: str) -> None:
         process = subprocess.Popen(
-            [*GFD, "--log-format", "json", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-        )
+            [*GFD, "--log-format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env(), cwd=cwd, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
         self.port = None
         self._follow(process)
 

@@ -27,10 +27,9 @@ from tests.helpers import RESOURCE_SUFFIXES
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
 PROPERTY = settings(
-    max_examples=150,
-    deadline=None,
+    max_examples=150, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+)  # fmt: skip
 
 PREFIX = "nvidia.com/"
 
@@ -588,10 +587,9 @@ def test_snapshot_round_trips_through_json(snap):
 
 def test_json_snapshot_round_trips_characters_outside_the_bmp():
     snap = Snapshot(
-        driver=Driver("550.54.15", 12040),
-        machine="rack \U0001f680 7",
+        driver=Driver("550.54.15", 12040), machine="rack \U0001f680 7",
         gpus=(Gpu(index=0, uuid="GPU-0", name="NVIDIA \U00010000"),),
-    )
+    )  # fmt: skip
     assert snapshot_format.loads(snapshot_format.dumps_json(snap)) == snap
 
 

@@ -385,12 +385,9 @@ def test_the_console_script_is_the_launcher() -> None:
     entry = "gfd.launch:main"
     assert declared_scripts() == {"gfd": entry, "gpu-feature-discovery": entry}
     check = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import gfd.launch"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-    )
+        [sys.executable, "-X", "importtime", "-c", "import gfd.launch"], capture_output=True,
+        text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
     gfd_modules = {
         line.rsplit("|", 1)[1].strip()
         for line in check.stderr.splitlines()

@@ -194,10 +194,9 @@ def test_table_does_not_depend_on_gpu_order(node: Node, rng: random.Random) -> N
     for items in (gpus, entries, pairs):
         rng.shuffle(items)
     shuffled = Snapshot(
-        driver=snap.driver,
-        gpus=tuple(gpus),
+        driver=snap.driver, gpus=tuple(gpus),
         topology=Topology(gpus=tuple(entries), pairs=tuple(pairs)),
-    )
+    )  # fmt: skip
     assert partitions.dumps(partition_table(shuffled, None)) == partitions.dumps(
         partition_table(snap, None)
     )

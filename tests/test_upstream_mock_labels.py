@@ -211,10 +211,9 @@ def test_driver_version_upstream_cannot_parse_is_refused_by_both(
     mock_reference: Reference, version: str, tmp_path: Path
 ) -> None:
     profile = edited(
-        mock_reference.profile("h100"),
-        tmp_path / "p.yaml",
+        mock_reference.profile("h100"), tmp_path / "p.yaml",
         lambda document: document["system"].update(driver_version=version),
-    )
+    )  # fmt: skip
     refused_by_both(
         f'Version "{version}" does not match format',
         f"driver version '{version}' is not of the form X.Y or X.Y.Z",
@@ -529,10 +528,9 @@ def test_mig_pending_only_is_mig_disabled_like_upstream(
     """MIG enabled at the next reset only: whole GPUs for both, even under single."""
     mig = {"mode_current": "disabled", "mode_pending": "enabled", "max_gpu_instances": 7}
     profile = edited(
-        mock_reference.profile("a100"),
-        tmp_path / "pending.yaml",
+        mock_reference.profile("a100"), tmp_path / "pending.yaml",
         lambda document: document["device_defaults"].update(mig=mig),
-    )
+    )  # fmt: skip
     labels = compare(mock_reference, profile, "single", CLASS_3D, tmp_path)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
     assert labels["nvidia.com/gpu.count"] == "8"

@@ -243,15 +243,9 @@ def _run(
     argv: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env=env or _clean_env(),
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+        argv, capture_output=True, text=True, check=False, cwd=cwd, env=env or _clean_env(),
+        stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
 
 
 def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(installed: Installed) -> None:

@@ -516,11 +516,9 @@ class FakeNvml:
             raise UnrealizableSnapshot("NVML numbers GPUs 0..n-1")
         version_style = options.pop("nvlink_version_style", "driver")
         fake = cls(
-            [devices[index] for index in sorted(devices)],
-            driver_version=snapshot.driver.version,
-            cuda_version=snapshot.driver.cuda,
-            **options,
-        )
+            [devices[index] for index in sorted(devices)], driver_version=snapshot.driver.version,
+            cuda_version=snapshot.driver.cuda, **options,
+        )  # fmt: skip
         if snapshot.topology is not None:
             apply_topology(fake, snapshot, version_style)
         return fake
