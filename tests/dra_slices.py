@@ -122,15 +122,9 @@ def devices_for(
 
 
 def slices_for(
-    snapshot: Snapshot,
-    node: str,
-    *,
-    release: str = "v25.12.0",
-    partitionable: bool = False,
-    generation: int = 1,
-    split: int = 1,
-    count: int | None = None,
-) -> list[dict[str, Any]]:
+    snapshot: Snapshot, node: str, *, release: str = "v25.12.0", partitionable: bool = False,
+    generation: int = 1, split: int = 1, count: int | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """The node's pool (named after the node, as the kubelet plugin names it) in ``split``
     slices; ``count`` overrides resourceSliceCount (an incomplete generation)."""
     devices = devices_for(snapshot, release, partitionable)

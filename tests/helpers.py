@@ -42,15 +42,9 @@ MIG_PROFILES = {
 
 
 def gpu(
-    index: int,
-    name: str = A100,
-    *,
-    memory: int | None = 40960,
-    cc: tuple[int, int] = (8, 0),
-    pci_class: int | None = 0x030200,
-    mig: Mig | None = None,
-    fabric: Fabric | None = None,
-) -> Gpu:
+    index: int, name: str = A100, *, memory: int | None = 40960, cc: tuple[int, int] = (8, 0),
+    pci_class: int | None = 0x030200, mig: Mig | None = None, fabric: Fabric | None = None,
+) -> Gpu:  # fmt: skip
     return Gpu(
         index=index, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000", name=name,
         pci_bus_id=f"0000:{index + 1:02x}:00.0", pci_class=pci_class, memory_mib=memory,
@@ -63,12 +57,9 @@ def mig(*profiles: str, enabled: bool = True) -> Mig:
 
 
 def node(
-    *gpus: Gpu,
-    driver: str = "550.54.15",
-    cuda: int = 12040,
-    machine: str | None = "DGXA100 920-23687-2530-000",
-    vgpu: Vgpu | None = None,
-) -> Snapshot:
+    *gpus: Gpu, driver: str = "550.54.15", cuda: int = 12040,
+    machine: str | None = "DGXA100 920-23687-2530-000", vgpu: Vgpu | None = None,
+) -> Snapshot:  # fmt: skip
     return Snapshot(
         driver=Driver(driver, cuda), machine=machine, vgpu=Vgpu() if vgpu is None else vgpu,
         gpus=tuple(gpus),

@@ -42,13 +42,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_gfd(
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 60,
-    stdin: Any = subprocess.DEVNULL,
-    stdout: Any = subprocess.PIPE,
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60,
+    stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
     preexec_fn: Callable[[], None] | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """``python -m gfd ARGS`` in a fresh interpreter, to its end; stdout captured unless
     ``stdout`` names where it goes; ``preexec_fn`` runs in the child (process limits)."""
     return subprocess.run(

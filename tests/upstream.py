@@ -266,14 +266,9 @@ def _run(
 
 
 def run_on_mock(
-    ref: Reference,
-    program: str,
-    args: Sequence[str],
-    env: Mapping[str, str] | None = None,
-    *,
-    profile: str = "t4",
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
+    ref: Reference, program: str, args: Sequence[str], env: Mapping[str, str] | None = None, *,
+    profile: str = "t4", cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """``program`` (``upstream``: its binary; ``gfd``: its real NVML path, pynvml into the
     mock library) with ``args`` on the mock ``profile``."""
     command = [str(ref.upstream)] if program == "upstream" else list(GFD)
@@ -317,15 +312,10 @@ def pci_tree(
 
 
 def run_both(
-    ref: Reference,
-    profile: Path,
-    work: Path,
-    strategy: str = "none",
-    config_file: Path | None = None,
-    *,
-    tree: Path | None = None,
+    ref: Reference, profile: Path, work: Path, strategy: str = "none",
+    config_file: Path | None = None, *, tree: Path | None = None,
     machine_type: str = "NVIDIA DGX Test 920-23687-2530-000\n",
-) -> tuple[Run, Run]:
+) -> tuple[Run, Run]:  # fmt: skip
     """(upstream, gfd): each program's oneshot on ``profile`` with MIG strategy
     ``strategy``, the same machine-type file, the same faked PCI tree (``pci_tree`` unless
     given) and, when given, the same config file."""
