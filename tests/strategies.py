@@ -57,10 +57,8 @@ GPU_NAMES = (
 
 #: profile -> (memory_mib, multiprocessors, (gi, ci), (copy, decoder, encoder, jpeg, ofa))
 MIG_PROFILES: dict[str, tuple[int, int, tuple[int, int], tuple[int, int, int, int, int]]] = {
-    "1g.5gb": (4864, 14, (1, 1), (1, 0, 0, 0, 0)),
-    "1g.5gb+me": (4864, 14, (1, 1), (1, 1, 0, 1, 1)),
-    "1g.10gb": (9856, 14, (1, 1), (1, 1, 0, 0, 0)),
-    "2g.10gb": (9856, 28, (2, 2), (2, 1, 0, 0, 0)),
+    "1g.5gb": (4864, 14, (1, 1), (1, 0, 0, 0, 0)), "1g.5gb+me": (4864, 14, (1, 1), (1, 1, 0, 1, 1)),
+    "1g.10gb": (9856, 14, (1, 1), (1, 1, 0, 0, 0)), "2g.10gb": (9856, 28, (2, 2), (2, 1, 0, 0, 0)),
     "3g.20gb": (19968, 42, (3, 3), (3, 2, 0, 0, 0)),
     "4g.20gb": (19968, 56, (4, 4), (4, 2, 0, 0, 0)),
     "7g.40gb": (40192, 98, (7, 7), (7, 5, 0, 1, 1)),
@@ -74,7 +72,7 @@ MIG_PROFILES: dict[str, tuple[int, int, tuple[int, int], tuple[int, int, int, in
     "1g.23gb+me.all": (23552, 16, (1, 1), (1, 7, 0, 7, 1)),
     "3g.40gb": (40448, 60, (3, 3), (3, 3, 0, 3, 0)),
     "7g.80gb": (81408, 132, (7, 7), (7, 7, 0, 7, 1)),
-}
+}  # fmt: skip
 
 PCI_CLASSES = (0x030200, 0x030000, None, 0x038000, 0x030201, 0)
 
@@ -349,10 +347,8 @@ _MIG_PATTERNS = ("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", 
 #: the three kinds of pattern text, a third each: a fixed pattern, a starred name, pieces
 gpu_pattern_kinds = (st.sampled_from(_GPU_PATTERNS), _starred(GPU_NAMES[:20]), _pieced(odd=True))
 mig_pattern_kinds = (
-    st.sampled_from(_MIG_PATTERNS),
-    _starred(tuple(sorted(MIG_PROFILES))),
-    _pieced(odd=False),
-)
+    st.sampled_from(_MIG_PATTERNS), _starred(tuple(sorted(MIG_PROFILES))), _pieced(odd=False),
+)  # fmt: skip
 _name_kinds = (_common_names, _random_names)
 
 
@@ -389,13 +385,11 @@ def _dns_subdomain(name: str) -> str:
 #: names a sharing entry may refer to: the full-GPU default (a third of the time), another
 #: likely resource name (a third), one that matches nothing or a random DNS name (a sixth each)
 _sharing_targets = (
-    st.just("gpu"),
-    st.just("gpu"),
+    st.just("gpu"), st.just("gpu"),
     st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
     st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
-    st.sampled_from(("unused", "big")),
-    _random_names.map(_dns_subdomain),
-)
+    st.sampled_from(("unused", "big")), _random_names.map(_dns_subdomain),
+)  # fmt: skip
 
 
 @st.composite

@@ -29,10 +29,9 @@ NOT_IN_SLICES = {
 }
 #: the driver publishes the driver version through semver, which drops a leading zero
 SEMVER_LOSSY = {
-    "nvidia.com/cuda.driver-version.full",
-    "nvidia.com/cuda.driver-version.revision",
+    "nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver-version.revision",
     "nvidia.com/cuda.driver.rev",
-}
+}  # fmt: skip
 
 
 @pytest.fixture

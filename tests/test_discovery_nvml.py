@@ -111,11 +111,9 @@ def test_driver_strings_that_are_not_utf8_get_replacement_characters(
     fake = FakeNvml([gpu], driver_version=version, bytes_strings=bytes_strings)
     found = discover(settings, nvml=fake.module)
     read = {
-        "name": found.gpus[0].name,
-        "uuid": found.gpus[0].uuid,
-        "bus_id": found.gpus[0].pci_bus_id,
+        "name": found.gpus[0].name, "uuid": found.gpus[0].uuid, "bus_id": found.gpus[0].pci_bus_id,
         "driver_version": found.driver and found.driver.version,
-    }
+    }  # fmt: skip
     assert read[field] == raw.decode("utf-8", "replace")
 
 
@@ -283,11 +281,9 @@ def test_fabric_info_from_a_c_char_uuid_field() -> None:
 
     class CharInfo(ctypes.Structure):
         _fields_ = [
-            ("clusterUuid", ctypes.c_char * 16),
-            ("status", ctypes.c_uint),
-            ("cliqueId", ctypes.c_uint32),
-            ("state", ctypes.c_uint),
-        ]
+            ("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
+            ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint),
+        ]  # fmt: skip
 
     raw = bytes([0] * 8 + [1] * 8)
     info = CharInfo(b"", 0, 3, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED)

@@ -330,13 +330,12 @@ def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) 
 
 API_FAULTS: dict[str, Callable[[], Fault]] = {
     "missing": lambda: Fault(status=404, count=None),
-    "slow": lambda: Fault(trickle=0.2, count=None),
-    "hung": lambda: Fault(hang=True, count=None),
+    "slow": lambda: Fault(trickle=0.2, count=None), "hung": lambda: Fault(hang=True, count=None),
     "huge": lambda: Fault(huge=8 * 1024 * 1024, count=None),
     "malformed": lambda: Fault(status=200, body=b"<html>" + b"x" * 100_000, count=None),
     "wrong-type": lambda: Fault(status=200, body=b'{"metadata": [1, 2]}', count=None),
     "closed": lambda: Fault(drop=True, count=None),
-}
+}  # fmt: skip
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
@@ -554,11 +553,9 @@ def _restore_snapshot(directory: Path) -> Callable[[], None]:
 def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
     path = directory / "snap.yaml"
     texts = {
-        "empty": "",
-        "huge": Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n",
-        "malformed": "gpus: [unclosed\n",
-        "wrong-type": "- a list\n",
-    }
+        "empty": "", "huge": Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n",
+        "malformed": "gpus: [unclosed\n", "wrong-type": "- a list\n",
+    }  # fmt: skip
     if fault == "directory":
         staging = directory / ".dir"
         staging.mkdir()
@@ -647,9 +644,8 @@ def _place_config(fault: str, directory: Path, daemon: Daemon, api: FakeApiServe
     path = directory / "cfg.yaml"
     texts = {
         "huge": "version: v1\n# " + "x" * MAX_DOCUMENT_BYTES + "\n",
-        "malformed": "flags: [unclosed\n",
-        "wrong-type": "flags: 7\n",
-    }
+        "malformed": "flags: [unclosed\n", "wrong-type": "flags: 7\n",
+    }  # fmt: skip
     if fault == "directory":
         path.unlink()
         path.mkdir()

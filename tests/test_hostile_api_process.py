@@ -112,10 +112,9 @@ def test_a_oneshot_against_a_stalling_server_ends_with_one_line(
 
 
 BAD_BODIES = {
-    "a-list": b"[]",
-    "not-json": b"<html>oops</html>",
+    "a-list": b"[]", "not-json": b"<html>oops</html>",
     "annotations-a-list": b'{"kind":"Node","metadata":{"name":"n1","annotations":[]}}',
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("body", sorted(BAD_BODIES))

@@ -188,13 +188,12 @@ DEEP = 100_000
 
 
 NESTED = {
-    "json-lists": "[" * DEEP + "]" * DEEP,
-    "json-mappings": '{"a":' * DEEP + "1" + "}" * DEEP,
+    "json-lists": "[" * DEEP + "]" * DEEP, "json-mappings": '{"a":' * DEEP + "1" + "}" * DEEP,
     "yaml-flow-closed": "flags: " + "[" * DEEP + "]" * DEEP,
     "yaml-flow-unclosed": "flags: " + "[" * DEEP,
     "yaml-flow-mappings": "flags: " + "{a: " * DEEP + "1" + "}" * DEEP,
     "yaml-block-sequences": "flags:\n" + "- " * DEEP + "x\n",
-}
+}  # fmt: skip
 
 
 def assert_nesting_refused(tmp_path: Path, text: str, run: Run) -> None:

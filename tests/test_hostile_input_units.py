@@ -210,9 +210,8 @@ def _outcome(text: str) -> tuple[str, object]:
         return ("read", documents.parse_yaml(text, "doc", ConfigError))
     except ConfigError as exc:
         return (
-            "refused",
-            str(exc).split(": ", 2)[:2] if "not valid YAML" in str(exc) else str(exc),
-        )
+            "refused", str(exc).split(": ", 2)[:2] if "not valid YAML" in str(exc) else str(exc),
+        )  # fmt: skip
 
 
 def _alias_bomb(levels: int, fan_out: int) -> str:

@@ -68,9 +68,8 @@ def test_malformed_driver_version_fails_the_pass(version: str) -> None:
 def test_zero_gpus_give_only_timestamp_and_vgpu() -> None:
     snapshot = Snapshot(driver=None, machine="x", vgpu=Vgpu(), gpus=())
     assert build(snapshot, "mixed", Config(), 1700000000).labels == {
-        P + "gfd.timestamp": "1700000000",
-        P + "vgpu.present": "false",
-    }
+        P + "gfd.timestamp": "1700000000", P + "vgpu.present": "false",
+    }  # fmt: skip
 
 
 def test_failed_vgpu_scan_gives_no_vgpu_labels() -> None:
@@ -331,9 +330,8 @@ def test_a_dgx_display_listed_in_a_snapshot_is_not_labelled(display_name: str) -
 def test_a_node_with_only_a_display_has_no_gpu_labels() -> None:
     snapshot = node(gpu(0, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000))
     assert build(snapshot, "none", Config(), 1700000000).labels == {
-        P + "gfd.timestamp": "1700000000",
-        P + "vgpu.present": "false",
-    }
+        P + "gfd.timestamp": "1700000000", P + "vgpu.present": "false",
+    }  # fmt: skip
 
 
 # ------------------------------------- one device type, labelled the way upstream does it

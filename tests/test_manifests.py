@@ -104,13 +104,10 @@ def versions() -> list[str]:
 
 # overlay -> (kind of the gfd workload, the output gfd must select)
 WORKLOADS = {
-    "nfd-features-file": ("DaemonSet", "file"),
-    "nfd-worker-sidecar": ("DaemonSet", "file"),
-    "nodefeature": ("DaemonSet", "nodefeature"),
-    "node-labels": ("DaemonSet", "node-labels"),
-    "oneshot-job": ("Job", "file"),
-    "node-labels-cleanup-job": ("Job", "node-labels"),
-}
+    "nfd-features-file": ("DaemonSet", "file"), "nfd-worker-sidecar": ("DaemonSet", "file"),
+    "nodefeature": ("DaemonSet", "nodefeature"), "node-labels": ("DaemonSet", "node-labels"),
+    "oneshot-job": ("Job", "file"), "node-labels-cleanup-job": ("Job", "node-labels"),
+}  # fmt: skip
 DAEMONSETS = [o for o, (kind, _) in WORKLOADS.items() if kind == "DaemonSet"]
 JOBS = [o for o, (kind, _) in WORKLOADS.items() if kind == "Job"]
 EXPECTED_OVERLAYS = set(WORKLOADS)
@@ -727,10 +724,9 @@ class Policy:
     def _activation(self, request: Obj) -> Obj:
         json_to_cel = self.celpy.adapter.json_to_cel
         return {
-            "request": json_to_cel(request),
-            "object": json_to_cel(request["object"]),
+            "request": json_to_cel(request), "object": json_to_cel(request["object"]),
             "oldObject": json_to_cel(request["oldObject"]),
-        }
+        }  # fmt: skip
 
     def denials(self, request: Obj) -> list[str]:
         """Messages of the failed validations; [] when the request is let through."""
@@ -805,9 +801,8 @@ def request_from(username: str, requester_node: str | None, old: Obj, new: Obj) 
     return {
         "operation": "UPDATE",
         "userInfo": {"username": username, "groups": ["system:serviceaccounts"], "extra": extra},
-        "object": new,
-        "oldObject": old,
-    }
+        "object": new, "oldObject": old,
+    }  # fmt: skip
 
 
 def case(name: str, new: Obj, allowed: bool, old: Obj = OLD, by: str | None = "gpu-node-1") -> Any:
@@ -821,10 +816,9 @@ def denied(name: str, path: str, changes: Obj) -> Any:
 
 
 OPERATOR_LABELS = {
-    "nvidia.com/mig.config": "all-1g.5gb",
-    "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/mig.config": "all-1g.5gb", "nvidia.com/gpu.deploy.device-plugin": "true",
     "nvidia.com/device-plugin.config": "a100",
-}
+}  # fmt: skip
 OLD_WITH_OPERATOR_LABELS = edited(GOOD, LABELS, OPERATOR_LABELS)
 POLICY_CASES = [
     case("own node: add nvidia.com/ labels and the annotation", GOOD, True),

@@ -213,10 +213,8 @@ def start_agent(
     features = tmp_path / "gfd"
     cli = {"snapshot_file": MIG_NODE, "output_file": str(features), "no_timestamp": True}
     environ = {
-        "CONFIG_FILE_SRCDIR": str(root),
-        "FALLBACK_STRATEGIES": "named,single",
-        "NODE_NAME": "n1",
-    }
+        "CONFIG_FILE_SRCDIR": str(root), "FALLBACK_STRATEGIES": "named,single", "NODE_NAME": "n1",
+    }  # fmt: skip
 
     def load(config_choice: ConfigChoice | None = None) -> Settings:
         return resolve(cli, environ, config_choice=config_choice)

@@ -19,10 +19,9 @@ from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS
 
 NODE_PATH = "/api/v1/nodes/n1"
 LABELS = {
-    "nvidia.com/gpu.count": "8",
-    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
     "nvidia.com/mig.capable": "true",
-}
+}  # fmt: skip
 
 
 API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
@@ -65,9 +64,8 @@ def test_only_nvidia_keys_are_taken_from_the_annotation() -> None:
 def test_first_publish_is_one_read_and_one_merge_patch(api: FakeApiServer, kubeconfig: str) -> None:
     make_output(kubeconfig).publish(LABELS)
     assert [(r.method, r.path, r.content_type) for r in api.requests] == [
-        ("GET", NODE_PATH, None),
-        ("PATCH", NODE_PATH, MERGE_PATCH),
-    ]
+        ("GET", NODE_PATH, None), ("PATCH", NODE_PATH, MERGE_PATCH),
+    ]  # fmt: skip
     assert api.node_labels("n1") == {**FOREIGN, **LABELS}
     assert api.node_annotations("n1") == {
         **FOREIGN_ANNOTATIONS,

@@ -30,9 +30,8 @@ ACTIONS = {"--dump-snapshot", "--cleanup", "--dump-partitions", "--version", "--
 DEFAULT_IN_WORDS = {
     "expiry_horizon": "max(`1h`, 4 \N{MULTIPLICATION SIGN} interval)",
     "output_file": "/etc/kubernetes/node-feature-discovery/features.d/gfd",
-    "use_node_feature_api": "**true**",
-    "log_format": "json unless stderr is a terminal",
-}
+    "use_node_feature_api": "**true**", "log_format": "json unless stderr is a terminal",
+}  # fmt: skip
 # A default cell meaning "not set".
 UNSET = {"—", "none", "off", "in-cluster", "none: use NVML"}
 

@@ -210,10 +210,9 @@ def test_a_stop_ends_the_process_when_the_main_thread_is_blocked(tmp_path: Path)
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(HANGING_NVML)
     env = {
-        "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}",
-        "HANGING_NVML_REPO": ROOT,
+        "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}", "HANGING_NVML_REPO": ROOT,
         "HANGING_NVML_SNAPSHOT": str(DGX),
-    }
+    }  # fmt: skip
     process = spawn_gfd(
         "--log-format", "json", "--sleep-interval", "1s", *TO_FILE, str(tmp_path / "gfd"),
         env=env,

@@ -95,10 +95,9 @@ def test_device_infos_describe_each_gpu() -> None:
         "status": {"healthy": True},
     }
     assert infos[0]["topology"]["p2pLinks"] == [
-        {"peerMinor": "1", "type": "NVLink"},
-        {"peerMinor": "1,2,3", "type": "NVLink"},
+        {"peerMinor": "1", "type": "NVLink"}, {"peerMinor": "1,2,3", "type": "NVLink"},
         {"peerMinor": "1,2,3,4,5,6,7", "type": "NVLink"},
-    ]
+    ]  # fmt: skip
 
 
 def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -> None:

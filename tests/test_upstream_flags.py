@@ -171,9 +171,8 @@ def test_every_name_and_alias_is_accepted(parse: Any, row: Row, name: str, via: 
             continue
         settings = run(args, BASE_ENV, via)
         assert getattr(settings, row.attribute) == _expected(row, row.expected, config), (
-            row.where,
-            args,
-        )
+            row.where, args,
+        )  # fmt: skip
 
 
 def _env_cases() -> Iterator[Any]:
