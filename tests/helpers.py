@@ -104,6 +104,14 @@ def expected_labels(path: Path) -> dict[str, str]:
     return build(load(str(path)), "none", Config(), None).labels
 
 
+def file_labels(path: Path) -> dict[str, str]:
+    """The labels of the features file at ``path`` (its expiry header left out)."""
+    from gfd.outputs.file import split_features_file
+
+    _, body = split_features_file(path.read_text())
+    return dict(line.split("=", 1) for line in body.splitlines())
+
+
 def table(cases: list[tuple[Any, ...]]) -> list[Any]:
     """Rows (description, *values) of a table-driven test as pytest params, each with its
     description as its id."""

@@ -440,13 +440,6 @@ def test_file_output_with_stdout_closed_is_fine(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ files that are not files
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    return path
-
-
 @pytest.mark.parametrize("text", [
     alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n",
 ], ids=["alias-bomb", "deep", "duplicate-key"])  # fmt: skip

@@ -96,13 +96,6 @@ def test_impossible_config_intervals_are_config_errors(value: str) -> None:
 # ------------------------------------------------------------------ special files
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    return path
-
-
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
 def test_read_text_refuses_special_files_without_blocking(
     tmp_path: Path, fifo: Path, kind: str

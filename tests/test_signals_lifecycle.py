@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from gfd import signals
-from gfd.outputs.file import split_features_file
 from tests.execplugin import exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.helpers import expected_labels as expected
+from tests.helpers import file_labels
 from tests.process import GFD, ROOT, Daemon, spawn_gfd
 
 pytestmark = pytest.mark.timeout(180)
@@ -50,11 +50,6 @@ def poll(condition: Callable[[], bool], what: str, daemon: Any = None, pause: fl
         assert process is None or process.poll() is None, f"gfd exited waiting for {what}:\n{log()}"
         assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{log()}"
         time.sleep(pause)
-
-
-def file_labels(path: Path) -> dict[str, str]:
-    _, body = split_features_file(path.read_text())
-    return dict(line.split("=", 1) for line in body.splitlines())
 
 
 def declared_scripts() -> dict[str, str]:
