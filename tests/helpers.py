@@ -104,6 +104,16 @@ def expected_labels(path: Path) -> dict[str, str]:
     return build(load(str(path)), "none", Config(), None).labels
 
 
+def labels_of(
+    snapshot: Snapshot, strategy: str = "none", config: Any = None, ts: int | None = None
+) -> dict[str, str]:
+    """The labels ``snapshot`` gets (the default config unless one is given)."""
+    from gfd.config import Config
+    from gfd.labels import build
+
+    return dict(build(snapshot, strategy, Config() if config is None else config, ts).labels)
+
+
 def file_labels(path: Path) -> dict[str, str]:
     """The labels of the features file at ``path`` (its expiry header left out)."""
     from gfd.outputs.file import split_features_file

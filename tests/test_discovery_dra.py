@@ -12,11 +12,9 @@ import pytest
 from gfd import snapshot as snapshots
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError
-from gfd.labels import build
-from gfd.settings import Config
 from gfd.snapshot import Snapshot
 from tests.dra_slices import slices_for
-from tests.helpers import gpu, mig, node
+from tests.helpers import gpu, labels_of, mig, node
 from tests.upstream import PROFILES, Reference, run_on_mock
 
 NODE = "node-a"
@@ -47,10 +45,6 @@ def nvml_snapshot(ref: Reference, profile: str) -> Snapshot:
     done = run_on_mock(ref, "gfd", ["--dump-snapshot"], profile=profile)
     assert done.returncode == 0, done.stderr[-2000:]
     return snapshots.loads(done.stdout)
-
-
-def labels_of(snap: Snapshot, strategy: str = "none") -> dict[str, str]:
-    return dict(build(snap, strategy, Config(), None).labels)
 
 
 @pytest.mark.parametrize("release", ["v25.12.0", "v25.8.0", "v25.3.0"])

@@ -23,15 +23,9 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
-from tests.helpers import H100, RESOURCE_SUFFIXES, gpu, mig, node, table
+from tests.helpers import H100, RESOURCE_SUFFIXES, gpu, labels_of, mig, node, table
 
 P = "nvidia.com/"
-
-
-def labels_of(
-    snapshot: Snapshot, strategy: str = "none", config: Config | None = None
-) -> dict[str, str]:
-    return build(snapshot, strategy, config or Config(), None).labels
 
 
 def config(text: str) -> Config:

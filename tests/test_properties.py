@@ -23,7 +23,7 @@ from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.settings import parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
-from tests.helpers import RESOURCE_SUFFIXES
+from tests.helpers import RESOURCE_SUFFIXES, labels_of
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
 PROPERTY = settings(
@@ -342,10 +342,6 @@ def mig_enabled(snap: Snapshot) -> bool:
 def buildable(snap: Snapshot, config: Config) -> bool:
     """False only for the documented ConfigError: MPS sharing with a MIG-enabled GPU."""
     return not (config.sharing.strategy == "mps" and snap.gpus and mig_enabled(snap))
-
-
-def labels_of(snap: Snapshot, strategy: str, config: Config, ts: int | None = None) -> dict:
-    return build(snap, strategy, config, ts).labels
 
 
 def resource_devices(

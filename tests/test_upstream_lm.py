@@ -21,7 +21,6 @@ import pytest
 
 from gfd.config import Config, ReplicatedResource, ResourcePattern, Sharing, wildcard_regex
 from gfd.errors import ConfigError
-from gfd.labels import build
 from gfd.snapshot import (
     ComputeCapability,
     Driver,
@@ -35,7 +34,7 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
-from tests.helpers import table
+from tests.helpers import labels_of, table
 
 P = "nvidia.com/"
 MOCKMODEL = "MOCKMODEL"
@@ -142,10 +141,6 @@ def one_resource(labels: dict[str, str], resource: str) -> dict[str, str]:
 
 def only(labels: dict[str, str], *keys: str) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k[len(P) :] in keys}
-
-
-def labels_of(snapshot: Snapshot, strategy: str, config: Config, ts: int | None = None) -> dict:
-    return build(snapshot, strategy, config, ts).labels
 
 
 def ns(labels: dict[str, str]) -> dict[str, str]:
