@@ -98,6 +98,20 @@ def loaded(recorded: Any, names: list[str]) -> list[str]:
     return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
 
 
+def nvml_oneshot(tmp_path: Path, *extra: str, machine_type_file: str | None = None) -> Any:
+    """A oneshot on the NVML path (the fake NVML, a fake sysfs), its imports recorded."""
+    tmp_path.mkdir(exist_ok=True)
+    node = snapshot_io.load(DGX)
+    as_json = tmp_path / "node.json"
+    as_json.write_text(snapshot_io.dumps_json(node))
+    overrides = build_from_snapshot(tmp_path / "node", node)
+    return record_imports(
+        tmp_path, "--oneshot", "--no-timestamp",
+        "--machine-type-file", machine_type_file or overrides["machine_type_file"], *extra,
+        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
+    )  # fmt: skip
+
+
 def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) -> None:
     recorded = record_imports(tmp_path, "--oneshot", "--no-timestamp", "--snapshot-file", DGX)
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
@@ -120,15 +134,7 @@ def test_snapshot_oneshot_to_a_file_imports_only_what_it_uses(tmp_path: Path) ->
 
 
 def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
-    node = snapshot_io.load(DGX)
-    as_json = tmp_path / "node.json"
-    as_json.write_text(snapshot_io.dumps_json(node))
-    overrides = build_from_snapshot(tmp_path / "node", node)
-    recorded = record_imports(
-        tmp_path, "--oneshot", "--no-timestamp",
-        "--machine-type-file", overrides["machine_type_file"],
-        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
-    )  # fmt: skip
+    recorded = nvml_oneshot(tmp_path)
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML
     # imports gfd.snapshot and the real pynvml, so its imports are counted too.)
