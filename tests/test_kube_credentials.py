@@ -381,11 +381,9 @@ def cert_plugin(tmp_path: Path, cert: str, key: str) -> str:
 
 
 def tls_kubeconfig(api: FakeApiServer, tmp_path: Path, pki: dict[str, Path], command: str) -> str:
-    path = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command))
-    config = json.loads(path.read_text())
-    config["clusters"][0]["cluster"]["certificate-authority"] = str(pki["ca.crt"])
-    path.write_text(json.dumps(config))
-    return str(path)
+    return str(
+        api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command), ca=pki["ca.crt"])
+    )
 
 
 def test_an_exec_plugin_may_give_a_client_certificate(

@@ -313,11 +313,12 @@ class FakeApiServer:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def write_kubeconfig(
-        self, path: Path | str, namespace: str = "default", user: JSON | None = None
-    ) -> Path:
-        """A kubeconfig that points the real client at this server (plain HTTP; a token, or
-        the credentials in ``user``)."""
-        return write_kubeconfig(path, self.url, namespace, user)
+        self, path: Path | str, namespace: str = "default", user: JSON | None = None,
+        ca: Path | None = None,
+    ) -> Path:  # fmt: skip
+        """A kubeconfig that points the real client at this server (a token, or the
+        credentials in ``user``; ``ca`` the certificate authority a TLS server is checked by)."""
+        return write_kubeconfig(path, self.url, namespace, user, ca)
 
     # ------------------------------------------------------------- objects
 
@@ -1124,14 +1125,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def write_kubeconfig(
-    path: Path | str, server: str, namespace: str = "default", user: JSON | None = None
-) -> Path:
+    path: Path | str, server: str, namespace: str = "default", user: JSON | None = None,
+    ca: Path | None = None,
+) -> Path:  # fmt: skip
     """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token (or
     ``user``: the ``users[].user`` section, e.g. ``{"tokenFile": ...}`` or ``{"exec": ...}``)."""
     context = {"cluster": "fake", "user": "fake", "namespace": namespace}
+    cluster = {"server": server, **({"certificate-authority": str(ca)} if ca else {})}
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "clusters": [{"name": "fake", "cluster": cluster}],
         "users": [{"name": "fake", "user": user if user is not None else {"token": TOKEN}}],
         "contexts": [{"name": "fake", "context": context}],
     }  # fmt: skip
