@@ -57,17 +57,10 @@ atexit.register(_record)
 # stacks, the metrics server.  (gfd's own modules are imported at the top of the modules
 # that use them, so a oneshot loads them all; what it must not pay for is these.)
 NOT_FOR_A_FILE_ONESHOT = [
-    "kubernetes",
-    "prometheus_client",
-    "tenacity",
-    "urllib3",
-    "requests",
-    "asyncio",
+    "kubernetes", "prometheus_client", "tenacity", "urllib3", "requests", "asyncio",
     "structlog",  # nothing is logged at the default level when the pass succeeds
-    "http.server",
-    "socketserver",
-    "importlib.metadata",
-]
+    "http.server", "socketserver", "importlib.metadata",
+]  # fmt: skip
 # ... nor, reading a snapshot file, NVML
 NOT_FOR_THE_SNAPSHOT_PATH = [*NOT_FOR_A_FILE_ONESHOT, "pynvml"]
 

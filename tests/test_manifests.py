@@ -479,24 +479,19 @@ def node_affinity_selects(spec: Obj, node_labels: dict[str, str]) -> bool:
 
 #: what each kind of NFD puts on a GPU node (NFD's default deviceLabelFields are class and
 #: vendor; the GPU Operator's NFD configuration uses vendor only)
+NFD = "feature.node.kubernetes.io/"
 GPU_NODES = {
-    "stock NFD, compute GPU (3D controller)": {
-        "feature.node.kubernetes.io/pci-0302_10de.present": "true"
-    },
-    "stock NFD, graphics GPU (VGA controller)": {
-        "feature.node.kubernetes.io/pci-0300_10de.present": "true"
-    },
-    "GPU Operator NFD": {"feature.node.kubernetes.io/pci-10de.present": "true"},
-    "Tegra": {"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"},
+    "stock NFD, compute GPU (3D controller)": {NFD + "pci-0302_10de.present": "true"},
+    "stock NFD, graphics GPU (VGA controller)": {NFD + "pci-0300_10de.present": "true"},
+    "GPU Operator NFD": {NFD + "pci-10de.present": "true"},
+    "Tegra": {NFD + "cpu-model.vendor_id": "NVIDIA"},
     "labelled by hand": {"nvidia.com/gpu.present": "true"},
 }
 OTHER_NODES = {
     "stock NFD, no NVIDIA device": {
-        "feature.node.kubernetes.io/pci-0300_1a03.present": "true",
-        "feature.node.kubernetes.io/pci-0200_8086.present": "true",
-    },
-    "NVIDIA network card only": {"feature.node.kubernetes.io/pci-0207_15b3.present": "true"},
-}
+        NFD + "pci-0300_1a03.present": "true", NFD + "pci-0200_8086.present": "true"},
+    "NVIDIA network card only": {NFD + "pci-0207_15b3.present": "true"},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -902,25 +897,15 @@ def test_admission_policy_is_bound_and_denies(rendered: Render) -> None:
 
 SAMPLE_KEYS = [
     *(keys.full_key(name) for name in keys.NODE_WIDE),
-    *(
-        keys.full_key(f"{r}.{s}")
-        for r in ("gpu", "mig-1g.5gb.me", "a100")
-        for s in keys.PER_RESOURCE
-    ),
+    *(keys.full_key(f"{r}.{s}") for r in ("gpu", "mig-1g.5gb.me", "a100")
+      for s in keys.PER_RESOURCE),
     *(keys.full_key(name) for name in keys.FOREIGN_NAMES),
     *(keys.full_key(p + "x") for p in keys.FOREIGN_NAME_PREFIXES),
-    "nvidia.com/gpu.deploy.product",
-    "nvidia.com/mig.config.state",
-    "nvidia.com/gpu.count.extra",
-    "nvidia.com/GPU.count",
-    "nvidia.com/-gpu.count",
-    "nvidia.com/.count",
-    "nvidia.com/count",
-    "nvidia.com/gpu.",
-    "nvidia.com.evil/gpu.count",
-    "example.com/gpu.count",
+    "nvidia.com/gpu.deploy.product", "nvidia.com/mig.config.state", "nvidia.com/gpu.count.extra",
+    "nvidia.com/GPU.count", "nvidia.com/-gpu.count", "nvidia.com/.count", "nvidia.com/count",
+    "nvidia.com/gpu.", "nvidia.com.evil/gpu.count", "example.com/gpu.count",
     "kubernetes.io/hostname",
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("overlay", ["node-labels", "nodefeature"])

@@ -48,15 +48,8 @@ def test_labels_patch_sets_new_nulls_gone_and_records_ownership() -> None:
 
 
 def test_only_nvidia_keys_are_taken_from_the_annotation() -> None:
-    node = {
-        "metadata": {
-            "annotations": {
-                MANAGED_LABELS_ANNOTATION: (
-                    "nvidia.com/gpu.count, kubernetes.io/hostname,,nvidia.com/"
-                )
-            }
-        }
-    }
+    recorded = "nvidia.com/gpu.count, kubernetes.io/hostname,,nvidia.com/"
+    node = {"metadata": {"annotations": {MANAGED_LABELS_ANNOTATION: recorded}}}
     assert owned_keys_from(node) == {"nvidia.com/gpu.count"}
     assert owned_keys_from({"metadata": {}}) == frozenset()
 
