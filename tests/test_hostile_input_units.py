@@ -225,17 +225,12 @@ def _shipped_documents() -> list[Path]:
 
 WITHOUT_LIBYAML = [
     *(path.read_text() for path in _shipped_documents()),
-    "base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n",
-    "a: !!python/object/apply:os.system [ls]\n",
-    "a: &a [*a]\n",
-    "a: 1\n---\nb: 2\n",
-    "a:\n  b: 1\n  c: 2\n  b: 3\n",
-    "a: " + "9" * 101 + "\n",
-    "a: b: c\n",
-    "a: " + "[" * 150 + "]" * 150 + "\n",
+    "base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n", "a: !!python/object/apply:os.system [ls]\n",
+    "a: &a [*a]\n", "a: 1\n---\nb: 2\n", "a:\n  b: 1\n  c: 2\n  b: 3\n", "a: " + "9" * 101 + "\n",
+    "a: b: c\n", "a: " + "[" * 150 + "]" * 150 + "\n",
     _alias_bomb(3, 10),  # read: 1,000 values
     _alias_bomb(7, 10),  # refused: ten million
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("text", WITHOUT_LIBYAML)

@@ -23,6 +23,7 @@ from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.settings import parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
+from tests import helpers
 from tests.helpers import RESOURCE_SUFFIXES, labels_of
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
@@ -506,21 +507,7 @@ def test_single_invalid_set_has_an_empty_sharing_strategy(sharing: str) -> None:
     """SPEC §5.2 (single): the INVALID set has `gpu.sharing-strategy=` (empty) whatever the
     sharing configuration; so does upstream (internal/lm/mig-strategy.go,
     newInvalidMigStrategyLabeler, and mig-strategy_test.go's invalid cases)."""
-    gpus = tuple(
-        Gpu(
-            index=i,
-            uuid=f"GPU-{i}",
-            name="NVIDIA A100-SXM4-40GB",
-            pci_class=0x030200,
-            memory_mib=40960,
-            compute_capability=snapshot_format.ComputeCapability(8, 0),
-            mig=Mig(True, (MigDevice("1g.5gb", 4864, 14, snapshot_format.MigSlices(1, 1)),))
-            if i == 0
-            else None,
-        )
-        for i in range(2)
-    )
-    snap = Snapshot(driver=Driver("550.54.15", 12040), machine=None, gpus=gpus)
+    snap = helpers.node(helpers.gpu(0, mig=helpers.mig("1g.5gb")), helpers.gpu(1), machine=None)
     config = Config()
     if sharing != "none":
         renamed = sharing.endswith("renamed")

@@ -164,16 +164,11 @@ def mig_labels(
     resource: str, count: int, replicas: int, product: str, strategy: str, memory: int, **attr
 ):
     labels = {
-        "count": str(count),
-        "replicas": str(replicas),
-        "memory": str(memory),
-        "product": product,
-        "sharing-strategy": strategy,
-        "multiprocessors": str(attr.get("multiprocessors", 0)),
-        "slices.gi": str(attr["gi"]),
-        "slices.ci": str(attr["ci"]),
+        "count": str(count), "replicas": str(replicas), "memory": str(memory), "product": product,
+        "sharing-strategy": strategy, "multiprocessors": str(attr.get("multiprocessors", 0)),
+        "slices.gi": str(attr["gi"]), "slices.ci": str(attr["ci"]),
         **{f"engines.{engine}": str(attr.get(engine, 0)) for engine in ENGINES},
-    }
+    }  # fmt: skip
     return {f"{resource}.{k}": v for k, v in labels.items()}
 
 
