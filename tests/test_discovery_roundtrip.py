@@ -165,14 +165,10 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
     return Gpu(
         index=index,
         uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (a repeat is refused)
-        name=draw(_TEXT),
-        pci_bus_id=bus_id,
-        pci_class=None if not bus_id else draw(_PCI_CLASSES),
-        memory_mib=memory,
-        compute_capability=ComputeCapability(capability // 10, capability % 10),
-        mig=mig,
-        fabric=fabric,
-    )
+        name=draw(_TEXT), pci_bus_id=bus_id, pci_class=None if not bus_id else draw(_PCI_CLASSES),
+        memory_mib=memory, compute_capability=ComputeCapability(capability // 10, capability % 10),
+        mig=mig, fabric=fabric,
+    )  # fmt: skip
 
 
 def _bus_id(number: int) -> str:

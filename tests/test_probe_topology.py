@@ -53,25 +53,17 @@ def node(n: int, edges: list[tuple[int, int]], *, switch_links: int = 0) -> Snap
     return Snapshot(
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
-            Gpu(
-                index=i, uuid=f"GPU-{i}", name="Tesla V100", pci_bus_id=bus(i),
-                compute_capability=ComputeCapability(7, 0),
-            )
+            Gpu(index=i, uuid=f"GPU-{i}", name="Tesla V100", pci_bus_id=bus(i),
+                compute_capability=ComputeCapability(7, 0))
             for i in range(n)
         ),
-        topology=Topology(
-            gpus=tuple(
-                GpuTopology(
-                    index=i,
-                    minor=i,
-                    nvlinks=tuple(
-                        NvLink(link=k % 64, version=2, remote=r, remote_pci_bus_id=b)
-                        for k, (r, b) in enumerate(links[i][:64])
-                    ),
-                )
-                for i in range(n)
-            )
-        ),
+        topology=Topology(gpus=tuple(
+            GpuTopology(index=i, minor=i, nvlinks=tuple(
+                NvLink(link=k % 64, version=2, remote=r, remote_pci_bus_id=b)
+                for k, (r, b) in enumerate(links[i][:64])
+            ))
+            for i in range(n)
+        )),
     )  # fmt: skip
 
 

@@ -90,10 +90,8 @@ def nodes(draw: st.DrawFn) -> Node:
     snapshot = Snapshot(
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
-            Gpu(
-                index=i, uuid=f"GPU-{i}", name="GPU", pci_bus_id=bus[i],
-                compute_capability=ComputeCapability(9, 0),
-            )
+            Gpu(index=i, uuid=f"GPU-{i}", name="GPU", pci_bus_id=bus[i],
+                compute_capability=ComputeCapability(9, 0))
             for i in range(n)
         ),
         topology=Topology(
