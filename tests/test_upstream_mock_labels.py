@@ -467,40 +467,24 @@ def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_pa
 NVML_FACTS = {
     "driver X.Y": ({"driver_version": "560.28"}, {}, {"nvidia.com/cuda.driver.rev": ""}),
     "driver 470, CUDA 11.4": (
-        {"driver_version": "470.256.02", "cuda_version_major": 11, "cuda_version_minor": 4},
-        {},
-        {"nvidia.com/cuda.runtime-version.full": "11.4"},
-    ),
-    "CUDA 12.10": (
-        {"cuda_version_major": 12, "cuda_version_minor": 10},
-        {},
-        {"nvidia.com/cuda.runtime-version.full": "12.10"},
-    ),
+        {"driver_version": "470.256.02", "cuda_version_major": 11, "cuda_version_minor": 4}, {},
+        {"nvidia.com/cuda.runtime-version.full": "11.4"}),
+    "CUDA 12.10": ({"cuda_version_major": 12, "cuda_version_minor": 10}, {},
+                   {"nvidia.com/cuda.runtime-version.full": "12.10"}),
     **{
         f"compute {major}.{minor}": (
-            {},
-            {"compute_capability": {"major": major, "minor": minor}},
-            {"nvidia.com/gpu.family": family},
-        )
-        for major, minor, family in [
-            (3, 7, "kepler"),
-            (7, 5, "turing"),
-            (8, 9, "ada-lovelace"),
-            (12, 0, "blackwell"),
-            (14, 0, "undefined"),
-        ]
+            {}, {"compute_capability": {"major": major, "minor": minor}},
+            {"nvidia.com/gpu.family": family})
+        for major, minor, family in [(3, 7, "kepler"), (7, 5, "turing"), (8, 9, "ada-lovelace"),
+                                     (12, 0, "blackwell"), (14, 0, "undefined")]
     },
     "memory not whole MiB": (
-        {},
-        {"memory": {"total_bytes": 85899346043, "reserved_bytes": 0, "free_bytes": 0}},
-        {"nvidia.com/gpu.memory": "81920"},
-    ),
+        {}, {"memory": {"total_bytes": 85899346043, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": "81920"}),
     "memory under 1 MiB": (
-        {},
-        {"memory": {"total_bytes": 1048575, "reserved_bytes": 0, "free_bytes": 0}},
-        {"nvidia.com/gpu.memory": None},  # 0 MiB: no memory label on either
-    ),
-}
+        {}, {"memory": {"total_bytes": 1048575, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": None}),  # 0 MiB: no memory label on either
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("fact", sorted(NVML_FACTS))
