@@ -80,11 +80,8 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     # Scores: all 1 -- test_scores_derived_from_what_is_left shows why.
     DGX1: {
         "1": singletons({m: 1 for m in range(8)}),
-        "2": sorted(
-            [group(list(p), "50G", 1) for p in DGX1_DOUBLED]
-            + [group(list(p), "25G", 1) for p in DGX1_SINGLE],
-            key=lambda g: g["minors"],
-        ),
+        "2": sorted([group(list(p), "50G", 1) for p in DGX1_DOUBLED]
+                    + [group(list(p), "25G", 1) for p in DGX1_SINGLE], key=lambda g: g["minors"]),
         "4": [group(q, "25G", 1) for q in DGX1_QUADS],
         "8": [group(list(range(8)), "50G", 1)],
     },
@@ -101,7 +98,7 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
         "2": [group([0, 1], "300G", 1), group([2, 3], "300G", 1)],
     },
     L40S: {},
-}
+}  # fmt: skip
 
 
 def labels(text: str) -> dict[str, str]:
@@ -111,20 +108,14 @@ def labels(text: str) -> dict[str, str]:
 
 NUMA = "gpu.numa.nodes=2 gpu.numa.gpus-per-node="
 EXPECTED_LABELS: dict[Path, dict[str, str]] = {
-    DGX1: labels(
-        "gpu.interconnect=nvlink gpu.nvlink.version=2 gpu.nvlink.links=6"
-        f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"
-    ),
-    H100: labels(
-        "gpu.interconnect=nvswitch gpu.nvlink.version=4 gpu.nvlink.links=18"
-        f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"
-    ),
-    A100_PCIE: labels(
-        "gpu.interconnect=nvlink gpu.nvlink.version=3 gpu.nvlink.links=12"
-        f" gpu.nvlink.largest-group=2 gpu.partition-sizes=1-2 {NUMA}2"
-    ),
+    DGX1: labels("gpu.interconnect=nvlink gpu.nvlink.version=2 gpu.nvlink.links=6"
+                 f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"),
+    H100: labels("gpu.interconnect=nvswitch gpu.nvlink.version=4 gpu.nvlink.links=18"
+                 f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"),
+    A100_PCIE: labels("gpu.interconnect=nvlink gpu.nvlink.version=3 gpu.nvlink.links=12"
+                      f" gpu.nvlink.largest-group=2 gpu.partition-sizes=1-2 {NUMA}2"),
     L40S: labels(f"gpu.interconnect=pcie gpu.nvlink.links=0 gpu.nvlink.largest-group=1 {NUMA}2"),
-}
+}  # fmt: skip
 TOPOLOGY_KEYS = {f"nvidia.com/{k}" for labels in EXPECTED_LABELS.values() for k in labels}
 
 
