@@ -146,16 +146,10 @@ class FakeNode:
     overrides: dict[str, str]  # sysfs_root and machine_type_file
 
     def settings(self, out: Path, **cli: Any) -> Settings:
-        return resolve(
-            {
-                "sleep_interval": "1s",
-                "output_file": str(out),
-                "no_timestamp": True,
-                "machine_type_file": self.overrides["machine_type_file"],
-                **cli,
-            },
-            {"GFD_SYSFS_ROOT": self.overrides["sysfs_root"]},
-        )
+        return resolve({
+            "sleep_interval": "1s", "output_file": str(out), "no_timestamp": True,
+            "machine_type_file": self.overrides["machine_type_file"], **cli,
+        }, {"GFD_SYSFS_ROOT": self.overrides["sysfs_root"]})  # fmt: skip
 
 
 @pytest.fixture

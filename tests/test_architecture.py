@@ -50,18 +50,15 @@ KNOWN_CIRCLES_TO_BREAK: frozenset[frozenset[str]] = frozenset()
 #: the function-local imports of gfd's own modules, by design, each with its reason: the entry
 #: point installs the signal handlers before the rest of gfd is imported, so a stop signal
 #: during start-up is handled (exit 0) instead of killing the interpreter mid-import
-LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        ("gfd.launch", "main", "gfd.cli"),
-        ("gfd.launch", "main", "gfd.signals"),
-        ("gfd.launch", "main", "logging"),
-        # the handlers' own module imports nothing of gfd before they are installed
-        ("gfd.signals", "ignore_reload", "gfd.interrupt"),
-        # the module made of prometheus_client's and http.server's classes: loaded only where
-        # --metrics-address asks for it, as prometheus_client itself is (SPEC §9)
-        ("gfd.observability", "start_metrics", "gfd.metrics"),
-    }
-)
+LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset({
+    ("gfd.launch", "main", "gfd.cli"), ("gfd.launch", "main", "gfd.signals"),
+    ("gfd.launch", "main", "logging"),
+    # the handlers' own module imports nothing of gfd before they are installed
+    ("gfd.signals", "ignore_reload", "gfd.interrupt"),
+    # the module made of prometheus_client's and http.server's classes: loaded only where
+    # --metrics-address asks for it, as prometheus_client itself is (SPEC §9)
+    ("gfd.observability", "start_metrics", "gfd.metrics"),
+})  # fmt: skip
 
 #: functions over MAX_FUNCTION_LINES today, as "module.qualified_name"; their owners shorten them
 LONG_FUNCTIONS_TO_SHORTEN: frozenset[str] = frozenset()
