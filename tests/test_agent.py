@@ -89,13 +89,8 @@ def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> 
 
 
 def file_settings(tmp_path: Path, path: str, **values: object) -> Settings:
-    given = {
-        "snapshot_file": MIG_NODE,
-        "output_file": path,
-        "use_node_feature_api": False,
-        "no_timestamp": True,
-        **values,
-    }
+    given = {"snapshot_file": MIG_NODE, "output_file": path, "use_node_feature_api": False,
+             "no_timestamp": True, **values}  # fmt: skip
     return resolve(given, {})
 
 

@@ -163,12 +163,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _slice_rules(documents: list[Any]) -> list[dict[str, Any]]:
     return [
-        rule
-        for doc in documents
-        if isinstance(doc, dict) and doc.get("kind") == "ClusterRole"
-        for rule in doc.get("rules") or []
-        if "resourceslices" in rule.get("resources", [])
-    ]
+        rule for doc in documents if isinstance(doc, dict) and doc.get("kind") == "ClusterRole"
+        for rule in doc.get("rules") or [] if "resourceslices" in rule.get("resources", [])
+    ]  # fmt: skip
 
 
 def test_rbac_reads_resourceslices_and_never_writes_them() -> None:
@@ -177,12 +174,9 @@ def test_rbac_reads_resourceslices_and_never_writes_them() -> None:
     rbac = ROOT / "manifests/components/dra/rbac.yaml"
     rules = _slice_rules(list(yaml.safe_load_all(rbac.read_text())))
     assert rules == [
-        {
-            "apiGroups": ["resource.k8s.io"],
-            "resources": ["resourceslices"],
-            "verbs": ["list", "watch"],
-        }
-    ]
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+         "verbs": ["list", "watch"]},
+    ]  # fmt: skip
     chart = (ROOT / "manifests/helm/gfd/templates/rbac-dra.yaml").read_text()
     assert 'verbs: ["list", "watch"]' in chart
     for path in (ROOT / "manifests").rglob("*.yaml"):

@@ -642,12 +642,9 @@ def test_runtime_class_component(overlay: str, rendered: Render) -> None:
 
 def rules(role: Obj) -> set[tuple[str, str, str]]:
     return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
+        (group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+        for resource in rule["resources"] for verb in rule["verbs"]
+    }  # fmt: skip
 
 
 def service_account_of(overlay: str, objects: list[Obj]) -> tuple[str, str]:
@@ -785,14 +782,10 @@ GPU_COUNT = "nvidia.com/gpu.count"
 
 
 def request_from(username: str, requester_node: str | None, old: Obj, new: Obj) -> Obj:
-    extra = (
-        {}
-        if requester_node is None
-        else {
-            "authentication.kubernetes.io/node-name": [requester_node],
-            "authentication.kubernetes.io/pod-name": ["gfd-x7k2p"],
-        }
-    )
+    extra = {} if requester_node is None else {
+        "authentication.kubernetes.io/node-name": [requester_node],
+        "authentication.kubernetes.io/pod-name": ["gfd-x7k2p"],
+    }  # fmt: skip
     return {
         "operation": "UPDATE",
         "userInfo": {"username": username, "groups": ["system:serviceaccounts"], "extra": extra},
@@ -938,15 +931,11 @@ def nodefeature_request(
     requester: str | None, name: str, node_label: str, labels: dict[str, str]
 ) -> Obj:
     obj = {
-        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
-        "kind": "NodeFeature",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"nfd.node.kubernetes.io/node-name": node_label},
-        },
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+        "metadata": {"name": name, "namespace": NAMESPACE,
+                     "labels": {"nfd.node.kubernetes.io/node-name": node_label}},
         "spec": {"features": {}, "labels": labels},
-    }
+    }  # fmt: skip
     return request_from(f"system:serviceaccount:{NAMESPACE}:gfd", requester, obj, obj)
 
 

@@ -121,13 +121,8 @@ def test_a_label_cannot_reach_a_file_outside_the_directory(tmp_path: Path) -> No
 def srcdir_settings(
     root: Path, *, default_config: str = "", fallbacks: str = "named,single", **env: str
 ) -> Settings:
-    environ = {
-        "CONFIG_FILE_SRCDIR": str(root),
-        "DEFAULT_CONFIG": default_config,
-        "FALLBACK_STRATEGIES": fallbacks,
-        "NODE_NAME": "n1",
-        **env,
-    }
+    environ = {"CONFIG_FILE_SRCDIR": str(root), "DEFAULT_CONFIG": default_config,
+               "FALLBACK_STRATEGIES": fallbacks, "NODE_NAME": "n1", **env}  # fmt: skip
     return resolve({"snapshot_file": MIG_NODE, "output_file": "-", "no_timestamp": True}, environ)
 
 

@@ -104,14 +104,8 @@ def test_a_restart_keeps_the_labels_and_removes_stale_ones(
 def test_a_hand_edited_annotation_cannot_make_it_delete_foreign_labels(
     api: FakeApiServer, kubeconfig: str
 ) -> None:
-    api.edit(
-        "Node",
-        "n1",
-        "",
-        lambda node: node["metadata"]["annotations"].update(
-            {MANAGED_LABELS_ANNOTATION: "kubernetes.io/hostname,nvidia.com/gpu.count"}
-        ),
-    )
+    forged = {MANAGED_LABELS_ANNOTATION: "kubernetes.io/hostname,nvidia.com/gpu.count"}
+    api.edit("Node", "n1", "", lambda node: node["metadata"]["annotations"].update(forged))
     make_output(kubeconfig).publish(LABELS)
     assert api.node_labels("n1") == {**FOREIGN, **LABELS}
 

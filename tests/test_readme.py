@@ -311,14 +311,10 @@ def test_make_run_passes_example_and_args() -> None:
         pytest.skip("no make")
     run = ["make", "-n", "run", "EXAMPLE=examples/snapshots/two-models.yaml"]
     planned = subprocess.run(
-        [*run, "ARGS=--mig-strategy mixed"],
-        cwd=ROOT,
+        [*run, "ARGS=--mig-strategy mixed"], cwd=ROOT, capture_output=True, text=True, check=True,
         # not the flags of a make that runs this suite (make test)
         env={k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()[-1]
+    ).stdout.splitlines()[-1]  # fmt: skip
     assert planned.endswith(
         "gfd --oneshot --no-timestamp --snapshot-file examples/snapshots/two-models.yaml"
         " --mig-strategy mixed"

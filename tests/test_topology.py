@@ -169,16 +169,11 @@ QUAD_25G = (4, 25 * 10**9)
 
 
 def _left(table: dict[int, tuple[partitions.Partition, ...]]) -> dict[tuple[int, ...], Any]:
+    bandwidth = partitions.parse_quantity
     found = [
-        (
-            p.minors,
-            None
-            if p.ring_bus_bandwidth is None
-            else partitions.parse_quantity(p.ring_bus_bandwidth),
-        )
-        for size in sorted(table)
-        for p in table[size]
-    ]
+        (p.minors, None if p.ring_bus_bandwidth is None else bandwidth(p.ring_bus_bandwidth))
+        for size in sorted(table) for p in table[size]
+    ]  # fmt: skip
     return left_after(found)
 
 
@@ -198,15 +193,10 @@ def without_gpus(snap: Snapshot, gone: set[int]) -> Snapshot:
     """``snap`` without the GPUs (by index) in ``gone``, and without their pairs."""
     topology = snap.topology
     assert topology is not None
-    return replace(
-        snap,
-        gpus=tuple(g for g in snap.gpus if g.index not in gone),
-        topology=replace(
-            topology,
-            gpus=tuple(e for e in topology.gpus if e.index not in gone),
-            pairs=tuple(p for p in topology.pairs if not gone & set(p.gpus)),
-        ),
-    )
+    return replace(snap, gpus=tuple(g for g in snap.gpus if g.index not in gone), topology=replace(
+        topology, gpus=tuple(e for e in topology.gpus if e.index not in gone),
+        pairs=tuple(p for p in topology.pairs if not gone & set(p.gpus)),
+    ))  # fmt: skip
 
 
 def test_dgx1_without_a_gpu_scores_the_pairs_that_break_every_quad_lower() -> None:
@@ -240,14 +230,8 @@ def bridged(pairs: list[tuple[int, int]]) -> Snapshot:
             )
         gpus.append(replace(entry, nvlinks=links))
     joined = {tuple(sorted(p)) for p in pairs}
-    return replace(
-        snap,
-        topology=replace(
-            topology,
-            gpus=tuple(gpus),
-            pairs=tuple(replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs),
-        ),
-    )
+    pairs = tuple(replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs)
+    return replace(snap, topology=replace(topology, gpus=tuple(gpus), pairs=pairs))
 
 
 @pytest.mark.parametrize(
@@ -700,12 +684,9 @@ def test_any_link_text_round_trips(
 ) -> None:
     snap = _two_gpus_without_links()
     link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
-    snap = replace(
-        snap,
-        topology=Topology(
-            gpus=(GpuTopology(index=0, nvlinks=(link,)),),
-            pairs=(GpuPair(gpus=(0, 1), pcie="system", nvlink_p2p=p2p),),
-        ),
-    )
+    snap = replace(snap, topology=Topology(
+        gpus=(GpuTopology(index=0, nvlinks=(link,)),),
+        pairs=(GpuPair(gpus=(0, 1), pcie="system", nvlink_p2p=p2p),),
+    ))  # fmt: skip
     assert snapshot_io.loads(snapshot_io.dumps(snap)) == snap
     assert snapshot_io.loads(snapshot_io.dumps_json(snap)) == snap

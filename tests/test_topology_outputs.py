@@ -40,14 +40,9 @@ from tests.test_manifests import (  # the manifest helpers and their fixture
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "snapshots"
 TOPOLOGY_EXAMPLES = [
-    EXAMPLES / name
-    for name in (
-        "dgx1-v100-cube-mesh.yaml",
-        "hgx-h100-nvswitch.yaml",
-        "a100-pcie-nvlink-bridges.yaml",
-        "l40s-pcie.yaml",
-    )
-]
+    EXAMPLES / name for name in ("dgx1-v100-cube-mesh.yaml", "hgx-h100-nvswitch.yaml",
+                                 "a100-pcie-nvlink-bridges.yaml", "l40s-pcie.yaml")
+]  # fmt: skip
 
 
 def koordlet_partition_table(

@@ -72,16 +72,9 @@ def nodes(draw: st.DrawFn) -> Node:
             links += [("gpu", bus[j])] * count
         links += [("nvswitch", SWITCH)] * switch[i]
         total_links[i] = len(links)
-        entries.append(
-            GpuTopology(
-                index=i,
-                minor=i,
-                nvlinks=tuple(
-                    NvLink(link=k, version=generation[i], remote=r, remote_pci_bus_id=b)
-                    for k, (r, b) in enumerate(links)
-                ),
-            )
-        )
+        nvlinks = tuple(NvLink(link=k, version=generation[i], remote=r, remote_pci_bus_id=b)
+                        for k, (r, b) in enumerate(links))  # fmt: skip
+        entries.append(GpuTopology(index=i, minor=i, nvlinks=nvlinks))
     model = {}
     for pair, count in direct.items():
         hop = count + min(switch[pair[0]], switch[pair[1]])
