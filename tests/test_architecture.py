@@ -182,11 +182,9 @@ def test_every_module_sits_in_a_layer() -> None:
 
 def test_imports_run_downwards_but_for_at_most_two_named_ones() -> None:
     upward = {
-        (module, dep)
-        for module, deps in module_graph().items()
-        for dep in deps
+        (module, dep) for module, deps in module_graph().items() for dep in deps
         if layer_of(dep) > layer_of(module)
-    }
+    }  # fmt: skip
     assert upward == set(UPWARD_IMPORTS)
     assert len(UPWARD_IMPORTS) <= 2
 

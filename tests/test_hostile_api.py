@@ -519,11 +519,9 @@ def test_every_key_gfd_publishes_is_one_it_can_own() -> None:
     key must be added to gfd/labels/keys.py's NODE_WIDE or PER_RESOURCE)."""
     expected = Path(__file__).parent / "fixtures" / "expected"
     published = {
-        line.split("=", 1)[0]
-        for path in expected.glob("*.labels")
-        for line in path.read_text().splitlines()
-        if "=" in line
-    }
+        line.split("=", 1)[0] for path in expected.glob("*.labels")
+        for line in path.read_text().splitlines() if "=" in line
+    }  # fmt: skip
     assert len(published) > 40
     assert sorted(key for key in published if not keys.can_produce(key)) == []
 

@@ -911,12 +911,10 @@ def test_the_policies_admit_exactly_the_keys_gfd_can_produce(
     node_wide = {str(k) for k in variables["nodeWideKeys"].evaluate({})}
     assert node_wide == {keys.full_key(name) for name in keys.NODE_WIDE}
     celtypes = policy.celpy.celtypes
-    computed = celtypes.MapType(
-        {
-            celtypes.StringType(name): variables[name].evaluate({})
-            for name in ("nodeWideKeys", "perResourceKey", "foreignKey")
-        }
-    )
+    computed = celtypes.MapType({
+        celtypes.StringType(name): variables[name].evaluate({})
+        for name in ("nodeWideKeys", "perResourceKey", "foreignKey")
+    })  # fmt: skip
     # the test each validation applies to a key (CEL's own matches(), RE2 syntax)
     ours = policy._program(
         "(k in variables.nodeWideKeys || k.matches(variables.perResourceKey))"

@@ -39,12 +39,10 @@ def test_labels_patch_sets_new_nulls_gone_and_records_ownership() -> None:
     patch = labels_patch(
         {"nvidia.com/b": "2", "nvidia.com/a": "1"}, {"nvidia.com/a", "nvidia.com/old"}
     )
-    assert patch == {
-        "metadata": {
-            "labels": {"nvidia.com/a": "1", "nvidia.com/b": "2", "nvidia.com/old": None},
-            "annotations": {MANAGED_LABELS_ANNOTATION: "nvidia.com/a,nvidia.com/b"},
-        }
-    }
+    assert patch == {"metadata": {
+        "labels": {"nvidia.com/a": "1", "nvidia.com/b": "2", "nvidia.com/old": None},
+        "annotations": {MANAGED_LABELS_ANNOTATION: "nvidia.com/a,nvidia.com/b"},
+    }}  # fmt: skip
 
 
 def test_only_nvidia_keys_are_taken_from_the_annotation() -> None:

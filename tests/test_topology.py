@@ -524,12 +524,8 @@ def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
     found = discover_node(snap, tmp_path)
     assert found.topology is not None
     assert [e.pcie_root for e in found.topology.gpus] == roots
-    bare = replace(
-        snap,
-        topology=replace(
-            snap.topology, gpus=tuple(replace(e, pcie_root=None) for e in snap.topology.gpus)
-        ),
-    )
+    rootless = tuple(replace(e, pcie_root=None) for e in snap.topology.gpus)
+    bare = replace(snap, topology=replace(snap.topology, gpus=rootless))
     found = discover_node(bare, tmp_path / "bare")  # GPUs not below a root in sysfs
     assert found.topology is not None
     assert {e.pcie_root for e in found.topology.gpus} == {None}

@@ -123,11 +123,10 @@ def resource_labeler(labels: dict[str, str]) -> dict[str, str]:
     machine-type, GPU-mode and IMEX labelers' gpu.machine, gpu.mode, gpu.clique) and
     mig.strategy."""
     return {
-        key: value
-        for key, value in labels.items()
+        key: value for key, value in labels.items()
         if (key.startswith((P + "gpu.", P + "mig-")) or key == P + "mig.strategy")
         and key not in NOT_RESOURCE_LABELS
-    }
+    }  # fmt: skip
 
 
 def one_resource(labels: dict[str, str], resource: str) -> dict[str, str]:
@@ -388,12 +387,8 @@ GPU_MODE = [
 
 @pytest.mark.parametrize(("classes", "expected"), table(GPU_MODE))
 def test_gpu_mode_labeler(classes: tuple[Any, ...], expected: str) -> None:
-    devices = [
-        Mock(mig=Mig(True, ()), cc=(0, 0), pci_class=GRAPHICS)
-        if pci_class == "mig-graphics"
-        else full_gpu(pci_class=pci_class)
-        for pci_class in classes
-    ]
+    mig_graphics = Mock(mig=Mig(True, ()), cc=(0, 0), pci_class=GRAPHICS)
+    devices = [mig_graphics if c == "mig-graphics" else full_gpu(pci_class=c) for c in classes]
     labels = only(labels_of(manager(*devices), "none", Config()), "gpu.mode")
     assert labels == ns({"gpu.mode": expected})
 

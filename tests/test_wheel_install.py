@@ -229,10 +229,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     #    files, so the source tree's editable install stays out of the way).
     site_packages = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     (Path(site_packages) / "zz-test-dependencies.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n"
     )

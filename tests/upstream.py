@@ -341,9 +341,8 @@ def differences(upstream: dict[str, str], gfd: dict[str, str]) -> list[str]:
     """One line per label that differs: missing on one side, or another value."""
     return [
         f"{key}: upstream {upstream.get(key)!r}, gfd {gfd.get(key)!r}"
-        for key in sorted(upstream.keys() | gfd.keys())
-        if upstream.get(key) != gfd.get(key)
-    ]
+        for key in sorted(upstream.keys() | gfd.keys()) if upstream.get(key) != gfd.get(key)
+    ]  # fmt: skip
 
 
 def alike(upstream: Run, ours: Run) -> dict[str, str]:

@@ -425,11 +425,9 @@ class FakeApiServer:
 
     def count(self, method: str | None = None, path_contains: str | None = None) -> int:
         return sum(
-            1
-            for request in self.requests
-            if (method is None or request.method == method)
+            1 for request in self.requests if (method is None or request.method == method)
             and (path_contains is None or path_contains in request.path)
-        )
+        )  # fmt: skip
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Requests by (verb, path)."""
@@ -987,11 +985,9 @@ class _Handler(BaseHTTPRequestHandler):
                         and _selected(obj, self._field_selector())
                     ]
                     return 200, {
-                        "kind": resource.kind + "List",
-                        "apiVersion": resource.api_version,
-                        "metadata": {"resourceVersion": self.state.version()},
-                        "items": items,
-                    }
+                        "kind": resource.kind + "List", "apiVersion": resource.api_version,
+                        "metadata": {"resourceVersion": self.state.version()}, "items": items,
+                    }  # fmt: skip
                 if method == "POST":
                     return 201, self._create(resource, namespace, body)
                 raise ApiStatusError(405, "MethodNotAllowed", f"{method} is not allowed here")
