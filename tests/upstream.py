@@ -199,14 +199,11 @@ def fake_pci_tree(
         device = into / bus_id
         device.mkdir(parents=True)
         for name, value in (
-            ("vendor", NVIDIA_VENDOR),
-            ("device", "0x2330"),
-            ("class", pci_class),
-            ("numa_node", "-1"),
-            ("subsystem_vendor", NVIDIA_VENDOR),
+            ("vendor", NVIDIA_VENDOR), ("device", "0x2330"), ("class", pci_class),
+            ("numa_node", "-1"), ("subsystem_vendor", NVIDIA_VENDOR),
             ("subsystem_device", "0x16c1"),
             ("resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000"),
-        ):
+        ):  # fmt: skip
             (device / name).write_text(value + "\n")
         (device / "config").write_bytes(config)
     return into
