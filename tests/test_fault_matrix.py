@@ -330,12 +330,13 @@ def test_huge_and_malformed_values_of_every_option(where: str, short_dir: Path) 
 
 API_FAULTS: dict[str, Callable[[], Fault]] = {
     "missing": lambda: Fault(status=404, count=None),
-    "slow": lambda: Fault(trickle=0.2, count=None), "hung": lambda: Fault(hang=True, count=None),
+    "slow": lambda: Fault(trickle=0.2, count=None),
+    "hung": lambda: Fault(hang=True, count=None),
     "huge": lambda: Fault(huge=8 * 1024 * 1024, count=None),
     "malformed": lambda: Fault(status=200, body=b"<html>" + b"x" * 100_000, count=None),
     "wrong-type": lambda: Fault(status=200, body=b'{"metadata": [1, 2]}', count=None),
     "closed": lambda: Fault(drop=True, count=None),
-}  # fmt: skip
+}
 
 
 class _Recorder(http.server.BaseHTTPRequestHandler):
