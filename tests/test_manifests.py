@@ -104,10 +104,13 @@ def versions() -> list[str]:
 
 # overlay -> (kind of the gfd workload, the output gfd must select)
 WORKLOADS = {
-    "nfd-features-file": ("DaemonSet", "file"), "nfd-worker-sidecar": ("DaemonSet", "file"),
-    "nodefeature": ("DaemonSet", "nodefeature"), "node-labels": ("DaemonSet", "node-labels"),
-    "oneshot-job": ("Job", "file"), "node-labels-cleanup-job": ("Job", "node-labels"),
-}  # fmt: skip
+    "nfd-features-file": ("DaemonSet", "file"),
+    "nfd-worker-sidecar": ("DaemonSet", "file"),
+    "nodefeature": ("DaemonSet", "nodefeature"),
+    "node-labels": ("DaemonSet", "node-labels"),
+    "oneshot-job": ("Job", "file"),
+    "node-labels-cleanup-job": ("Job", "node-labels"),
+}
 DAEMONSETS = [o for o, (kind, _) in WORKLOADS.items() if kind == "DaemonSet"]
 JOBS = [o for o, (kind, _) in WORKLOADS.items() if kind == "Job"]
 EXPECTED_OVERLAYS = set(WORKLOADS)

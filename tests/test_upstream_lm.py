@@ -375,14 +375,16 @@ def test_sharing_labeler(devices: tuple[Mock, ...], sharing: TimeSlicing, expect
 # classes, another class, a class that cannot be read) unknown
 
 GPU_MODE = [
-    ("one graphics device", (GRAPHICS,), "graphics"), ("one compute device", (COMPUTE,), "compute"),
+    ("one graphics device", (GRAPHICS,), "graphics"),
+    ("one compute device", (COMPUTE,), "compute"),
     ("two compute devices", (COMPUTE, COMPUTE), "compute"),
     ("graphics and compute devices", (GRAPHICS, COMPUTE), "unknown"),
     ("compute and graphics devices", (COMPUTE, GRAPHICS), "unknown"),
-    ("another display class", (0x038000,), "unknown"), ("class unreadable", (None,), "unknown"),
+    ("another display class", (0x038000,), "unknown"),
+    ("class unreadable", (None,), "unknown"),
     ("one class unreadable", (COMPUTE, None), "unknown"),
     ("MIG-enabled devices count too", (COMPUTE, "mig-graphics"), "unknown"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("classes", "expected"), table(GPU_MODE))
@@ -462,8 +464,9 @@ MACHINE = [
     ("no path or unreadable", None, "unknown"),
     ("main_test.go's file", "product-name", "product-name"),
     ("spaces joined", "DGXA100 920-23687-2530-000", "DGXA100-920-23687-2530-000"),
-    ("characters deleted", "PowerEdge (R750xa)", "PowerEdge-R750xa"), ("empty file", "", ""),
-]  # fmt: skip
+    ("characters deleted", "PowerEdge (R750xa)", "PowerEdge-R750xa"),
+    ("empty file", "", ""),
+]
 
 
 @pytest.mark.parametrize(("machine", "expected"), table(MACHINE))

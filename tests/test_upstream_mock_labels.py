@@ -307,12 +307,15 @@ def test_non_gpu_function_at_a_gpu_bus_id_crashes_upstream_not_gfd(
 MACHINE_TYPES = [
     ("  DGX A100  \n", "DGX-A100", None),
     ("ProLiant DL380 Gen10 (P12345)\n", "ProLiant-DL380-Gen10-P12345", None),
-    ("a/b\\c:d*e\n", "abcde", None), ("line1\nline2\n", "line1line2", None),
-    ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server", None), ("\n", "", None),
+    ("a/b\\c:d*e\n", "abcde", None),
+    ("line1\nline2\n", "line1line2", None),
+    ("\u00dcn\u00efc\u00f6d\u00e9 Server\n", "ncd-Server", None),
+    ("\n", "", None),
     ("x" * 80 + "\n", "x" * 80, "x" * 63),
     ("PowerEdge R750xa.\n", "PowerEdge-R750xa.", "PowerEdge-R750xa"),
-    ("-lead_trail-\n", "-lead_trail-", "lead_trail"), ("...\n", "...", ""),
-]  # fmt: skip
+    ("-lead_trail-\n", "-lead_trail-", "lead_trail"),
+    ("...\n", "...", ""),
+]
 
 
 @pytest.mark.parametrize(("raw", "theirs", "ours"), MACHINE_TYPES)
