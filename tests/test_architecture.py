@@ -163,10 +163,9 @@ def test_no_import_circle_between_gfd_modules() -> None:
 def test_the_graph_counts_imports_inside_functions() -> None:
     tree = ast.parse("def f():\n    import gfd.errors\nif TYPE_CHECKING:\n    import gfd.echo\n")
     runs = [
-        (function, node.names[0].name)
-        for node, function in _runtime_nodes(tree)
+        (function, node.names[0].name) for node, function in _runtime_nodes(tree)
         if isinstance(node, ast.Import)
-    ]
+    ]  # fmt: skip
     assert runs == [("f", "gfd.errors")]
 
 
@@ -192,10 +191,9 @@ def test_imports_run_downwards_but_for_at_most_two_named_ones() -> None:
 def test_a_lazy_import_is_a_named_heavy_dependency() -> None:
     files = modules()
     lazy = {
-        (module, function, target)
-        for module, function, target in imports(files)
+        (module, function, target) for module, function, target in imports(files)
         if function is not None and target.split(".")[0] not in LAZY_DEPENDENCIES
-    }
+    }  # fmt: skip
     assert lazy - LAZY_BY_DESIGN == set(), "hoist these to the top of their module"
     assert LAZY_BY_DESIGN - lazy == set(), "gone: remove them from LAZY_BY_DESIGN"
 
@@ -221,10 +219,9 @@ def test_no_function_is_longer_than_the_limit() -> None:
 
 def test_no_module_is_longer_than_the_limit() -> None:
     long = {
-        module
-        for module, path in modules().items()
+        module for module, path in modules().items()
         if len(path.read_text().splitlines()) > MAX_MODULE_LINES
-    }
+    }  # fmt: skip
     assert long - LONG_MODULES_TO_SPLIT == set()
     assert LONG_MODULES_TO_SPLIT - long == set(), "short now: remove from the list"
 

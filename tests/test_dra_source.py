@@ -190,10 +190,9 @@ def test_gfd_sends_no_write_to_resourceslices() -> None:
     """The one module that talks to the API about resourceslices asks with GET only (the
     mapping module is pure: it imports no client)."""
     naming = [
-        path
-        for path in (ROOT / "gfd").rglob("*.py")
+        path for path in (ROOT / "gfd").rglob("*.py")
         if "resourceslices" in path.read_text() or "resource.k8s.io" in path.read_text()
-    ]
+    ]  # fmt: skip
     assert sorted(p.name for p in naming) == ["dra.py", "dra_source.py"]
     assert "gfd.kube" not in (ROOT / "gfd/discovery/dra.py").read_text()
     text = (ROOT / "gfd/dra_source.py").read_text()

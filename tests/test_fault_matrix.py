@@ -1327,10 +1327,9 @@ def test_library_message_on_the_json_stream(source: str) -> None:
     code, expected = LIBRARY_MESSAGES[source]
     records = _log_records(code)
     found = [
-        (r["event"], r.get("category") or r.get("logger"), r["level"])
-        for r in records
+        (r["event"], r.get("category") or r.get("logger"), r["level"]) for r in records
         if r["event"] in ("library warning", "library log")
-    ]
+    ]  # fmt: skip
     assert found == expected
     assert all("timestamp" in r for r in records)
     if source == "logging":

@@ -108,10 +108,9 @@ def nfd_rule_matches(features: dict[str, Any], minimum_gib: int, minimum_count: 
     whose memory_gib is Ge the value are matched; ``len`` of them is the var; the second
     rule matches when that var is Ge the count."""
     matched = [
-        e
-        for e in features["instances"]["nvidia.gpu"]["elements"]
+        e for e in features["instances"]["nvidia.gpu"]["elements"]
         if int(e["attributes"].get("memory_gib", "-1")) >= minimum_gib
-    ]
+    ]  # fmt: skip
     return bool(matched) and len(matched) >= minimum_count
 
 

@@ -30,9 +30,8 @@ def samples(metrics: PrometheusMetrics) -> dict[tuple[str, tuple[tuple[str, str]
     assert status == 200
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+        for family in text_string_to_metric_families(text) for sample in family.samples
+    }  # fmt: skip
 
 
 @pytest.fixture

@@ -327,10 +327,9 @@ def model_labels(
             for suffix, value in values.items():
                 labels[f"{resource}.{suffix}"] = value
     return {
-        PREFIX + name: expected
-        for name, value in labels.items()
+        PREFIX + name: expected for name, value in labels.items()
         if (expected := published_value(name, value)) is not OMITTED
-    }
+    }  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -365,10 +364,9 @@ def resource_part(labels: dict[str, str], resource: str) -> dict[str, str]:
     """The <resource>.<suffix> labels (no suffix is a dotted tail of another, so this
     cannot pick up a label of a resource whose name extends this one)."""
     return {
-        suffix: labels[key]
-        for suffix in RESOURCE_SUFFIXES
+        suffix: labels[key] for suffix in RESOURCE_SUFFIXES
         if (key := f"{PREFIX}{resource}.{suffix}") in labels
-    }
+    }  # fmt: skip
 
 
 timestamps = st.none() | st.integers(min_value=0, max_value=2**40)

@@ -257,10 +257,9 @@ def _cited_sections() -> Iterator[tuple[str, str]]:
 
 def test_every_cited_readme_section_exists() -> None:
     missing = [
-        (where, title)
-        for where, title in _cited_sections()
+        (where, title) for where, title in _cited_sections()
         if not any(heading.lower().startswith(title.lower()) for heading in HEADINGS)
-    ]
+    ]  # fmt: skip
     assert missing == []
 
 

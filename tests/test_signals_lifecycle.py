@@ -383,10 +383,9 @@ def test_the_console_script_is_the_launcher() -> None:
         text=True, cwd=ROOT, check=True,
     )  # fmt: skip
     gfd_modules = {
-        line.rsplit("|", 1)[1].strip()
-        for line in check.stderr.splitlines()
+        line.rsplit("|", 1)[1].strip() for line in check.stderr.splitlines()
         if line.rsplit("|", 1)[-1].strip().startswith("gfd")
-    }
+    }  # fmt: skip
     assert gfd_modules == {"gfd", "gfd.launch"}  # gfd.signals comes first, inside main()
 
 

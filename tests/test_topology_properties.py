@@ -151,9 +151,8 @@ def test_table_is_exactly_the_ring_connected_candidates(node: Node) -> None:
     expected = expected_table(node)
     got = {
         size: {p.minors: partitions.parse_quantity(p.ring_bus_bandwidth or "0") for p in items}
-        for size, items in table.items()
-        if size > 1
-    }
+        for size, items in table.items() if size > 1
+    }  # fmt: skip
     assert got == expected
     if expected:
         assert [p.minors for p in table[1]] == [(i,) for i in range(n)]
@@ -199,9 +198,8 @@ def test_scores_rank_what_is_left_and_the_table_reads_back_as_an_override(node: 
     table = partition_table(node.snapshot, None)
     every = [
         (set(p.minors), len(p.minors), partitions.parse_quantity(p.ring_bus_bandwidth or "0"))
-        for items in table.values()
-        for p in items
-    ]
+        for items in table.values() for p in items
+    ]  # fmt: skip
     for items in table.values():
         left = {}
         for p in items:

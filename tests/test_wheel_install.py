@@ -125,10 +125,9 @@ def test_dockerfile_runtime_settings() -> None:
 
 def test_dockerignore_lets_through_exactly_what_the_build_copies() -> None:
     lines = [
-        line.strip()
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
-    ]
+    ]  # fmt: skip
     assert lines[0] == "*", "whitelist: everything else stays out of the build context"
     let_through = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     assert {p.rstrip("/") for p in source_paths_copied_from_context()} <= let_through

@@ -246,10 +246,9 @@ def mock_env(ref: Reference, profile: Path, env: Mapping[str, str] | None = None
     extra = {"LD_LIBRARY_PATH": str(ref.library_dir), "MOCK_NVML_CONFIG": str(profile)}
     # NVIDIA_VISIBLE_DEVICES (set in GPU containers) narrows gfd's lost-GPU check: not here
     clean = {
-        k: v
-        for k, v in clean_env().items()
+        k: v for k, v in clean_env().items()
         if not k.startswith("MOCK_NVML_") and k != "NVIDIA_VISIBLE_DEVICES"
-    }
+    }  # fmt: skip
     return {**clean, **extra, **(env or {})}
 
 

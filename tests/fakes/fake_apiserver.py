@@ -411,10 +411,9 @@ class FakeApiServer:
         resource = _BY_KIND[kind]
         with self._state.lock:
             return [
-                copy.deepcopy(obj)
-                for (plural, _, _), obj in sorted(self._state.objects.items())
+                copy.deepcopy(obj) for (plural, _, _), obj in sorted(self._state.objects.items())
                 if plural == resource.plural
-            ]
+            ]  # fmt: skip
 
     # ------------------------------------------------------------- requests and faults
 
@@ -978,12 +977,11 @@ class _Handler(BaseHTTPRequestHandler):
             if name is None:
                 if method == "GET":
                     items = [
-                        copy.deepcopy(obj)
-                        for (plural, ns, _), obj in sorted(objects.items())
+                        copy.deepcopy(obj) for (plural, ns, _), obj in sorted(objects.items())
                         if plural == resource.plural
                         and (not resource.namespaced or ns == namespace)
                         and _selected(obj, self._field_selector())
-                    ]
+                    ]  # fmt: skip
                     return 200, {
                         "kind": resource.kind + "List", "apiVersion": resource.api_version,
                         "metadata": {"resourceVersion": self.state.version()}, "items": items,

@@ -58,9 +58,8 @@ ENUM_SUFFIXES = {"": ("", (1, 2, 3, 4, 6, 7, 8)), "+me": ("_REV1", (1, 2)),
                  "-me": ("_NO_ME", (1, 2))}  # fmt: skip
 PROFILE_ENUMS: dict[tuple[int, str], int] = {
     (slices, suffix): getattr(P, f"NVML_GPU_INSTANCE_PROFILE_{slices}_SLICE{spelling}")
-    for suffix, (spelling, counts) in ENUM_SUFFIXES.items()
-    for slices in counts
-}
+    for suffix, (spelling, counts) in ENUM_SUFFIXES.items() for slices in counts
+}  # fmt: skip
 SLICES_OF_ENUM = {enum: slices for (slices, _suffix), enum in PROFILE_ENUMS.items()}
 SLICES_OF_ENUM[P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2] = 1
 
