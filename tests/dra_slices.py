@@ -126,21 +126,11 @@ def slices_for(
     slices; ``count`` overrides resourceSliceCount (an incomplete generation)."""
     devices = devices_for(snapshot, release, partitionable)
     chunks = [devices[part::split] for part in range(split)]
+    pool = {"name": node, "generation": generation,
+            "resourceSliceCount": split if count is None else count}  # fmt: skip
     return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-{DRIVER}-g{generation}-{part}"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": node,
-                "pool": {
-                    "name": node,
-                    "generation": generation,
-                    "resourceSliceCount": split if count is None else count,
-                },
-                "devices": chunk,
-            },
-        }
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": f"{node}-{DRIVER}-g{generation}-{part}"},
+         "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "devices": chunk}}
         for part, chunk in enumerate(chunks)
-    ]
+    ]  # fmt: skip

@@ -76,19 +76,12 @@ def test_device_infos_describe_each_gpu() -> None:
     snap = load(EXAMPLES / "hgx-h100-nvswitch.yaml")
     infos = device_infos(snap, partition_table(snap, None))
     assert infos[3] == {
-        "vendor": "nvidia",
-        "model": "H100-80GB-HBM3",
-        "uuid": snap.gpus[3].uuid,
-        "minor": "3",
+        "vendor": "nvidia", "model": "H100-80GB-HBM3", "uuid": snap.gpus[3].uuid, "minor": "3",
         "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "81559Mi"},
-        "topology": {
-            "p2pLinks": [],
-            "nodeID": "0",
-            "pcieID": "pci0000:5b",
-            "busID": "0000:61:00.0",
-        },
+        "topology": {"p2pLinks": [], "nodeID": "0", "pcieID": "pci0000:5b",
+                     "busID": "0000:61:00.0"},
         "status": {"healthy": True},
-    }
+    }  # fmt: skip
     assert infos[0]["topology"]["p2pLinks"] == [
         {"peerMinor": "1", "type": "NVLink"}, {"peerMinor": "1,2,3", "type": "NVLink"},
         {"peerMinor": "1,2,3,4,5,6,7", "type": "NVLink"},

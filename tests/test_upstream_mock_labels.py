@@ -149,28 +149,21 @@ def test_sharing_config_labels_equal_upstream(
 SHARING_VARIANTS = {
     "time-slicing, not renamed": (
         "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
-        ("-SHARED", "3", "time-slicing"),
-    ),
+        ("-SHARED", "3", "time-slicing")),
     "time-slicing, renamed": (
         "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
         "      rename: nvidia.com/gpu.shared\n      replicas: 3\n",
-        ("-SHARED", "3", "time-slicing"),
-    ),
+        ("-SHARED", "3", "time-slicing")),
     "time-slicing, failRequestsGreaterThanOne": (
         "timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
-        "    - name: nvidia.com/gpu\n      replicas: 2\n",
-        ("-SHARED", "2", "time-slicing"),
-    ),
+        "    - name: nvidia.com/gpu\n      replicas: 2\n", ("-SHARED", "2", "time-slicing")),
     "mps, renameByDefault": (
         "mps:\n    renameByDefault: true\n    resources:\n"
-        "    - name: nvidia.com/gpu\n      replicas: 2\n",
-        ("", "2", "mps"),
-    ),
+        "    - name: nvidia.com/gpu\n      replicas: 2\n", ("", "2", "mps")),
     "time-slicing of another resource": (
         "timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n",
-        ("", "1", "none"),
-    ),
-}
+        ("", "1", "none")),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("variant", sorted(SHARING_VARIANTS))
