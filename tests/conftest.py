@@ -78,6 +78,14 @@ def discovery_settings(tmp_path: Path) -> Settings:
 
 
 @pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    """A FIFO nobody writes to: reading it would block."""
+    path = tmp_path / "fifo"
+    os.mkfifo(path)
+    return path
+
+
+@pytest.fixture
 def kubeconfig(api: FakeApiServer, tmp_path: Path) -> str:
     return str(api.write_kubeconfig(tmp_path / "kubeconfig"))
 

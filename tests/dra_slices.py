@@ -52,14 +52,13 @@ def _common(gpu: Gpu, snapshot: Snapshot, release: str) -> dict[str, Any]:
     cc = gpu.compute_capability
     pci = "resource.kubernetes.io/pciBusID" if release == "v25.12.0" else "pcieBusID"
     return {
-        "productName": _string(gpu.name),
-        "brand": _string("Nvidia"),
+        "productName": _string(gpu.name), "brand": _string("Nvidia"),
         "architecture": _string(ARCHITECTURES.get(cc.major, "Unknown")),
         "cudaComputeCapability": {"version": semver(f"{cc.major}.{cc.minor}")},
         "driverVersion": {"version": semver(snapshot.driver.version)},
         "cudaDriverVersion": {"version": semver(f"{cuda // 1000}.{(cuda % 1000) // 10}")},
         pci: _string(gpu.pci_bus_id),
-    }
+    }  # fmt: skip
 
 
 def gpu_device(gpu: Gpu, snapshot: Snapshot, release: str, partitionable: bool) -> dict[str, Any]:
@@ -70,10 +69,9 @@ def gpu_device(gpu: Gpu, snapshot: Snapshot, release: str, partitionable: bool) 
         attributes["index"] = {"int": gpu.index}
     memory = (gpu.memory_mib or 0) << 20
     device: dict[str, Any] = {
-        "name": f"gpu-{gpu.index}",
-        "attributes": attributes,
+        "name": f"gpu-{gpu.index}", "attributes": attributes,
         "capacity": {"memory": {"value": str(memory)}},
-    }
+    }  # fmt: skip
     if partitionable:
         # the largest MIG profile's capacities, not the GPU's total memory
         device["capacity"] = {"memory": {"value": str(memory - (1 << 30))}}
@@ -99,10 +97,9 @@ def mig_device(
     }  # fmt: skip
     profile = device.profile.replace(".", "")
     return {
-        "name": f"gpu-{gpu.index}-mig-{profile}-{position}-{position}",
-        "attributes": attributes,
+        "name": f"gpu-{gpu.index}-mig-{profile}-{position}-{position}", "attributes": attributes,
         "capacity": {name: {"value": str(value)} for name, value in capacity.items()},
-    }
+    }  # fmt: skip
 
 
 def devices_for(
@@ -122,34 +119,18 @@ def devices_for(
 
 
 def slices_for(
-    snapshot: Snapshot,
-    node: str,
-    *,
-    release: str = "v25.12.0",
-    partitionable: bool = False,
-    generation: int = 1,
-    split: int = 1,
-    count: int | None = None,
-) -> list[dict[str, Any]]:
+    snapshot: Snapshot, node: str, *, release: str = "v25.12.0", partitionable: bool = False,
+    generation: int = 1, split: int = 1, count: int | None = None,
+) -> list[dict[str, Any]]:  # fmt: skip
     """The node's pool (named after the node, as the kubelet plugin names it) in ``split``
     slices; ``count`` overrides resourceSliceCount (an incomplete generation)."""
     devices = devices_for(snapshot, release, partitionable)
     chunks = [devices[part::split] for part in range(split)]
+    pool = {"name": node, "generation": generation,
+            "resourceSliceCount": split if count is None else count}  # fmt: skip
     return [
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceSlice",
-            "metadata": {"name": f"{node}-{DRIVER}-g{generation}-{part}"},
-            "spec": {
-                "driver": DRIVER,
-                "nodeName": node,
-                "pool": {
-                    "name": node,
-                    "generation": generation,
-                    "resourceSliceCount": split if count is None else count,
-                },
-                "devices": chunk,
-            },
-        }
+        {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+         "metadata": {"name": f"{node}-{DRIVER}-g{generation}-{part}"},
+         "spec": {"driver": DRIVER, "nodeName": node, "pool": pool, "devices": chunk}}
         for part, chunk in enumerate(chunks)
-    ]
+    ]  # fmt: skip

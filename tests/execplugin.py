@@ -24,10 +24,8 @@ def exec_credential(token: str, **status: str) -> str:
     """The one line a plugin prints: an ``ExecCredential`` holding ``token`` (and any
     other ``status`` field, e.g. ``expirationTimestamp``)."""
     answer = {
-        "apiVersion": EXEC_API,
-        "kind": "ExecCredential",
-        "status": {"token": token, **status},
-    }
+        "apiVersion": EXEC_API, "kind": "ExecCredential", "status": {"token": token, **status},
+    }  # fmt: skip
     return json.dumps(answer)
 
 

@@ -42,15 +42,9 @@ MIG_PROFILES = {
 
 
 def gpu(
-    index: int,
-    name: str = A100,
-    *,
-    memory: int | None = 40960,
-    cc: tuple[int, int] = (8, 0),
-    pci_class: int | None = 0x030200,
-    mig: Mig | None = None,
-    fabric: Fabric | None = None,
-) -> Gpu:
+    index: int, name: str = A100, *, memory: int | None = 40960, cc: tuple[int, int] = (8, 0),
+    pci_class: int | None = 0x030200, mig: Mig | None = None, fabric: Fabric | None = None,
+) -> Gpu:  # fmt: skip
     return Gpu(
         index=index, uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000", name=name,
         pci_bus_id=f"0000:{index + 1:02x}:00.0", pci_class=pci_class, memory_mib=memory,
@@ -63,12 +57,9 @@ def mig(*profiles: str, enabled: bool = True) -> Mig:
 
 
 def node(
-    *gpus: Gpu,
-    driver: str = "550.54.15",
-    cuda: int = 12040,
-    machine: str | None = "DGXA100 920-23687-2530-000",
-    vgpu: Vgpu | None = None,
-) -> Snapshot:
+    *gpus: Gpu, driver: str = "550.54.15", cuda: int = 12040,
+    machine: str | None = "DGXA100 920-23687-2530-000", vgpu: Vgpu | None = None,
+) -> Snapshot:  # fmt: skip
     return Snapshot(
         driver=Driver(driver, cuda), machine=machine, vgpu=Vgpu() if vgpu is None else vgpu,
         gpus=tuple(gpus),
@@ -111,6 +102,24 @@ def expected_labels(path: Path) -> dict[str, str]:
     from gfd.snapshot import load
 
     return build(load(str(path)), "none", Config(), None).labels
+
+
+def labels_of(
+    snapshot: Snapshot, strategy: str = "none", config: Any = None, ts: int | None = None
+) -> dict[str, str]:
+    """The labels ``snapshot`` gets (the default config unless one is given)."""
+    from gfd.config import Config
+    from gfd.labels import build
+
+    return dict(build(snapshot, strategy, Config() if config is None else config, ts).labels)
+
+
+def file_labels(path: Path) -> dict[str, str]:
+    """The labels of the features file at ``path`` (its expiry header left out)."""
+    from gfd.outputs.file import split_features_file
+
+    _, body = split_features_file(path.read_text())
+    return dict(line.split("=", 1) for line in body.splitlines())
 
 
 def table(cases: list[tuple[Any, ...]]) -> list[Any]:

@@ -82,12 +82,9 @@ class Run:
 
 
 def drive(
-    settings: Settings,
-    steps: Sequence[Step],
-    *,
-    reload_settings: Callable[[], Settings] | None = None,
-    **collaborators: Any,
-) -> Run:
+    settings: Settings, steps: Sequence[Step], *,
+    reload_settings: Callable[[], Settings] | None = None, **collaborators: Any,
+) -> Run:  # fmt: skip
     """Run the loop: a pass, then each step at the wait that follows, then stop."""
     metrics = RecordedMetrics()
     pending = list(steps)

@@ -42,13 +42,10 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_gfd(
-    *args: str,
-    env: Mapping[str, str] | None = None,
-    timeout: float = 60,
-    stdin: Any = subprocess.DEVNULL,
-    stdout: Any = subprocess.PIPE,
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60,
+    stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
     preexec_fn: Callable[[], None] | None = None,
-) -> subprocess.CompletedProcess[str]:
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """``python -m gfd ARGS`` in a fresh interpreter, to its end; stdout captured unless
     ``stdout`` names where it goes; ``preexec_fn`` runs in the child (process limits)."""
     return subprocess.run(
@@ -136,6 +133,16 @@ def http_get(port: int, path: str) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
+
+
+def eventually(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
+    """Poll ``condition`` (a guard of ``limit`` seconds against a hung test, not a timing
+    assertion)."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.02)
 
 
 def free_port() -> int:

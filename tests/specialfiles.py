@@ -39,11 +39,9 @@ def make_socket(path: Path) -> None:
 _keep: list[socket.socket] = []
 
 SPECIAL = {
-    "fifo": make_fifo,
-    "dev-zero": make_dev_zero,
-    "directory": make_directory,
+    "fifo": make_fifo, "dev-zero": make_dev_zero, "directory": make_directory,
     "socket": make_socket,
-}
+}  # fmt: skip
 
 
 def replace_with_directory(path: Path) -> None:

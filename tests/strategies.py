@@ -349,10 +349,8 @@ _MIG_PATTERNS = ("*", "1g.*", "1g.5gb", "*+me", "*+me*", "*gb", "7g.*", "*c.*", 
 #: the three kinds of pattern text, a third each: a fixed pattern, a starred name, pieces
 gpu_pattern_kinds = (st.sampled_from(_GPU_PATTERNS), _starred(GPU_NAMES[:20]), _pieced(odd=True))
 mig_pattern_kinds = (
-    st.sampled_from(_MIG_PATTERNS),
-    _starred(tuple(sorted(MIG_PROFILES))),
-    _pieced(odd=False),
-)
+    st.sampled_from(_MIG_PATTERNS), _starred(tuple(sorted(MIG_PROFILES))), _pieced(odd=False),
+)  # fmt: skip
 _name_kinds = (_common_names, _random_names)
 
 
@@ -389,13 +387,11 @@ def _dns_subdomain(name: str) -> str:
 #: names a sharing entry may refer to: the full-GPU default (a third of the time), another
 #: likely resource name (a third), one that matches nothing or a random DNS name (a sixth each)
 _sharing_targets = (
-    st.just("gpu"),
-    st.just("gpu"),
+    st.just("gpu"), st.just("gpu"),
     st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
     st.sampled_from(("a100", "h100", "mig-small", "x", *DEFAULT_MIG_NAMES)),
-    st.sampled_from(("unused", "big")),
-    _random_names.map(_dns_subdomain),
-)
+    st.sampled_from(("unused", "big")), _random_names.map(_dns_subdomain),
+)  # fmt: skip
 
 
 @st.composite
@@ -428,10 +424,9 @@ _sharings = sharings()
 def configs(draw: st.DrawFn) -> Config:
     """A label configuration: resource patterns and a sharing section."""
     return Config(
-        gpu_patterns=draw(_gpu_pattern_lists),
-        mig_patterns=draw(_mig_pattern_lists),
+        gpu_patterns=draw(_gpu_pattern_lists), mig_patterns=draw(_mig_pattern_lists),
         sharing=draw(_sharings),
-    )
+    )  # fmt: skip
 
 
 _configs = configs()

@@ -89,13 +89,8 @@ def test_failing_passes_still_renew_the_features_file_expiry(tmp_path: Path) -> 
 
 
 def file_settings(tmp_path: Path, path: str, **values: object) -> Settings:
-    given = {
-        "snapshot_file": MIG_NODE,
-        "output_file": path,
-        "use_node_feature_api": False,
-        "no_timestamp": True,
-        **values,
-    }
+    given = {"snapshot_file": MIG_NODE, "output_file": path, "use_node_feature_api": False,
+             "no_timestamp": True, **values}  # fmt: skip
     return resolve(given, {})
 
 
@@ -174,11 +169,9 @@ def test_a_retirement_that_fails_is_counted_and_tried_after_each_pass(tmp_path: 
     metrics = RecordedMetrics()
     other = file_settings(tmp_path, str(tmp_path / "gfd"))
     agent = Agent(
-        file_settings(tmp_path, str(tmp_path / "first")),
-        reload_settings=lambda: other,
-        output=old,
+        file_settings(tmp_path, str(tmp_path / "first")), reload_settings=lambda: other, output=old,
         metrics=metrics,
-    )
+    )  # fmt: skip
     assert agent.run_pass()
     agent._reload()
     assert agent.run_pass() and agent.run_pass()

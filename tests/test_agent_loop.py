@@ -146,16 +146,10 @@ class FakeNode:
     overrides: dict[str, str]  # sysfs_root and machine_type_file
 
     def settings(self, out: Path, **cli: Any) -> Settings:
-        return resolve(
-            {
-                "sleep_interval": "1s",
-                "output_file": str(out),
-                "no_timestamp": True,
-                "machine_type_file": self.overrides["machine_type_file"],
-                **cli,
-            },
-            {"GFD_SYSFS_ROOT": self.overrides["sysfs_root"]},
-        )
+        return resolve({
+            "sleep_interval": "1s", "output_file": str(out), "no_timestamp": True,
+            "machine_type_file": self.overrides["machine_type_file"], **cli,
+        }, {"GFD_SYSFS_ROOT": self.overrides["sysfs_root"]})  # fmt: skip
 
 
 @pytest.fixture
@@ -181,10 +175,9 @@ def test_daemon_picks_up_a_driver_that_appears(fake_node: FakeNode, tmp_path: Pa
         assert "nvidia.com/gpu.count=8\n" in out.read_text()
 
     run = drive(
-        fake_node.settings(out, fail_on_init_error=False),
-        [load_the_driver, full_labels],
+        fake_node.settings(out, fail_on_init_error=False), [load_the_driver, full_labels],
         read_snapshot=discovery.read_snapshot,
-    )
+    )  # fmt: skip
     assert run.metrics.nvml == [False, True, True]
     assert run.metrics.passes == ["success"] * 3
 
@@ -238,10 +231,9 @@ def test_a_loss_seen_twice_labels_the_answering_gpus(fake_node: FakeNode, tmp_pa
         assert "nvidia.com/gpu.count=8\n" in text and "gpu.lost" not in text
 
     run = drive(
-        fake_node.settings(out),
-        [lose_a_gpu, first_sight_kept, confirmed, back],
+        fake_node.settings(out), [lose_a_gpu, first_sight_kept, confirmed, back],
         read_snapshot=discovery.read_snapshot,
-    )
+    )  # fmt: skip
     assert run.metrics.passes == ["success", "error", "success", "success", "success"]
     assert run.metrics.writes == 3
     assert run.metrics.lost == [0, 1, 1, 0, 0]

@@ -50,18 +50,15 @@ KNOWN_CIRCLES_TO_BREAK: frozenset[frozenset[str]] = frozenset()
 #: the function-local imports of gfd's own modules, by design, each with its reason: the entry
 #: point installs the signal handlers before the rest of gfd is imported, so a stop signal
 #: during start-up is handled (exit 0) instead of killing the interpreter mid-import
-LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        ("gfd.launch", "main", "gfd.cli"),
-        ("gfd.launch", "main", "gfd.signals"),
-        ("gfd.launch", "main", "logging"),
-        # the handlers' own module imports nothing of gfd before they are installed
-        ("gfd.signals", "ignore_reload", "gfd.interrupt"),
-        # the module made of prometheus_client's and http.server's classes: loaded only where
-        # --metrics-address asks for it, as prometheus_client itself is (SPEC §9)
-        ("gfd.observability", "start_metrics", "gfd.metrics"),
-    }
-)
+LAZY_BY_DESIGN: frozenset[tuple[str, str, str]] = frozenset({
+    ("gfd.launch", "main", "gfd.cli"), ("gfd.launch", "main", "gfd.signals"),
+    ("gfd.launch", "main", "logging"),
+    # the handlers' own module imports nothing of gfd before they are installed
+    ("gfd.signals", "ignore_reload", "gfd.interrupt"),
+    # the module made of prometheus_client's and http.server's classes: loaded only where
+    # --metrics-address asks for it, as prometheus_client itself is (SPEC §9)
+    ("gfd.observability", "start_metrics", "gfd.metrics"),
+})  # fmt: skip
 
 #: functions over MAX_FUNCTION_LINES today, as "module.qualified_name"; their owners shorten them
 LONG_FUNCTIONS_TO_SHORTEN: frozenset[str] = frozenset()
@@ -166,10 +163,9 @@ def test_no_import_circle_between_gfd_modules() -> None:
 def test_the_graph_counts_imports_inside_functions() -> None:
     tree = ast.parse("def f():\n    import gfd.errors\nif TYPE_CHECKING:\n    import gfd.echo\n")
     runs = [
-        (function, node.names[0].name)
-        for node, function in _runtime_nodes(tree)
+        (function, node.names[0].name) for node, function in _runtime_nodes(tree)
         if isinstance(node, ast.Import)
-    ]
+    ]  # fmt: skip
     assert runs == [("f", "gfd.errors")]
 
 
@@ -185,11 +181,9 @@ def test_every_module_sits_in_a_layer() -> None:
 
 def test_imports_run_downwards_but_for_at_most_two_named_ones() -> None:
     upward = {
-        (module, dep)
-        for module, deps in module_graph().items()
-        for dep in deps
+        (module, dep) for module, deps in module_graph().items() for dep in deps
         if layer_of(dep) > layer_of(module)
-    }
+    }  # fmt: skip
     assert upward == set(UPWARD_IMPORTS)
     assert len(UPWARD_IMPORTS) <= 2
 
@@ -197,10 +191,9 @@ def test_imports_run_downwards_but_for_at_most_two_named_ones() -> None:
 def test_a_lazy_import_is_a_named_heavy_dependency() -> None:
     files = modules()
     lazy = {
-        (module, function, target)
-        for module, function, target in imports(files)
+        (module, function, target) for module, function, target in imports(files)
         if function is not None and target.split(".")[0] not in LAZY_DEPENDENCIES
-    }
+    }  # fmt: skip
     assert lazy - LAZY_BY_DESIGN == set(), "hoist these to the top of their module"
     assert LAZY_BY_DESIGN - lazy == set(), "gone: remove them from LAZY_BY_DESIGN"
 
@@ -226,10 +219,9 @@ def test_no_function_is_longer_than_the_limit() -> None:
 
 def test_no_module_is_longer_than_the_limit() -> None:
     long = {
-        module
-        for module, path in modules().items()
+        module for module, path in modules().items()
         if len(path.read_text().splitlines()) > MAX_MODULE_LINES
-    }
+    }  # fmt: skip
     assert long - LONG_MODULES_TO_SPLIT == set()
     assert LONG_MODULES_TO_SPLIT - long == set(), "short now: remove from the list"
 

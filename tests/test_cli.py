@@ -105,13 +105,8 @@ def test_one_dash_long_flags_are_upstreams_not_short_options(tmp_path: Path) -> 
     args = ["-oneshot", "-no-timestamp", "-mig-strategy=mixed", "-snapshot-file", DGX]
     result = subprocess.run(
         [*GFD, *[str(Path(arg).resolve()) if arg == DGX else arg for arg in args]],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=tmp_path,
-        timeout=60,
-        check=False,
-    )
+        capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60, check=False,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "nvidia.com/mig.strategy=mixed\n" in result.stdout
     assert "gfd.timestamp" not in result.stdout
@@ -136,19 +131,16 @@ def test_gos_boolean_words_in_flags_and_variables(args: list[str], env: dict[str
     assert result.stdout == DGX_LABELS
 
 
-@pytest.mark.parametrize(
-    ("args", "named"),
-    [
-        (["-oneshot", "false"], "-oneshot false: a boolean flag takes its value as -oneshot=false"),
-        (["-ofile"], "no such option: -ofile"),
-        (["---oneshot"], "bad flag syntax: ---oneshot"),
-        (["-o", "a", "--output-file", "b"], "cannot use two forms of the same flag: -o and"),
-        (["-oneshot=tRuE"], "-oneshot 'tRuE'"),
-        (["--mig-strategy=MIXED"], "--mig-strategy 'MIXED'"),
-        (["-v=maybe"], "-v 'maybe'"),
-        (["-h=tRuE"], "-h 'tRuE'"),
-    ],
-)
+@pytest.mark.parametrize(("args", "named"), [
+    (["-oneshot", "false"], "-oneshot false: a boolean flag takes its value as -oneshot=false"),
+    (["-ofile"], "no such option: -ofile"),
+    (["---oneshot"], "bad flag syntax: ---oneshot"),
+    (["-o", "a", "--output-file", "b"], "cannot use two forms of the same flag: -o and"),
+    (["-oneshot=tRuE"], "-oneshot 'tRuE'"),
+    (["--mig-strategy=MIXED"], "--mig-strategy 'MIXED'"),
+    (["-v=maybe"], "-v 'maybe'"),
+    (["-h=tRuE"], "-h 'tRuE'"),
+])  # fmt: skip
 def test_what_upstreams_grammar_refuses_is_refused(args: list[str], named: str) -> None:
     result = run_gfd_here(*args, env={"GFD_SNAPSHOT_FILE": DGX})
     assert result.returncode == 2

@@ -90,10 +90,9 @@ def test_bundled_config_gives_the_labels_readme_lists(
 
 def test_every_config_fragment_in_readme_loads_without_a_warning() -> None:
     fragments = [
-        b.group(2)
-        for b in _BLOCK.finditer(README)
+        b.group(2) for b in _BLOCK.finditer(README)
         if b.group(1) == "yaml" and b.group(2).lstrip().startswith(_CONFIG_TOP_KEYS)
-    ]
+    ]  # fmt: skip
     assert len(fragments) >= 2  # the config example and the partitions table
     for fragment in fragments:
         assert yaml.safe_load(fragment)

@@ -81,16 +81,10 @@ def test_vfio_lists_nvidia_gpus_bound_to_vfio_pci_only(sysfs: FakeSysfs, pci_ids
     assert found.discovery == "vfio"
     assert found.driver == Driver("unknown.unknown.unknown", 0)  # sysfs-lib.go:66-74
     assert found.gpus == (
-        Gpu(
-            index=0,
-            uuid="",
-            name="GA100 [A100 PCIe 40GB]",
-            pci_bus_id="0000:17:00.0",
-            pci_class=0x030200,
-            memory_mib=128 * 1024,  # 64 GiB + 32 MiB of 64-bit BARs, rounded up
-            compute_capability=ComputeCapability(-1, -1),  # sysfs-device.go:35-37
-        ),
-    )
+        Gpu(index=0, uuid="", name="GA100 [A100 PCIe 40GB]", pci_bus_id="0000:17:00.0",
+            pci_class=0x030200, memory_mib=128 * 1024,  # 64 GiB + 32 MiB of 64-bit BARs, rounded up
+            compute_capability=ComputeCapability(-1, -1)),  # sysfs-device.go:35-37
+    )  # fmt: skip
 
 
 def test_vfio_gpus_come_in_bus_order_and_a_graphics_gpu_counts(
@@ -189,14 +183,10 @@ def test_tegra_reads_the_cuda_library(sysfs: FakeSysfs) -> None:
     assert found.discovery == "tegra"
     assert found.driver == Driver("unknown.unknown.unknown", 12060)  # cuda-lib.go:66-70
     assert found.gpus == (
-        Gpu(
-            index=0,
-            uuid="",
-            name="Orin (nvgpu)",
+        Gpu(index=0, uuid="", name="Orin (nvgpu)",
             memory_mib=65892085760 // 2**20,  # cuda-device.go:61-68
-            compute_capability=ComputeCapability(8, 7),
-        ),
-    )
+            compute_capability=ComputeCapability(8, 7)),
+    )  # fmt: skip
     assert library.calls[0] == "cuInit"
 
 

@@ -35,13 +35,9 @@ def settings(tmp_path: Path) -> Settings:
 
 def bound(gpus: int, slots: int, devices: int, instances: int) -> int:
     return (
-        PER_PASS
-        + PER_GPU * gpus
-        + PER_MIG_SLOT * slots
-        + PER_MIG_DEVICE * devices
-        + PER_GPU_INSTANCE * instances
-        + PER_GPU_PROFILE_LOOKUP * gpus
-    )
+        PER_PASS + PER_GPU * gpus + PER_MIG_SLOT * slots + PER_MIG_DEVICE * devices
+        + PER_GPU_INSTANCE * instances + PER_GPU_PROFILE_LOOKUP * gpus
+    )  # fmt: skip
 
 
 def test_dgx_a100_with_56_mig_devices(settings: Settings) -> None:

@@ -12,11 +12,9 @@ import pytest
 from gfd import snapshot as snapshots
 from gfd.discovery import dra
 from gfd.errors import DiscoveryError
-from gfd.labels import build
-from gfd.settings import Config
 from gfd.snapshot import Snapshot
 from tests.dra_slices import slices_for
-from tests.helpers import gpu, mig, node
+from tests.helpers import gpu, labels_of, mig, node
 from tests.upstream import PROFILES, Reference, run_on_mock
 
 NODE = "node-a"
@@ -29,10 +27,9 @@ NOT_IN_SLICES = {
 }
 #: the driver publishes the driver version through semver, which drops a leading zero
 SEMVER_LOSSY = {
-    "nvidia.com/cuda.driver-version.full",
-    "nvidia.com/cuda.driver-version.revision",
+    "nvidia.com/cuda.driver-version.full", "nvidia.com/cuda.driver-version.revision",
     "nvidia.com/cuda.driver.rev",
-}
+}  # fmt: skip
 
 
 @pytest.fixture
@@ -48,10 +45,6 @@ def nvml_snapshot(ref: Reference, profile: str) -> Snapshot:
     done = run_on_mock(ref, "gfd", ["--dump-snapshot"], profile=profile)
     assert done.returncode == 0, done.stderr[-2000:]
     return snapshots.loads(done.stdout)
-
-
-def labels_of(snap: Snapshot, strategy: str = "none") -> dict[str, str]:
-    return dict(build(snap, strategy, Config(), None).labels)
 
 
 @pytest.mark.parametrize("release", ["v25.12.0", "v25.8.0", "v25.3.0"])
@@ -167,15 +160,12 @@ def test_a_hostile_product_name_is_labelled_safely() -> None:
     assert len(product) <= 63 and product.isascii() and "\n" not in product
 
 
-@pytest.mark.parametrize(
-    ("changes", "named"),
-    [
-        ({"productName": None}, "productName"),
-        ({"cudaComputeCapability": {"version": "x"}}, "cudaComputeCapability"),
-        ({"uuid": {"int": 3}}, "uuid"),
-        ({"productName": {"string": "A" * 5000}}, "longer than the limit"),
-    ],
-)
+@pytest.mark.parametrize(("changes", "named"), [
+    ({"productName": None}, "productName"),
+    ({"cudaComputeCapability": {"version": "x"}}, "cudaComputeCapability"),
+    ({"uuid": {"int": 3}}, "uuid"),
+    ({"productName": {"string": "A" * 5000}}, "longer than the limit"),
+])  # fmt: skip
 def test_a_bad_attribute_fails_the_pass_in_one_line(changes: dict[str, object], named: str) -> None:
     with pytest.raises(DiscoveryError) as caught:
         dra.to_snapshot(_one_device(**changes))

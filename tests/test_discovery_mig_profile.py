@@ -69,20 +69,17 @@ def test_a100_40gb_table_through_discovery() -> None:
     assert found.gpus[0].memory_mib == 40960
 
 
-@pytest.mark.parametrize(
-    ("enum", "suffix"),
-    [
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, "+me.all"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, "+me.all"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX, "+gfx"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX, "+gfx"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX, "+gfx"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, "-me"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, "-me"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1, "+me"),
-        (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, ""),
-    ],
-)
+@pytest.mark.parametrize(("enum", "suffix"), [
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME, "+me.all"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME, "+me.all"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX, "+gfx"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX, "+gfx"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX, "+gfx"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME, "-me"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME, "-me"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1, "+me"),
+    (pynvml.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2, ""),
+])  # fmt: skip
 def test_suffixes(enum: int, suffix: str) -> None:
     slices = mig_profile.GPU_INSTANCE_PROFILES[enum].slices
     name = mig_profile.profile_name(enum, slices, 23808, 196608 * 2**20)  # a B200-like GPU

@@ -130,15 +130,10 @@ def test_old_bindings_returning_bytes(settings: Settings) -> None:
 
 
 @pytest.mark.parametrize("bytes_strings", [False, True], ids=["current-bindings", "old-bindings"])
-@pytest.mark.parametrize(
-    ("field", "raw"),
-    [
-        ("name", b"NVIDIA A100\xff\xfe-SXM4"),
-        ("uuid", b"GPU-\xc3("),
-        ("bus_id", b"00000000:07:00.\xff"),
-        ("driver_version", b"550.\x8054.15"),
-    ],
-)
+@pytest.mark.parametrize(("field", "raw"), [
+    ("name", b"NVIDIA A100\xff\xfe-SXM4"), ("uuid", b"GPU-\xc3("),
+    ("bus_id", b"00000000:07:00.\xff"), ("driver_version", b"550.\x8054.15"),
+])  # fmt: skip
 def test_driver_strings_that_are_not_utf8_get_replacement_characters(
     settings: Settings, field: str, raw: bytes, bytes_strings: bool
 ) -> None:
@@ -149,11 +144,9 @@ def test_driver_strings_that_are_not_utf8_get_replacement_characters(
     fake = FakeNvml([gpu], driver_version=version, bytes_strings=bytes_strings)
     found = discover(settings, nvml=fake.module)
     read = {
-        "name": found.gpus[0].name,
-        "uuid": found.gpus[0].uuid,
-        "bus_id": found.gpus[0].pci_bus_id,
+        "name": found.gpus[0].name, "uuid": found.gpus[0].uuid, "bus_id": found.gpus[0].pci_bus_id,
         "driver_version": found.driver and found.driver.version,
-    }
+    }  # fmt: skip
     assert read[field] == raw.decode("utf-8", "replace")
 
 
@@ -284,15 +277,12 @@ def test_fabric_attached(settings: Settings) -> None:
     assert fake.calls["nvmlDeviceGetGpuFabricInfo"] == 0
 
 
-@pytest.mark.parametrize(
-    "fabric",
-    [
-        {"state": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS},
-        {"state": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED},
-        {"status": pynvml.NVML_ERROR_TIMEOUT},
-        {"cluster_uuid": bytes(16)},
-    ],
-)
+@pytest.mark.parametrize("fabric", [
+    {"state": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS},
+    {"state": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED},
+    {"status": pynvml.NVML_ERROR_TIMEOUT},
+    {"cluster_uuid": bytes(16)},
+])  # fmt: skip
 def test_fabric_not_attached(settings: Settings, fabric: dict[str, object]) -> None:
     assert discover(settings, nvml=FakeNvml([fabric_gpu(**fabric)]).module).gpus[0].fabric is None
 
@@ -307,11 +297,9 @@ def test_fabric_uuid_is_canonical_lower_case(settings: Settings) -> None:
 V, PLAIN = "nvmlDeviceGetGpuFabricInfoV", "nvmlDeviceGetGpuFabricInfo"
 
 
-@pytest.mark.parametrize(
-    ("functions", "symbols", "found", "plain_calls"),
-    [({V}, set(), True, 1), (set(), {V}, True, 1), ({PLAIN}, {V}, False, 0)],
-    ids=["bindings-lack-v", "driver-lacks-v", "absent-from-both"],
-)
+@pytest.mark.parametrize(("functions", "symbols", "found", "plain_calls"), [
+    ({V}, set(), True, 1), (set(), {V}, True, 1), ({PLAIN}, {V}, False, 0),
+], ids=["bindings-lack-v", "driver-lacks-v", "absent-from-both"])  # fmt: skip
 def test_fabric_plain_call_when_v_is_missing(
     settings: Settings, functions: set[str], symbols: set[str], found: bool, plain_calls: int
 ) -> None:
@@ -326,11 +314,9 @@ def test_fabric_info_from_a_c_char_uuid_field() -> None:
 
     class CharInfo(ctypes.Structure):
         _fields_ = [
-            ("clusterUuid", ctypes.c_char * 16),
-            ("status", ctypes.c_uint),
-            ("cliqueId", ctypes.c_uint32),
-            ("state", ctypes.c_uint),
-        ]
+            ("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
+            ("cliqueId", ctypes.c_uint32), ("state", ctypes.c_uint),
+        ]  # fmt: skip
 
     raw = bytes([0] * 8 + [1] * 8)
     info = CharInfo(b"", 0, 3, pynvml.NVML_GPU_FABRIC_STATE_COMPLETED)
@@ -353,14 +339,11 @@ def test_library_missing(settings: Settings) -> None:
         assert hint in message
 
 
-@pytest.mark.parametrize(
-    ("code", "text"),
-    [
-        (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
-        (pynvml.NVML_ERROR_NO_PERMISSION, "Insufficient Permissions"),
-        (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version mismatch"),
-    ],
-)
+@pytest.mark.parametrize(("code", "text"), [
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "Driver Not Loaded"),
+    (pynvml.NVML_ERROR_NO_PERMISSION, "Insufficient Permissions"),
+    (pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH, "version mismatch"),
+])  # fmt: skip
 def test_init_failing(settings: Settings, code: int, text: str) -> None:
     fake = FakeNvml(init_error=code)
     with pytest.raises(NvmlUnavailableError, match=f"nvmlInit failed: .*{text}") as caught:

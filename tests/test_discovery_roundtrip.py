@@ -76,10 +76,9 @@ def discover_other_backend(snapshot: Snapshot, root: Path) -> Snapshot:
         machine.write_text(snapshot.machine + "\n")
     sysfs = FakeSysfs(root / "sys")
     chosen = Settings(
-        device_discovery_strategy=snapshot.discovery,
-        sysfs_root=str(sysfs.root),
+        device_discovery_strategy=snapshot.discovery, sysfs_root=str(sysfs.root),
         machine_type_file=str(machine),
-    )
+    )  # fmt: skip
     if snapshot.discovery == "tegra":
         return discover(chosen, cuda=FakeCuda.from_snapshot(snapshot))
     names = sorted({gpu.name for gpu in snapshot.gpus})
@@ -166,14 +165,10 @@ def gpus(draw: st.DrawFn, index: int, bus_id: str) -> Gpu:
     return Gpu(
         index=index,
         uuid=f"{draw(_TEXT)}-{index}",  # any text, but one GPU per UUID (a repeat is refused)
-        name=draw(_TEXT),
-        pci_bus_id=bus_id,
-        pci_class=None if not bus_id else draw(_PCI_CLASSES),
-        memory_mib=memory,
-        compute_capability=ComputeCapability(capability // 10, capability % 10),
-        mig=mig,
-        fabric=fabric,
-    )
+        name=draw(_TEXT), pci_bus_id=bus_id, pci_class=None if not bus_id else draw(_PCI_CLASSES),
+        memory_mib=memory, compute_capability=ComputeCapability(capability // 10, capability % 10),
+        mig=mig, fabric=fabric,
+    )  # fmt: skip
 
 
 def _bus_id(number: int) -> str:

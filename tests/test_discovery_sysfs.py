@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gfd.discovery import sysfs
 from gfd.discovery.gpu_links import read_numa_node, read_pcie_root
 from gfd.snapshot import Vgpu, VgpuDevice
+from tests.helpers import table
 
 from .fakes.fake_sysfs import (
     FakeSysfs,
@@ -151,33 +153,23 @@ def test_extended_config_space_is_fine() -> None:
 # ------------------------------------------------------------------ vGPU records
 
 
-def test_records_before_the_host_driver_record() -> None:
-    cap = vgpu_capability("535.54", "r535_00", before=[b"\x01\x02\x03", b"abcdefgh"])
-    assert sysfs.host_driver_info(cap) == VgpuDevice("535.54", "r535_00")
+NUL_PADDED = bytes([0, 22]) + b"\x00550.1".ljust(10, b"\x00") + b"\x00\x00r550".ljust(10, b"\x00")
 
 
-def test_record_of_length_zero_stops() -> None:
-    cap = vendor_capability(b"VF" + bytes([7, 0]) + bytes(30))
-    assert sysfs.host_driver_info(cap) is None
-
-
-def test_records_running_off_the_end() -> None:
-    cap = vendor_capability(b"VF" + bytes([7, 200]) + bytes(30))
-    assert sysfs.host_driver_info(cap) is None
-    assert sysfs.host_driver_info(b"\x09\x00\x05VF") is None  # no record at all
-
-
-def test_host_driver_strings_are_nul_trimmed_at_both_ends() -> None:
-    version = b"\x00550.1".ljust(10, b"\x00")
-    branch = b"\x00\x00r550".ljust(10, b"\x00")
-    records = bytes([0, 22]) + version + branch
-    cap = vendor_capability(b"VF" + records)
-    assert sysfs.host_driver_info(cap) == VgpuDevice("550.1", "r550")
-
-
-def test_full_width_strings() -> None:
-    cap = vgpu_capability("0123456789", "abcdefghij")
-    assert sysfs.host_driver_info(cap) == VgpuDevice("0123456789", "abcdefghij")
+@pytest.mark.parametrize(("cap", "expected"), table([
+    ("records-before-the-host-driver-record",
+     vgpu_capability("535.54", "r535_00", before=[b"\x01\x02\x03", b"abcdefgh"]),
+     VgpuDevice("535.54", "r535_00")),
+    ("a-record-of-length-zero-stops", vendor_capability(b"VF" + bytes([7, 0]) + bytes(30)), None),
+    ("records-running-off-the-end", vendor_capability(b"VF" + bytes([7, 200]) + bytes(30)), None),
+    ("no-record-at-all", b"\x09\x00\x05VF", None),
+    ("strings-nul-trimmed-at-both-ends", vendor_capability(b"VF" + NUL_PADDED),
+     VgpuDevice("550.1", "r550")),
+    ("full-width-strings", vgpu_capability("0123456789", "abcdefghij"),
+     VgpuDevice("0123456789", "abcdefghij")),
+]))  # fmt: skip
+def test_host_driver_record(cap: bytes, expected: VgpuDevice | None) -> None:
+    assert sysfs.host_driver_info(cap) == expected
 
 
 # ------------------------------------------------------------------ the scan
@@ -189,48 +181,34 @@ def vgpu_config(version: str, branch: str) -> bytes:
     )
 
 
-def test_scan_with_no_nvidia_devices(tree: FakeSysfs) -> None:
-    tree.add_device("0000:00:00.0", vendor="0x8086", config=plain_config(64))
-    tree.add_device("0000:00:01.0", vendor="0x1af4")
-    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=())
+NO_VGPU = Vgpu(devices=())
+INTEL = {"vendor": "0x8086"}
+SHORT = {"config": plain_config(64)}
+NO_HOST_DRIVER = {"config": config_with_capabilities([vendor_capability(b"VF" + bytes([5, 0]))])}
 
 
-def test_scan_with_a_plain_gpu(tree: FakeSysfs) -> None:
-    tree.add_device("0000:07:00.0")
-    tree.add_device("0000:07:00.1", config=config_with_capabilities([capability(0x01)]))
-    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=())
-
-
-def test_scan_finds_vgpus_in_bus_order(tree: FakeSysfs) -> None:
-    tree.add_device("0000:b0:00.0", config=vgpu_config("460.16", "r460_00"))
-    tree.add_device("0000:0a:00.0", config=vgpu_config("460.32", "r460_10"))
-    tree.add_device("0000:07:00.0")
-    tree.add_device("0000:00:00.0", vendor="0x8086")
-    assert sysfs.scan_vgpu(root(tree)) == Vgpu(
-        devices=(VgpuDevice("460.32", "r460_10"), VgpuDevice("460.16", "r460_00"))
-    )
-
-
-def test_scan_vendor_id_is_case_insensitive(tree: FakeSysfs) -> None:
-    tree.add_device("0000:0a:00.0", vendor="0x10DE", config=vgpu_config("1", "2"))
-    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=(VgpuDevice("1", "2"),))
-
-
-def test_scan_unprivileged_gives_none(tree: FakeSysfs) -> None:
-    tree.add_device("0000:07:00.0", config=plain_config(64))
-    assert sysfs.scan_vgpu(root(tree)) is None
-
-
-def test_scan_short_config_of_a_non_nvidia_device_is_ignored(tree: FakeSysfs) -> None:
-    tree.add_device("0000:00:00.0", vendor="0x8086", config=plain_config(64))
-    tree.add_device("0000:07:00.0")
-    assert sysfs.scan_vgpu(root(tree)) == Vgpu(devices=())
-
-
-def test_scan_vgpu_without_host_driver_record(tree: FakeSysfs) -> None:
-    broken = config_with_capabilities([vendor_capability(b"VF" + bytes([5, 0]))])
-    tree.add_device("0000:07:00.0", config=broken)
-    assert sysfs.scan_vgpu(root(tree)) is None
+@pytest.mark.parametrize(("devices", "expected"), table([
+    ("no-nvidia-devices",
+     {"0000:00:00.0": {**INTEL, **SHORT}, "0000:00:01.0": {"vendor": "0x1af4"}}, NO_VGPU),
+    ("a-plain-gpu", {"0000:07:00.0": {},
+                     "0000:07:00.1": {"config": config_with_capabilities([capability(0x01)])}},
+     NO_VGPU),
+    ("vgpus-in-bus-order", {"0000:b0:00.0": {"config": vgpu_config("460.16", "r460_00")},
+                            "0000:0a:00.0": {"config": vgpu_config("460.32", "r460_10")},
+                            "0000:07:00.0": {}, "0000:00:00.0": INTEL},
+     Vgpu(devices=(VgpuDevice("460.32", "r460_10"), VgpuDevice("460.16", "r460_00")))),
+    ("vendor-id-case-insensitive",
+     {"0000:0a:00.0": {"vendor": "0x10DE", "config": vgpu_config("1", "2")}},
+     Vgpu(devices=(VgpuDevice("1", "2"),))),
+    ("unprivileged-gives-none", {"0000:07:00.0": SHORT}, None),
+    ("short-config-of-a-non-nvidia-device-ignored",
+     {"0000:00:00.0": {**INTEL, **SHORT}, "0000:07:00.0": {}}, NO_VGPU),
+    ("a-vgpu-without-host-driver-record", {"0000:07:00.0": NO_HOST_DRIVER}, None),
+]))  # fmt: skip
+def test_scan(tree: FakeSysfs, devices: dict[str, dict[str, Any]], expected: Vgpu | None) -> None:
+    for bus_id, attributes in devices.items():
+        tree.add_device(bus_id, **attributes)
+    assert sysfs.scan_vgpu(root(tree)) == expected
 
 
 def test_scan_without_pci_devices_directory(tmp_path: Path) -> None:

@@ -78,15 +78,11 @@ def _padded(pool: list[dict[str, Any]]) -> list[dict[str, Any]]:
 POOL = slices_for(node(gpu(0), gpu(1), gpu(2), gpu(3)), NODE, split=4)
 
 
-@pytest.mark.parametrize(
-    ("server", "said"),
-    [
-        (lambda: _paged([[item] for item in _padded(copy.deepcopy(POOL))]), "MiB"),
-        (lambda: _paged([POOL], loop=True), "more than 1600 slices"),
-        (lambda: _paged([POOL], endless=True), "more than 1600 slices"),
-    ],
-    ids=["bytes", "looping-token", "endless-tokens"],
-)
+@pytest.mark.parametrize(("server", "said"), [
+    (lambda: _paged([[item] for item in _padded(copy.deepcopy(POOL))]), "MiB"),
+    (lambda: _paged([POOL], loop=True), "more than 1600 slices"),
+    (lambda: _paged([POOL], endless=True), "more than 1600 slices"),
+], ids=["bytes", "looping-token", "endless-tokens"])  # fmt: skip
 def test_a_list_past_what_any_node_takes_fails_the_pass_in_one_line(server: Any, said: str) -> None:
     with pytest.raises(DiscoveryError) as caught:
         dra_source.SliceReader(NODE, server()).snapshot()
@@ -167,12 +163,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _slice_rules(documents: list[Any]) -> list[dict[str, Any]]:
     return [
-        rule
-        for doc in documents
-        if isinstance(doc, dict) and doc.get("kind") == "ClusterRole"
-        for rule in doc.get("rules") or []
-        if "resourceslices" in rule.get("resources", [])
-    ]
+        rule for doc in documents if isinstance(doc, dict) and doc.get("kind") == "ClusterRole"
+        for rule in doc.get("rules") or [] if "resourceslices" in rule.get("resources", [])
+    ]  # fmt: skip
 
 
 def test_rbac_reads_resourceslices_and_never_writes_them() -> None:
@@ -181,12 +174,9 @@ def test_rbac_reads_resourceslices_and_never_writes_them() -> None:
     rbac = ROOT / "manifests/components/dra/rbac.yaml"
     rules = _slice_rules(list(yaml.safe_load_all(rbac.read_text())))
     assert rules == [
-        {
-            "apiGroups": ["resource.k8s.io"],
-            "resources": ["resourceslices"],
-            "verbs": ["list", "watch"],
-        }
-    ]
+        {"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+         "verbs": ["list", "watch"]},
+    ]  # fmt: skip
     chart = (ROOT / "manifests/helm/gfd/templates/rbac-dra.yaml").read_text()
     assert 'verbs: ["list", "watch"]' in chart
     for path in (ROOT / "manifests").rglob("*.yaml"):
@@ -200,10 +190,9 @@ def test_gfd_sends_no_write_to_resourceslices() -> None:
     """The one module that talks to the API about resourceslices asks with GET only (the
     mapping module is pure: it imports no client)."""
     naming = [
-        path
-        for path in (ROOT / "gfd").rglob("*.py")
+        path for path in (ROOT / "gfd").rglob("*.py")
         if "resourceslices" in path.read_text() or "resource.k8s.io" in path.read_text()
-    ]
+    ]  # fmt: skip
     assert sorted(p.name for p in naming) == ["dra.py", "dra_source.py"]
     assert "gfd.kube" not in (ROOT / "gfd/discovery/dra.py").read_text()
     text = (ROOT / "gfd/dra_source.py").read_text()

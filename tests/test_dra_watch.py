@@ -22,13 +22,13 @@ from tests.dra_slices import slices_for
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.helpers import H100, gpu, node
 from tests.loop import RecordedMetrics
-from tests.process import ROOT, Daemon, assert_refused, run_gfd
+from tests.process import ROOT, Daemon, assert_refused, eventually, run_gfd
 from tests.test_discovery_dra import (
     PROFILES,
     mock_lib,  # noqa: F401 (the fixture)
     nvml_snapshot,
 )
-from tests.test_watch import PATIENCE, eventually
+from tests.test_watch import PATIENCE
 
 NODE = "n1"
 pytestmark = pytest.mark.timeout(180)
@@ -137,11 +137,9 @@ def test_gone_relists_once(
 
 
 def test_a_refused_watch_falls_back_to_a_list_per_pass_with_one_line(
-    api: FakeApiServer,
-    kubeconfig: str,
-    capsys: pytest.CaptureFixture[str],
+    api: FakeApiServer, kubeconfig: str, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> None:  # fmt: skip
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
     api.refuse_watches(403)
     _publish(api, slices_for(node(gpu(0)), NODE))
@@ -165,12 +163,9 @@ def test_a_refused_watch_falls_back_to_a_list_per_pass_with_one_line(
 
 @pytest.mark.parametrize("bound", ["objects", "bytes"])
 def test_more_slices_than_the_bound_are_never_held(
-    api: FakeApiServer,
-    watched: tuple[dra_source.SliceReader, Wakes],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    bound: str,
-) -> None:
+    api: FakeApiServer, watched: tuple[dra_source.SliceReader, Wakes],
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], bound: str,
+) -> None:  # fmt: skip
     reader, _ = watched
     eventually(lambda: reader.watching and api.open_watches == 1, "the watch")
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
@@ -205,12 +200,9 @@ SLICE_WATCH_FAULTS: dict[str, Callable[[], Fault]] = {
 
 @pytest.mark.parametrize("fault", sorted(SLICE_WATCH_FAULTS))
 def test_the_slices_watch_under_faults_keeps_the_pool_and_comes_back(
-    fault: str,
-    api: FakeApiServer,
-    watched: tuple[dra_source.SliceReader, Wakes],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+    fault: str, api: FakeApiServer, watched: tuple[dra_source.SliceReader, Wakes],
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
     reader, wakes = watched
     _publish(api, slices_for(node(gpu(0), gpu(1)), NODE))

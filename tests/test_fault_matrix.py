@@ -554,11 +554,9 @@ def _restore_snapshot(directory: Path) -> Callable[[], None]:
 def _place_snapshot(fault: str, directory: Path, daemon: Daemon, api: FakeApiServer) -> Any:
     path = directory / "snap.yaml"
     texts = {
-        "empty": "",
-        "huge": Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n",
-        "malformed": "gpus: [unclosed\n",
-        "wrong-type": "- a list\n",
-    }
+        "empty": "", "huge": Path(DGX).read_text() + "# " + "x" * MAX_DOCUMENT_BYTES + "\n",
+        "malformed": "gpus: [unclosed\n", "wrong-type": "- a list\n",
+    }  # fmt: skip
     if fault == "directory":
         staging = directory / ".dir"
         staging.mkdir()
@@ -647,9 +645,8 @@ def _place_config(fault: str, directory: Path, daemon: Daemon, api: FakeApiServe
     path = directory / "cfg.yaml"
     texts = {
         "huge": "version: v1\n# " + "x" * MAX_DOCUMENT_BYTES + "\n",
-        "malformed": "flags: [unclosed\n",
-        "wrong-type": "flags: 7\n",
-    }
+        "malformed": "flags: [unclosed\n", "wrong-type": "flags: 7\n",
+    }  # fmt: skip
     if fault == "directory":
         path.unlink()
         path.mkdir()
@@ -1330,10 +1327,9 @@ def test_library_message_on_the_json_stream(source: str) -> None:
     code, expected = LIBRARY_MESSAGES[source]
     records = _log_records(code)
     found = [
-        (r["event"], r.get("category") or r.get("logger"), r["level"])
-        for r in records
+        (r["event"], r.get("category") or r.get("logger"), r["level"]) for r in records
         if r["event"] in ("library warning", "library log")
-    ]
+    ]  # fmt: skip
     assert found == expected
     assert all("timestamp" in r for r in records)
     if source == "logging":

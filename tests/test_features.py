@@ -108,10 +108,9 @@ def nfd_rule_matches(features: dict[str, Any], minimum_gib: int, minimum_count: 
     whose memory_gib is Ge the value are matched; ``len`` of them is the var; the second
     rule matches when that var is Ge the count."""
     matched = [
-        e
-        for e in features["instances"]["nvidia.gpu"]["elements"]
+        e for e in features["instances"]["nvidia.gpu"]["elements"]
         if int(e["attributes"].get("memory_gib", "-1")) >= minimum_gib
-    ]
+    ]  # fmt: skip
     return bool(matched) and len(matched) >= minimum_count
 
 
@@ -133,16 +132,10 @@ def test_the_nodefeature_object_carries_the_features_and_follows_them(tmp_path: 
     snapshot.write_text((ROOT / "examples/snapshots/dgx-a100.yaml").read_text())
     with FakeApiServer() as api:
         api.add_node("n1")
-        settings = resolve(
-            {
-                "use_node_feature_api": True,
-                "node_name": "n1",
-                "kubeconfig": str(api.write_kubeconfig(tmp_path / "kubeconfig")),
-                "snapshot_file": str(snapshot),
-                "no_timestamp": True,
-            },
-            {},
-        )
+        settings = resolve({
+            "use_node_feature_api": True, "node_name": "n1", "snapshot_file": str(snapshot),
+            "kubeconfig": str(api.write_kubeconfig(tmp_path / "kubeconfig")), "no_timestamp": True,
+        }, {})  # fmt: skip
         agent = Agent(settings, reload_settings=lambda: settings)
         assert agent.run_pass() is True
         stored = api.get("NodeFeature", "nvidia-features-for-n1", "default")

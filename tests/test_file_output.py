@@ -209,16 +209,12 @@ def test_a_file_edited_after_the_write_is_not_removed_on_exit(tmp_path: Path) ->
 #: (the directory gfd writes its temporary files in, as the output's place; the flags that
 #: write there; the name of a temporary file gfd gives there, from a number)
 TEMPORARY_PLACES = [
-    pytest.param(
-        "features.d", lambda place: ["-o", f"{place}/gfd"], ".gfd-{:08d}", id="features file"
-    ),
-    pytest.param(
-        "koordlet/.gfd-tmp",
-        lambda place: ["-o", "-", "--koordlet-device-infos-dir", os.path.dirname(place)],
-        "gfd-1-{:08x}",
-        id="koordlet device-info file",
-    ),
-]
+    pytest.param("features.d", lambda place: ["-o", f"{place}/gfd"], ".gfd-{:08d}",
+                 id="features file"),
+    pytest.param("koordlet/.gfd-tmp",
+                 lambda place: ["-o", "-", "--koordlet-device-infos-dir", os.path.dirname(place)],
+                 "gfd-1-{:08x}", id="koordlet device-info file"),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("where", "flags", "named"), TEMPORARY_PLACES)

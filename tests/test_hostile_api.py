@@ -91,51 +91,39 @@ def gfd_keys_on(api: FakeApiServer) -> dict[str, str]:
 SHORT_REQUEST_TIMEOUT = 0.3
 
 
-@pytest.mark.parametrize(
-    ("lost", "client"),
-    [
-        pytest.param(Fault(status=504, after_apply=True), {}, id="504-from-a-proxy"),
-        pytest.param(Fault(drop=True, after_apply=True), {}, id="connection-dropped"),
-        pytest.param(
-            Fault(delay=1.5, after_apply=True),
-            {"request_timeout": SHORT_REQUEST_TIMEOUT},
-            id="slower-than-the-timeout",
-        ),
-    ],
-)
-def test_a_write_applied_but_unanswered_orphans_nothing(
-    api: FakeApiServer, kubeconfig: str, lost: Fault, client: dict[str, float]
-) -> None:
+def published_a_then_b_unanswered(
+    api: FakeApiServer, kubeconfig: str, lost: Fault | None = None, **client: float
+) -> NodeLabelsOutput:
+    """A published and confirmed; then every write of B applied by the server, its answer
+    lost (by default a 504 from a proxy) and the node unreadable until the faults are
+    cleared: the pass fails, not knowing what it left on the node."""
     output = node_labels(kubeconfig, **client)
     output.publish(A)
-    # every write of B lands on the node, no answer ever comes back, and the node cannot be
-    # read again within the pass: the pass fails, not knowing what it left on the node
+    lost = lost or Fault(status=504, after_apply=True)
     api.inject(dataclasses.replace(lost, method="PATCH", count=None))
     api.fail(503, count=None, method="GET")
     with pytest.raises(PublishError):
         output.publish(B)
     assert gfd_keys_on(api) == B  # it did land
     api.clear_faults()
+    return output
 
+
+@pytest.mark.parametrize(("lost", "client"), table([
+    ("504-from-a-proxy", Fault(status=504, after_apply=True), {}),
+    ("connection-dropped", Fault(drop=True, after_apply=True), {}),
+    ("slower-than-the-timeout", Fault(delay=1.5, after_apply=True),
+     {"request_timeout": SHORT_REQUEST_TIMEOUT}),
+]))  # fmt: skip
+def test_a_write_applied_but_unanswered_orphans_nothing(
+    api: FakeApiServer, kubeconfig: str, lost: Fault, client: dict[str, float]
+) -> None:
+    output = published_a_then_b_unanswered(api, kubeconfig, lost, **client)
     output.publish(C)
     assert gfd_keys_on(api) == C
     assert api.node_annotations("n1")[MANAGED_LABELS_ANNOTATION] == "nvidia.com/gpu.count"
-
     output.cleanup()
     assert api.node_labels("n1") == FOREIGN
-
-
-def published_a_then_b_unanswered(api: FakeApiServer, kubeconfig: str) -> NodeLabelsOutput:
-    """A published and confirmed; then B applied by the server, its answer lost (a 504 from
-    a proxy) and the node unreadable until the faults are cleared."""
-    output = node_labels(kubeconfig)
-    output.publish(A)
-    api.inject(Fault(status=504, after_apply=True, method="PATCH", count=None))
-    api.fail(503, count=None, method="GET")
-    with pytest.raises(PublishError):
-        output.publish(B)
-    api.clear_faults()
-    return output
 
 
 def test_cleanup_after_an_unanswered_write_removes_what_it_wrote(
@@ -292,22 +280,17 @@ def test_a_start_with_a_correct_nodefeature_object_writes_nothing(
 # ----------------------------------------------------------------- answers of the wrong kind
 
 NOT_JSON = b"<html><body>502 Bad Gateway</body></html>"
-BAD_ANSWERS = [
-    pytest.param(Fault(body=NOT_JSON, content_type="text/html"), id="non-json-200"),
-    pytest.param(Fault(status=500, body=NOT_JSON, content_type="text/html"), id="non-json-500"),
-    pytest.param(Fault(body=b"[]"), id="a-list"),
-    pytest.param(Fault(body=b"{}"), id="an-empty-object"),
-    pytest.param(Fault(body=b'{"kind":"Node","metadata":"n1"}'), id="metadata-a-string"),
-    pytest.param(
-        Fault(body=b'{"kind":"Node","metadata":{"name":"n1","annotations":["a"]}}'),
-        id="annotations-a-list",
-    ),
-    pytest.param(
-        Fault(body=b'{"kind":"Node","metadata":{"name":"n1","labels":{"a":1}}}'),
-        id="a-label-value-a-number",
-    ),
-    pytest.param(Fault(body=b"[" * 100_000 + b"]" * 100_000), id="nested-100000-deep"),
-]
+NODE_N1 = b'{"kind":"Node","metadata":{"name":"n1",'
+BAD_ANSWERS = table([
+    ("non-json-200", Fault(body=NOT_JSON, content_type="text/html")),
+    ("non-json-500", Fault(status=500, body=NOT_JSON, content_type="text/html")),
+    ("a-list", Fault(body=b"[]")),
+    ("an-empty-object", Fault(body=b"{}")),
+    ("metadata-a-string", Fault(body=b'{"kind":"Node","metadata":"n1"}')),
+    ("annotations-a-list", Fault(body=NODE_N1 + b'"annotations":["a"]}}')),
+    ("a-label-value-a-number", Fault(body=NODE_N1 + b'"labels":{"a":1}}}')),
+    ("nested-100000-deep", Fault(body=b"[" * 100_000 + b"]" * 100_000)),
+])  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", BAD_ANSWERS)
@@ -468,15 +451,12 @@ def test_a_pod_answer_of_the_wrong_shape_is_retried_and_never_written(
 # ----------------------------------------------------------------- deadlines and sizes
 
 
-@pytest.mark.parametrize(
-    "stall",
-    [
-        # a header line every 0.03 s: each read of the socket gets something well within
-        # the request's timeout (0.15 s), so only its total deadline can end it
-        pytest.param(Fault(trickle=0.03, count=None), id="headers-trickled-forever"),
-        pytest.param(Fault(hang=True, count=None), id="accepts-and-never-answers"),
-    ],
-)
+# a header line every 0.03 s: each read of the socket gets something well within the
+# request's timeout (0.15 s), so only its total deadline can end it
+@pytest.mark.parametrize("stall", table([
+    ("headers-trickled-forever", Fault(trickle=0.03, count=None)),
+    ("accepts-and-never-answers", Fault(hang=True, count=None)),
+]))  # fmt: skip
 def test_a_stalling_server_cannot_hold_a_request(
     api: FakeApiServer, kubeconfig: str, stall: Fault
 ) -> None:
@@ -514,10 +494,9 @@ def test_an_answer_larger_than_any_object_is_refused_unread(
 # ----------------------------------------------------------------- the server address
 
 
-@pytest.mark.parametrize(
-    "server",
-    ["ftp://127.0.0.1:6443", "127.0.0.1:6443", "unix:///run/kube.sock", "http://", "https://:0"],
-)
+@pytest.mark.parametrize("server", [
+    "ftp://127.0.0.1:6443", "127.0.0.1:6443", "unix:///run/kube.sock", "http://", "https://:0",
+])  # fmt: skip
 def test_a_server_that_is_not_an_http_url_is_a_usage_error(tmp_path: Path, server: str) -> None:
     path = write_kubeconfig(tmp_path / "kubeconfig", server)
     with pytest.raises(UsageError, match="not an http:// or https:// URL"):
@@ -540,11 +519,9 @@ def test_every_key_gfd_publishes_is_one_it_can_own() -> None:
     key must be added to gfd/labels/keys.py's NODE_WIDE or PER_RESOURCE)."""
     expected = Path(__file__).parent / "fixtures" / "expected"
     published = {
-        line.split("=", 1)[0]
-        for path in expected.glob("*.labels")
-        for line in path.read_text().splitlines()
-        if "=" in line
-    }
+        line.split("=", 1)[0] for path in expected.glob("*.labels")
+        for line in path.read_text().splitlines() if "=" in line
+    }  # fmt: skip
     assert len(published) > 40
     assert sorted(key for key in published if not keys.can_produce(key)) == []
 

@@ -7,15 +7,13 @@ takes, well below the 26 s it took before); speed is measured in bench/bench_api
 from __future__ import annotations
 
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.fake_apiserver import FakeApiServer, Fault, write_kubeconfig
-from tests.process import ROOT, run_gfd_here
+from tests.process import ROOT, eventually, run_gfd_here
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,14 +29,6 @@ API_NODE_N1 = {"labels": FOREIGN}  # the shared api fixture (tests/conftest.py) 
 def api_args(kubeconfig: str, *extra: str, output: str = "--use-node-labels") -> list[str]:
     return [output, "--node-name", "n1", "--kubeconfig", kubeconfig, "--snapshot-file", SNAPSHOT,
             *extra]  # fmt: skip
-
-
-def wait_for(condition: Callable[[], bool], what: str, limit: float = 30.0) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 def assert_no_traceback(text: str) -> None:
@@ -70,7 +60,7 @@ def test_sigterm_ends_gfd_at_once_in_every_state_of_a_request(
     # the default interval (60 s): a pass may retry for 30 s, a request take 10 s
     daemon = daemons(*api_args(kubeconfig, *(["--oneshot"] if oneshot else [])))
     if event is None:
-        wait_for(lambda: api.count("GET") >= 1, "the first request")
+        eventually(lambda: api.count("GET") >= 1, "the first request")
     else:
         daemon.wait_for(event, count=2)
     daemon.process.send_signal(signal.SIGTERM)
@@ -122,10 +112,9 @@ def test_a_oneshot_against_a_stalling_server_ends_with_one_line(
 
 
 BAD_BODIES = {
-    "a-list": b"[]",
-    "not-json": b"<html>oops</html>",
+    "a-list": b"[]", "not-json": b"<html>oops</html>",
     "annotations-a-list": b'{"kind":"Node","metadata":{"name":"n1","annotations":[]}}',
-}
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("body", sorted(BAD_BODIES))

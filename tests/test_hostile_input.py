@@ -188,13 +188,12 @@ DEEP = 100_000
 
 
 NESTED = {
-    "json-lists": "[" * DEEP + "]" * DEEP,
-    "json-mappings": '{"a":' * DEEP + "1" + "}" * DEEP,
+    "json-lists": "[" * DEEP + "]" * DEEP, "json-mappings": '{"a":' * DEEP + "1" + "}" * DEEP,
     "yaml-flow-closed": "flags: " + "[" * DEEP + "]" * DEEP,
     "yaml-flow-unclosed": "flags: " + "[" * DEEP,
     "yaml-flow-mappings": "flags: " + "{a: " * DEEP + "1" + "}" * DEEP,
     "yaml-block-sequences": "flags:\n" + "- " * DEEP + "x\n",
-}
+}  # fmt: skip
 
 
 def assert_nesting_refused(tmp_path: Path, text: str, run: Run) -> None:
@@ -441,18 +440,9 @@ def test_file_output_with_stdout_closed_is_fine(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ files that are not files
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    return path
-
-
-@pytest.mark.parametrize(
-    "text",
-    [alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n"],
-    ids=["alias-bomb", "deep", "duplicate-key"],
-)
+@pytest.mark.parametrize("text", [
+    alias_bomb(), "clusters: " + "[" * DEEP, "apiVersion: v1\napiVersion: v1\n",
+], ids=["alias-bomb", "deep", "duplicate-key"])  # fmt: skip
 def test_hostile_kubeconfig_is_refused_before_the_client_reads_it(
     tmp_path: Path, text: str
 ) -> None:

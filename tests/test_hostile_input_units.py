@@ -96,13 +96,6 @@ def test_impossible_config_intervals_are_config_errors(value: str) -> None:
 # ------------------------------------------------------------------ special files
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "fifo"
-    os.mkfifo(path)
-    return path
-
-
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "directory"])
 def test_read_text_refuses_special_files_without_blocking(
     tmp_path: Path, fifo: Path, kind: str
@@ -181,29 +174,23 @@ def test_describe_is_short_for_any_value() -> None:
         assert len(documents.describe(value)) <= 200
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n", {"a": 1, "b": 3}),
-        ("x: &x 5\ny: *x\n", 5),
-    ],
-)
+@pytest.mark.parametrize(("text", "expected"), [
+    ("base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n", {"a": 1, "b": 3}),
+    ("x: &x 5\ny: *x\n", 5),
+])  # fmt: skip
 def test_anchors_and_merge_keys_still_work(text: str, expected: object) -> None:
     document = documents.parse_yaml(text, "doc", ConfigError)
     assert document[list(document)[-1]] == expected
 
 
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("a: !!python/object/apply:os.system [ls]\n", "unsupported tag"),
-        ("a: !!set {x}\n", "unsupported tag"),
-        ("a: &a [*a]\n", "unknown alias"),
-        ("a: 1\n---\nb: 2\n", "one document"),
-        ("a:\n  b: 1\n  c: 2\n  b: 3\n", "a.b: duplicate key 'b'"),
-        ("a: " + "9" * 101 + "\n", "a: a number of 101 characters"),
-    ],
-)
+@pytest.mark.parametrize(("text", "message"), [
+    ("a: !!python/object/apply:os.system [ls]\n", "unsupported tag"),
+    ("a: !!set {x}\n", "unsupported tag"),
+    ("a: &a [*a]\n", "unknown alias"),
+    ("a: 1\n---\nb: 2\n", "one document"),
+    ("a:\n  b: 1\n  c: 2\n  b: 3\n", "a.b: duplicate key 'b'"),
+    ("a: " + "9" * 101 + "\n", "a: a number of 101 characters"),
+])  # fmt: skip
 def test_yaml_documents_outside_the_rules_are_refused(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         documents.parse_yaml(text, "doc", ConfigError)
@@ -216,9 +203,8 @@ def _outcome(text: str) -> tuple[str, object]:
         return ("read", documents.parse_yaml(text, "doc", ConfigError))
     except ConfigError as exc:
         return (
-            "refused",
-            str(exc).split(": ", 2)[:2] if "not valid YAML" in str(exc) else str(exc),
-        )
+            "refused", str(exc).split(": ", 2)[:2] if "not valid YAML" in str(exc) else str(exc),
+        )  # fmt: skip
 
 
 def _alias_bomb(levels: int, fan_out: int) -> str:
@@ -239,17 +225,12 @@ def _shipped_documents() -> list[Path]:
 
 WITHOUT_LIBYAML = [
     *(path.read_text() for path in _shipped_documents()),
-    "base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n",
-    "a: !!python/object/apply:os.system [ls]\n",
-    "a: &a [*a]\n",
-    "a: 1\n---\nb: 2\n",
-    "a:\n  b: 1\n  c: 2\n  b: 3\n",
-    "a: " + "9" * 101 + "\n",
-    "a: b: c\n",
-    "a: " + "[" * 150 + "]" * 150 + "\n",
+    "base: &b {a: 1, b: 2}\nuse:\n  <<: *b\n  b: 3\n", "a: !!python/object/apply:os.system [ls]\n",
+    "a: &a [*a]\n", "a: 1\n---\nb: 2\n", "a:\n  b: 1\n  c: 2\n  b: 3\n", "a: " + "9" * 101 + "\n",
+    "a: b: c\n", "a: " + "[" * 150 + "]" * 150 + "\n",
     _alias_bomb(3, 10),  # read: 1,000 values
     _alias_bomb(7, 10),  # refused: ten million
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("text", WITHOUT_LIBYAML)

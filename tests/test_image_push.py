@@ -30,10 +30,7 @@ def test_push_refuses_an_image_without_a_registry(image: str) -> None:
 )
 def test_push_builds_then_pushes_a_named_registry(image: str) -> None:
     done = subprocess.run(
-        ["make", "--no-print-directory", "-n", "push", f"IMAGE={image}"],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-    )
+        ["make", "--no-print-directory", "-n", "push", f"IMAGE={image}"], cwd=ROOT, env=ENV,
+        capture_output=True, text=True,
+    )  # fmt: skip
     assert done.stdout.splitlines() == [f"scripts/image.sh --push {image}"]

@@ -57,17 +57,10 @@ atexit.register(_record)
 # stacks, the metrics server.  (gfd's own modules are imported at the top of the modules
 # that use them, so a oneshot loads them all; what it must not pay for is these.)
 NOT_FOR_A_FILE_ONESHOT = [
-    "kubernetes",
-    "prometheus_client",
-    "tenacity",
-    "urllib3",
-    "requests",
-    "asyncio",
+    "kubernetes", "prometheus_client", "tenacity", "urllib3", "requests", "asyncio",
     "structlog",  # nothing is logged at the default level when the pass succeeds
-    "http.server",
-    "socketserver",
-    "importlib.metadata",
-]
+    "http.server", "socketserver", "importlib.metadata",
+]  # fmt: skip
 # ... nor, reading a snapshot file, NVML
 NOT_FOR_THE_SNAPSHOT_PATH = [*NOT_FOR_A_FILE_ONESHOT, "pynvml"]
 
@@ -82,13 +75,9 @@ def record_imports(tmp_path: Path, *args: str, env: dict[str, str] | None = None
     run_env.update(PYTHONPATH=f"{shim}{os.pathsep}{ROOT}", RECORD_IMPORTS=str(out))
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from gfd.cli import main; sys.exit(main())", *args],
-        capture_output=True,
-        text=True,
-        env=run_env,
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, env=run_env, cwd=tmp_path, stdin=subprocess.DEVNULL,
         timeout=60,
-    )
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     recorded = json.loads(out.read_text())
     recorded["stdout"] = done.stdout
@@ -100,6 +89,20 @@ def loaded(recorded: Any, names: list[str]) -> list[str]:
     """Those of ``names`` that were imported, a package counting with any submodule."""
     modules = recorded["modules"]
     return [n for n in names if any(m == n or m.startswith(n + ".") for m in modules)]
+
+
+def nvml_oneshot(tmp_path: Path, *extra: str, machine_type_file: str | None = None) -> Any:
+    """A oneshot on the NVML path (the fake NVML, a fake sysfs), its imports recorded."""
+    tmp_path.mkdir(exist_ok=True)
+    node = snapshot_io.load(DGX)
+    as_json = tmp_path / "node.json"
+    as_json.write_text(snapshot_io.dumps_json(node))
+    overrides = build_from_snapshot(tmp_path / "node", node)
+    return record_imports(
+        tmp_path, "--oneshot", "--no-timestamp",
+        "--machine-type-file", machine_type_file or overrides["machine_type_file"], *extra,
+        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
+    )  # fmt: skip
 
 
 def test_snapshot_oneshot_to_stdout_imports_only_what_it_uses(tmp_path: Path) -> None:
@@ -124,15 +127,7 @@ def test_snapshot_oneshot_to_a_file_imports_only_what_it_uses(tmp_path: Path) ->
 
 
 def test_nvml_oneshot_imports_no_yaml_and_no_api_client(tmp_path: Path) -> None:
-    node = snapshot_io.load(DGX)
-    as_json = tmp_path / "node.json"
-    as_json.write_text(snapshot_io.dumps_json(node))
-    overrides = build_from_snapshot(tmp_path / "node", node)
-    recorded = record_imports(
-        tmp_path, "--oneshot", "--no-timestamp",
-        "--machine-type-file", overrides["machine_type_file"],
-        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
-    )  # fmt: skip
+    recorded = nvml_oneshot(tmp_path)
     assert "nvidia.com/gpu.count=8\n" in recorded["stdout"]
     # no config file and no snapshot file: nothing to parse.  (Building the fake NVML
     # imports gfd.snapshot and the real pynvml, so its imports are counted too.)

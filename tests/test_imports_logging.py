@@ -6,26 +6,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
-from gfd import snapshot as snapshot_io
-
-from .fakes.fake_sysfs import build_from_snapshot
-from .test_imports import DGX, loaded, record_imports
-
-
-def nvml_oneshot(tmp_path: Path, *extra: str, machine_type_file: str | None = None) -> Any:
-    """A oneshot on the NVML path (the fake NVML, a fake sysfs), its imports recorded."""
-    tmp_path.mkdir(exist_ok=True)
-    node = snapshot_io.load(DGX)
-    as_json = tmp_path / "node.json"
-    as_json.write_text(snapshot_io.dumps_json(node))
-    overrides = build_from_snapshot(tmp_path / "node", node)
-    return record_imports(
-        tmp_path, "--oneshot", "--no-timestamp",
-        "--machine-type-file", machine_type_file or overrides["machine_type_file"], *extra,
-        env={"RECORD_FAKE_NVML_SNAPSHOT": str(as_json), "GFD_SYSFS_ROOT": overrides["sysfs_root"]},
-    )  # fmt: skip
+from .test_imports import loaded, nvml_oneshot
 
 
 def test_a_json_log_line_is_structlogs_json_renderer(tmp_path: Path) -> None:

@@ -201,9 +201,8 @@ def test_partition_spec_pods_on_a_node_fed_through_koordlet() -> None:
     assert koordlet.allocate_by_partition(through_koordlet, 1) == (None, koordlet.ERR_UNSUPPORTED)
     assert koordlet.allocate_by_partition(gfd_table, 2, 400 * 10**9)[1] is None
     assert koordlet.allocate_by_partition(through_koordlet, 2, 400 * 10**9) == (
-        None,
-        koordlet.ERR_INSUFFICIENT,
-    )
+        None, koordlet.ERR_INSUFFICIENT,
+    )  # fmt: skip
     for size in (2, 4, 8):
         given, reason = koordlet.allocate_by_partition(through_koordlet, size)
         assert reason is None and given is not None and len(given) == size

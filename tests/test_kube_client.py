@@ -29,10 +29,9 @@ def get_node(client: KubeClient) -> dict[str, object]:
     return client.run("get node n1", lambda: client.request("GET", "/api/v1/nodes/n1"))
 
 
-@pytest.mark.parametrize(
-    ("interval", "budget"),
-    [(1.0, 0.5), (60.0, 30.0), (3600.0, MAX_BUDGET_SECONDS), (None, MAX_BUDGET_SECONDS)],
-)
+@pytest.mark.parametrize(("interval", "budget"), [
+    (1.0, 0.5), (60.0, 30.0), (3600.0, MAX_BUDGET_SECONDS), (None, MAX_BUDGET_SECONDS),
+])  # fmt: skip
 def test_budget_never_exceeds_half_the_interval_nor_30s(
     interval: float | None, budget: float
 ) -> None:

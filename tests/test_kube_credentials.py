@@ -88,15 +88,10 @@ def test_a_401_makes_the_token_file_read_again_at_once(tmp_path: Path) -> None:
     assert source.token() == ROTATED
 
 
-@pytest.mark.parametrize(
-    ("content", "words"),
-    [
-        ("", "holds no token"),
-        (" \n\t\n", "holds no token"),
-        (f"{TOKEN}\nsecond-line", "line break"),
-        (f"{TOKEN}\x00", "control character"),
-    ],
-)
+@pytest.mark.parametrize(("content", "words"), [
+    ("", "holds no token"), (" \n\t\n", "holds no token"), (f"{TOKEN}\nsecond-line", "line break"),
+    (f"{TOKEN}\x00", "control character"),
+])  # fmt: skip
 def test_a_bad_token_file_is_an_error_that_shows_no_token(
     tmp_path: Path, content: str, words: str
 ) -> None:
@@ -159,11 +154,9 @@ def test_the_in_cluster_token_is_trimmed_and_read_again(
 # ----------------------------------------------------------------- static credentials
 
 
-@pytest.mark.parametrize(
-    "user",
-    [{"token": TOKEN + "\n"}, {"token": f"{TOKEN}\r\nX-Injected: 1"}],
-    ids=["trailing-newline", "header-injection"],
-)
+@pytest.mark.parametrize("user", [
+    {"token": TOKEN + "\n"}, {"token": f"{TOKEN}\r\nX-Injected: 1"},
+], ids=["trailing-newline", "header-injection"])  # fmt: skip
 def test_a_token_that_cannot_be_a_header_is_a_usage_error_that_shows_no_token(
     tmp_path: Path, user: dict[str, str]
 ) -> None:
@@ -252,17 +245,14 @@ def test_two_clients_never_run_the_plugin_at_once(api: FakeApiServer, tmp_path: 
     assert "my token was ***" in str(quoted.value)
 
 
-@pytest.mark.parametrize(
-    ("config", "words"),
-    [
-        ({}, r"exec\.command: required"),
-        ({"command": "p", "apiVersion": "client.authentication.k8s.io/v1alpha1"}, "apiVersion"),
-        ({"command": "p", "interactiveMode": "Always"}, "needs a terminal"),
-        ({"command": "p", "interactiveMode": "Sometimes"}, "unknown mode"),
-        ({"command": "p", "env": [{"value": "x"}]}, r"env\[0\]"),
-        ({"command": ["p"]}, r"command: expected str"),
-    ],
-)
+@pytest.mark.parametrize(("config", "words"), [
+    ({}, r"exec\.command: required"),
+    ({"command": "p", "apiVersion": "client.authentication.k8s.io/v1alpha1"}, "apiVersion"),
+    ({"command": "p", "interactiveMode": "Always"}, "needs a terminal"),
+    ({"command": "p", "interactiveMode": "Sometimes"}, "unknown mode"),
+    ({"command": "p", "env": [{"value": "x"}]}, r"env\[0\]"),
+    ({"command": ["p"]}, r"command: expected str"),
+])  # fmt: skip
 def test_an_exec_plugin_the_kubeconfig_gets_wrong_is_a_usage_error(
     api: FakeApiServer, tmp_path: Path, config: dict[str, Any], words: str
 ) -> None:
@@ -415,11 +405,9 @@ def cert_plugin(tmp_path: Path, cert: str, key: str) -> str:
 
 
 def tls_kubeconfig(api: FakeApiServer, tmp_path: Path, pki: dict[str, Path], command: str) -> str:
-    path = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command))
-    config = json.loads(path.read_text())
-    config["clusters"][0]["cluster"]["certificate-authority"] = str(pki["ca.crt"])
-    path.write_text(json.dumps(config))
-    return str(path)
+    return str(
+        api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command), ca=pki["ca.crt"])
+    )
 
 
 def test_an_exec_plugin_may_give_a_client_certificate(

@@ -179,9 +179,8 @@ def test_a_rotated_token_file_is_read_again(
     rotated = f"Bearer {ROTATED}"
     daemon.wait_until(
         lambda: any(r.authorization == rotated and r.status == 200 for r in api.requests),
-        "a request with the rotated token",
-        limit=GUARD_SECONDS,
-    )
+        "a request with the rotated token", limit=GUARD_SECONDS,
+    )  # fmt: skip
     # the first request after the rotation was refused; the next pass read the file again
     first, second = api.requests[:2]
     assert (first.status, first.authorization) == (401, f"Bearer {TOKEN}")
@@ -349,10 +348,9 @@ def test_sigterm_during_a_plugin_call_ends_gfd_and_the_plugin(
     kubeconfig = str(api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command)))
     daemon = metered(*api_args(kubeconfig))
     daemon.wait_until(
-        lambda: pids.exists() and bool(pids.read_text().strip()),
-        "the plugin to start",
+        lambda: pids.exists() and bool(pids.read_text().strip()), "the plugin to start",
         limit=GUARD_SECONDS,
-    )
+    )  # fmt: skip
     plugin = int(pids.read_text().split()[0])
     daemon.process.send_signal(signal.SIGTERM)
     assert daemon.wait(GUARD_SECONDS) == 0
@@ -363,16 +361,12 @@ def test_sigterm_during_a_plugin_call_ends_gfd_and_the_plugin(
 # ----------------------------------------------------------------- auth providers
 
 
-@pytest.mark.parametrize(
-    "provider",
-    [
-        {"name": "gcp"},
-        {"name": "azure", "config": {"access-token": TOKEN}},
-        {"name": "oidc", "config": {"id-token": TOKEN, "idp-issuer-url": "http://127.0.0.1:9"}},
-        {"name": "gcp", "config": {"cmd-path": "/bin/sleep", "cmd-args": "1000"}},
-    ],
-    ids=["gcp", "azure", "oidc", "gcp-cmd-path"],
-)
+@pytest.mark.parametrize("provider", [
+    {"name": "gcp"},
+    {"name": "azure", "config": {"access-token": TOKEN}},
+    {"name": "oidc", "config": {"id-token": TOKEN, "idp-issuer-url": "http://127.0.0.1:9"}},
+    {"name": "gcp", "config": {"cmd-path": "/bin/sleep", "cmd-args": "1000"}},
+], ids=["gcp", "azure", "oidc", "gcp-cmd-path"])  # fmt: skip
 @pytest.mark.parametrize("mode", ["--oneshot", "--cleanup"])
 def test_an_auth_provider_is_one_usage_error(
     api: FakeApiServer, tmp_path: Path, provider: dict[str, Any], mode: str

@@ -67,10 +67,9 @@ def test_upstreams_defaults_let_ten_requests_through_at_once(kubeconfig: str) ->
     assert time.sleeps == [0.2]  # the eleventh waits 1/5 s
 
 
-@pytest.mark.parametrize(
-    "factory",
-    ["gfd.outputs.nodefeature:NodeFeatureOutput", "gfd.outputs.nodelabels:NodeLabelsOutput"],
-)
+@pytest.mark.parametrize("factory", [
+    "gfd.outputs.nodefeature:NodeFeatureOutput", "gfd.outputs.nodelabels:NodeLabelsOutput",
+])  # fmt: skip
 def test_the_outputs_build_their_client_with_the_settings_limits(
     kubeconfig: str, factory: str
 ) -> None:

@@ -23,15 +23,9 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
-from tests.helpers import H100, RESOURCE_SUFFIXES, gpu, mig, node
+from tests.helpers import H100, RESOURCE_SUFFIXES, gpu, labels_of, mig, node, table
 
 P = "nvidia.com/"
-
-
-def labels_of(
-    snapshot: Snapshot, strategy: str = "none", config: Config | None = None
-) -> dict[str, str]:
-    return build(snapshot, strategy, config or Config(), None).labels
 
 
 def config(text: str) -> Config:
@@ -59,21 +53,6 @@ def expect(labels: dict[str, str], wanted: str, prefix: str = P) -> None:
 # ----------------------------------------------------------------- node-wide labels
 
 
-def test_driver_and_cuda_labels_split_the_versions() -> None:
-    labels = labels_of(node(gpu(0), driver="550.54.15", cuda=12040))
-    expect(
-        labels,
-        "cuda.driver.major=550 cuda.driver.minor=54 cuda.driver.rev=15 "
-        "cuda.driver-version.revision=15 cuda.driver-version.full=550.54.15 "
-        "cuda.runtime.major=12 cuda.runtime.minor=4 cuda.runtime-version.full=12.4",
-    )
-
-
-def test_two_part_driver_version_has_empty_revision() -> None:
-    labels = labels_of(node(gpu(0), driver="470.82", cuda=11040))
-    expect(labels, "cuda.driver.rev= cuda.driver-version.revision= cuda.driver-version.full=470.82")
-
-
 @pytest.mark.parametrize("version", ["550", "550.54.15.1", "550..1", "", "r550.x y"])
 def test_malformed_driver_version_fails_the_pass(version: str) -> None:
     with pytest.raises(LabelError, match="driver version"):
@@ -83,23 +62,13 @@ def test_malformed_driver_version_fails_the_pass(version: str) -> None:
 def test_zero_gpus_give_only_timestamp_and_vgpu() -> None:
     snapshot = Snapshot(driver=None, machine="x", vgpu=Vgpu(), gpus=())
     assert build(snapshot, "mixed", Config(), 1700000000).labels == {
-        P + "gfd.timestamp": "1700000000",
-        P + "vgpu.present": "false",
-    }
+        P + "gfd.timestamp": "1700000000", P + "vgpu.present": "false",
+    }  # fmt: skip
 
 
 def test_failed_vgpu_scan_gives_no_vgpu_labels() -> None:
     snapshot = Snapshot(driver=None, machine=None, vgpu=None, gpus=())
     assert labels_of(snapshot) == {}
-
-
-def test_vgpu_labels_come_from_the_last_device() -> None:
-    vgpu = Vgpu((VgpuDevice("460.16", "r460_00"), VgpuDevice("550.54.16", "r550_40")))
-    labels = labels_of(node(gpu(0), vgpu=vgpu))
-    expect(
-        labels,
-        "vgpu.present=true vgpu.host-driver-version=550.54.16 vgpu.host-driver-branch=r550_40",
-    )
 
 
 def test_mig_capable_and_strategy() -> None:
@@ -116,13 +85,10 @@ def test_clique_when_all_attached_gpus_agree() -> None:
     assert labels[P + "gpu.clique"] == "7b968a6d-c8aa-45e1-9e07-e1e51be99c31.1"
 
 
-@pytest.mark.parametrize(
-    "other",
-    [
-        Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 2),
-        Fabric("00000000-0000-0000-0000-000000000001", 1),
-    ],
-)
+@pytest.mark.parametrize("other", [
+    Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 2),
+    Fabric("00000000-0000-0000-0000-000000000001", 1),
+])  # fmt: skip
 def test_clique_omitted_with_a_warning_when_gpus_disagree(other: Fabric) -> None:
     fabric = Fabric("7b968a6d-c8aa-45e1-9e07-e1e51be99c31", 1)
     result = build(node(gpu(0, fabric=fabric), gpu(1, fabric=other)), "none", Config(), None)
@@ -167,42 +133,13 @@ def test_unknown_memory_omits_the_memory_label(memory: int | None) -> None:
     assert "memory" not in resource(labels_of(node(gpu(0, memory=memory))), "gpu")
 
 
-@pytest.mark.parametrize(
-    ("classes", "mode"),
-    [
-        ([0x030200, 0x030200], "compute"),
-        ([0x030000, 0x030000], "graphics"),
-        ([0x030200, 0x030000], "unknown"),
-        ([0x030200, None], "unknown"),
-        ([0x038000], "unknown"),
-    ],
-)
+@pytest.mark.parametrize(("classes", "mode"), [
+    ([0x030200, 0x030200], "compute"), ([0x030000, 0x030000], "graphics"),
+    ([0x030200, 0x030000], "unknown"), ([0x030200, None], "unknown"), ([0x038000], "unknown"),
+])  # fmt: skip
 def test_mode_from_pci_classes(classes: list[int | None], mode: str) -> None:
     gpus = [gpu(i, pci_class=c) for i, c in enumerate(classes)]
     assert labels_of(node(*gpus))[P + "gpu.mode"] == mode
-
-
-def test_machine_is_sanitised_and_unknown_when_missing() -> None:
-    assert (
-        labels_of(node(gpu(0), machine=" Standard PC (Q35 + ICH9, 2009) "))[P + "gpu.machine"]
-        == "Standard-PC-Q35-ICH9-2009"
-    )
-    assert labels_of(node(gpu(0), machine=None))[P + "gpu.machine"] == "unknown"
-
-
-def test_product_name_is_sanitised() -> None:
-    labels = labels_of(node(gpu(0, "NVIDIA TITAN X (Pascal)", cc=(6, 1))))
-    assert labels[P + "gpu.product"] == "NVIDIA-TITAN-X-Pascal"
-
-
-def test_mig_enabled_model_has_zero_replicas_under_none() -> None:
-    labels = labels_of(node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig("1g.5gb"))))
-    expect(labels, "gpu.replicas=0 gpu.count=2 gpu.sharing-strategy=none")
-
-
-def test_partly_mig_enabled_model_keeps_configured_replicas() -> None:
-    labels = labels_of(node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig(enabled=False))))
-    assert labels[P + "gpu.replicas"] == "1"
 
 
 # ----------------------------------------------------------------- sharing
@@ -217,21 +154,6 @@ sharing:
 """
 
 
-def test_time_slicing_marks_product_shared() -> None:
-    labels = labels_of(node(gpu(0)), config=config(TIME_SLICING))
-    expect(
-        labels,
-        "gpu.product=NVIDIA-A100-SXM4-40GB-SHARED gpu.replicas=4 "
-        "gpu.sharing-strategy=time-slicing mps.capable=false",
-    )
-
-
-def test_rename_by_default_drops_the_shared_suffix() -> None:
-    text = TIME_SLICING.replace("  timeSlicing:\n", "  timeSlicing:\n    renameByDefault: true\n")
-    labels = labels_of(node(gpu(0)), config=config(text))
-    expect(labels, "gpu.product=NVIDIA-A100-SXM4-40GB gpu.replicas=4")
-
-
 def test_explicit_rename_is_ignored_like_upstream() -> None:
     text = TIME_SLICING + "      rename: gpu-shared\n"
     loaded = parse_config_text(text, "t.yaml")
@@ -240,20 +162,10 @@ def test_explicit_rename_is_ignored_like_upstream() -> None:
     assert labels[P + "gpu.product"] == "NVIDIA-A100-SXM4-40GB-SHARED"
 
 
-def test_mps_sets_mps_capable_and_strategy() -> None:
-    labels = labels_of(node(gpu(0)), config=config(TIME_SLICING.replace("timeSlicing", "mps")))
-    expect(labels, "mps.capable=true gpu.sharing-strategy=mps")
-
-
 def test_mps_with_a_mig_enabled_gpu_is_a_config_error() -> None:
     mps = config(TIME_SLICING.replace("timeSlicing", "mps"))
     with pytest.raises(ConfigError, match="MPS sharing is not supported for MIG devices"):
         build(node(gpu(0, mig=mig("1g.5gb"))), "mixed", mps, None)
-
-
-def test_sharing_of_a_mig_enabled_model_is_not_applied() -> None:
-    labels = labels_of(node(gpu(0, mig=mig("1g.5gb"))), "mixed", config(TIME_SLICING))
-    expect(labels, "gpu.replicas=0 gpu.product=NVIDIA-A100-SXM4-40GB gpu.sharing-strategy=none")
 
 
 # ----------------------------------------------------------------- MIG strategies
@@ -286,12 +198,8 @@ def test_none_strategy_ignores_mig_devices() -> None:
 def test_single_strategy_with_uniform_mig_overrides_gpu_labels() -> None:
     snapshot = node(gpu(0, mig=mig("1g.5gb", "1g.5gb")), gpu(1, mig=mig("1g.5gb")))
     labels = resource(labels_of(snapshot, "single"), "gpu")
-    expect(
-        labels,
-        "product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb count=3 memory=4864 replicas=1 "
-        "multiprocessors=14",
-        prefix="",
-    )
+    wanted = "product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb count=3 memory=4864 replicas=1"
+    expect(labels, wanted + " multiprocessors=14", prefix="")
     assert labels["family"] == "ampere"  # stays from the parent
     assert labels["compute.major"] == "8"
 
@@ -348,15 +256,6 @@ def test_patterns_name_resources_first_match_wins() -> None:
     assert not any(k.startswith(P + "never-matches") for k in labels)
 
 
-def test_patterns_are_anchored_and_case_sensitive() -> None:
-    text = (
-        "version: v1\nresources:\n  gpus:\n"
-        '  - {pattern: "a100*", name: lower}\n  - {pattern: "A100", name: exact}\n'
-    )
-    labels = labels_of(node(gpu(0)), config=config(text))
-    assert resource(labels, "gpu")["count"] == "1"
-
-
 def test_mixed_models_keep_only_common_labels_deterministically() -> None:
     a100s = [gpu(i) for i in range(4)]
     h100s = [gpu(i, H100, cc=(9, 0), memory=81559) for i in range(4, 8)]
@@ -379,12 +278,6 @@ def test_seed_example_from_the_spec() -> None:
     assert resource(labels, "mig-small")["count"] == "56"
     assert resource(labels, "mig-small")["memory"] == "4864"
     assert resource(labels, "gpu") == {}
-
-
-def test_sharing_applies_to_renamed_resources() -> None:
-    text = RENAMING + "sharing:\n  timeSlicing:\n    resources:\n    - {name: a100, replicas: 2}\n"
-    labels = labels_of(node(gpu(0)), config=config(text))
-    expect(labels, "a100.replicas=2 a100.product=NVIDIA-A100-SXM4-40GB-SHARED")
 
 
 # ----------------------------------------------------------------- validity
@@ -424,49 +317,17 @@ def test_a_dgx_display_listed_in_a_snapshot_is_not_labelled(display_name: str) -
     assert with_display.warnings == ()
 
 
-def test_the_display_skip_is_an_exact_name_match() -> None:
-    """Only the exact names are skipped (go-nvlib looks the name up in a set)."""
-    look_alike = gpu(1, "NVIDIA DGX Display ", memory=4096, pci_class=0x030000)
-    labels = labels_of(node(gpu(0), look_alike))
-    assert labels[P + "gpu.count"] == "2"
-
-
 def test_a_node_with_only_a_display_has_no_gpu_labels() -> None:
     snapshot = node(gpu(0, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000))
     assert build(snapshot, "none", Config(), 1700000000).labels == {
-        P + "gfd.timestamp": "1700000000",
-        P + "vgpu.present": "false",
-    }
-
-
-def test_mig_a100s_beside_a_display_are_a_valid_single_layout() -> None:
-    """Counted, the display (never MIG-enabled) would make the layout INVALID."""
-    a100s = [gpu(i, mig=mig("1g.5gb", "1g.5gb")) for i in range(4)]
-    display = gpu(4, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000)
-    labels = resource(labels_of(node(*a100s, display), "single"), "gpu")
-    expect(labels, "product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb count=8", prefix="")
-
-
-def test_mps_with_mig_ignores_the_display() -> None:
-    """MPS on a node whose only non-display GPUs are plain: no MIG error from the display."""
-    snapshot = node(gpu(0), gpu(1, DISPLAY, memory=4096, mig=mig(enabled=True)))
-    mps = config(
-        "version: v1\nsharing:\n  mps:\n    resources:\n    - {name: nvidia.com/gpu, replicas: 2}\n"
-    )
-    labels = labels_of(snapshot, "none", mps)
-    expect(labels, "mps.capable=true gpu.count=1")
+        P + "gfd.timestamp": "1700000000", P + "vgpu.present": "false",
+    }  # fmt: skip
 
 
 # ------------------------------------- one device type, labelled the way upstream does it
 # upstream internal/lm/mig-strategy.go, newGPULabelers: per GPU name, one labeler for the
 # MIG-enabled GPUs (sharing disabled) and one for the others (with sharing), each built
 # from the last GPU of its group in index order, the second merged over the first
-
-
-def test_the_last_gpu_of_a_type_speaks_for_it() -> None:
-    snapshot = node(gpu(0, memory=40960), gpu(1, memory=40000), gpu(2, memory=40537))
-    labels = resource(labels_of(snapshot), "gpu")
-    expect(labels, "memory=40537 count=3", prefix="")
 
 
 def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
@@ -484,14 +345,6 @@ def test_a_full_gpu_speaks_over_the_mig_enabled_ones_of_its_type() -> None:
     )
 
 
-def test_what_the_full_gpu_lacks_is_kept_from_the_mig_enabled_ones() -> None:
-    """Upstream merges label maps: a key only the MIG-enabled group's labeler has stays."""
-    on = gpu(0, memory=40960, mig=mig("1g.5gb"))
-    off = gpu(1, memory=None, mig=mig(enabled=False))
-    labels = resource(labels_of(node(on, off)), "gpu")
-    expect(labels, "memory=40960 replicas=1", prefix="")
-
-
 def test_products_are_sanitised_part_by_part() -> None:
     """getProductName sanitises the name, "MIG" and the profile each on its own."""
     name = "NVIDIA A100 (SXM4) "
@@ -502,11 +355,6 @@ def test_products_are_sanitised_part_by_part() -> None:
     )
     invalid = labels_of(node(gpu(0, name, mig=mig()), gpu(1, name)), "single")
     assert invalid[P + "gpu.product"] == "NVIDIA-A100-SXM4-MIG-INVALID"
-
-
-def test_a_name_that_sanitises_to_nothing_gives_an_empty_product() -> None:
-    assert labels_of(node(gpu(0, "")))[P + "gpu.product"] == ""
-    assert labels_of(node(gpu(0, "(((")))[P + "gpu.product"] == ""
 
 
 # ------------------------------------------------------ values that do not fit
@@ -544,15 +392,6 @@ def test_a_long_invalid_product_keeps_mig_invalid() -> None:
     product = labels_of(mixed, "single")[P + "gpu.product"]
     assert product.endswith("-MIG-INVALID") and product.startswith("NVIDIA-RTX-PRO")
     assert len(product) <= 63
-
-
-def test_products_that_fit_are_unchanged() -> None:
-    labels = labels_of(node(gpu(0, mig=mig("1g.5gb", "1g.5gb+me"))), "mixed")
-    expect(
-        labels,
-        "mig-1g.5gb.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb "
-        "mig-1g.5gb.me.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me",
-    )
 
 
 def test_a_product_with_no_room_for_the_model_is_left_out() -> None:
@@ -593,3 +432,89 @@ def test_every_gpu_lost() -> None:
     lost = tuple(LostGpu(index=i) for i in range(2))
     labels = labels_of(replace(node(), lost=lost))
     assert labels == {P + "gpu.lost": "2", P + "vgpu.present": "false"}
+
+
+# ------------------------------------------------- small nodes, one table of what they show
+
+RENAME_BY_DEFAULT = TIME_SLICING.replace(
+    "timeSlicing:\n", "timeSlicing:\n    renameByDefault: true\n"
+)
+MPS = TIME_SLICING.replace("timeSlicing", "mps")
+ANCHORED = (
+    'version: v1\nresources:\n  gpus:\n  - {pattern: "a100*", name: lower}\n'
+    '  - {pattern: "A100", name: exact}\n'
+)
+RENAMED_SHARED = (
+    RENAMING + "sharing:\n  timeSlicing:\n    resources:\n    - {name: a100, replicas: 2}\n"
+)
+VGPUS = Vgpu((VgpuDevice("460.16", "r460_00"), VgpuDevice("550.54.16", "r550_40")))
+DISPLAYED = [gpu(i, mig=mig("1g.5gb", "1g.5gb")) for i in range(4)]
+MIG_ON_OFF = (gpu(0, memory=40960, mig=mig("1g.5gb")), gpu(1, memory=None, mig=mig(enabled=False)))
+#: (id, node, MIG strategy, config text, what the labels must hold: "key=value ..." without
+#: the prefix)
+SMALL_NODES = table([
+    ("driver-and-cuda-split", node(gpu(0), driver="550.54.15", cuda=12040), "none", None,
+     "cuda.driver.major=550 cuda.driver.minor=54 cuda.driver.rev=15"
+     " cuda.driver-version.revision=15 cuda.driver-version.full=550.54.15"
+     " cuda.runtime.major=12 cuda.runtime.minor=4 cuda.runtime-version.full=12.4"),
+    ("two-part-driver-empty-revision", node(gpu(0), driver="470.82", cuda=11040), "none", None,
+     "cuda.driver.rev= cuda.driver-version.revision= cuda.driver-version.full=470.82"),
+    ("vgpu-from-the-last-device", node(gpu(0), vgpu=VGPUS), "none", None,
+     "vgpu.present=true vgpu.host-driver-version=550.54.16 vgpu.host-driver-branch=r550_40"),
+    ("machine-sanitised", node(gpu(0), machine=" Standard PC (Q35 + ICH9, 2009) "), "none", None,
+     "gpu.machine=Standard-PC-Q35-ICH9-2009"),
+    ("machine-unknown-when-missing", node(gpu(0), machine=None), "none", None,
+     "gpu.machine=unknown"),
+    ("product-sanitised", node(gpu(0, "NVIDIA TITAN X (Pascal)", cc=(6, 1))), "none", None,
+     "gpu.product=NVIDIA-TITAN-X-Pascal"),
+    ("empty-product-name", node(gpu(0, "")), "none", None, "gpu.product="),
+    ("product-name-sanitised-to-nothing", node(gpu(0, "(((")), "none", None, "gpu.product="),
+    ("mig-products-that-fit-unchanged", node(gpu(0, mig=mig("1g.5gb", "1g.5gb+me"))), "mixed",
+     None,     "mig-1g.5gb.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+     " mig-1g.5gb.me.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"),
+    ("mig-enabled-model-zero-replicas-under-none",
+     node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig("1g.5gb"))), "none", None,
+     "gpu.replicas=0 gpu.count=2 gpu.sharing-strategy=none"),
+    ("partly-mig-enabled-model-keeps-replicas",
+     node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig(enabled=False))), "none", None,
+     "gpu.replicas=1"),
+    ("time-slicing-marks-product-shared", node(gpu(0)), "none", TIME_SLICING,
+     "gpu.product=NVIDIA-A100-SXM4-40GB-SHARED gpu.replicas=4 gpu.sharing-strategy=time-slicing"
+     " mps.capable=false"),
+    ("rename-by-default-drops-shared", node(gpu(0)), "none", RENAME_BY_DEFAULT,
+     "gpu.product=NVIDIA-A100-SXM4-40GB gpu.replicas=4"),
+    ("mps-capable-and-strategy", node(gpu(0)), "none", MPS,
+     "mps.capable=true gpu.sharing-strategy=mps"),
+    ("sharing-of-a-mig-enabled-model-not-applied", node(gpu(0, mig=mig("1g.5gb"))), "mixed",
+     TIME_SLICING, "gpu.replicas=0 gpu.product=NVIDIA-A100-SXM4-40GB gpu.sharing-strategy=none"),
+    # "a100*" is case-sensitive and "A100" anchored: neither matches the A100's name
+    ("patterns-anchored-and-case-sensitive", node(gpu(0)), "none", ANCHORED, "gpu.count=1"),
+    ("sharing-of-a-renamed-resource", node(gpu(0)), "none", RENAMED_SHARED,
+     "a100.replicas=2 a100.product=NVIDIA-A100-SXM4-40GB-SHARED"),
+    # only the exact names are skipped (go-nvlib looks the name up in a set)
+    ("display-skip-is-an-exact-match",
+     node(gpu(0), gpu(1, "NVIDIA DGX Display ", memory=4096, pci_class=0x030000)), "none", None,
+     "gpu.count=2"),
+    # counted, the display (never MIG-enabled) would make the layout INVALID
+    ("mig-beside-a-display-valid-single",
+     node(*DISPLAYED, gpu(4, DISPLAY, memory=4096, cc=(7, 5), pci_class=0x030000)), "single", None,
+     "gpu.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb gpu.count=8"),
+    # MPS beside a MIG-enabled display: no MIG error from the display
+    ("mps-with-mig-ignores-the-display",
+     node(gpu(0), gpu(1, DISPLAY, memory=4096, mig=mig(enabled=True))), "none", MPS,
+     "mps.capable=true gpu.count=1"),
+    # upstream's newGPULabelers: the last GPU of a type speaks for it...
+    ("last-gpu-of-a-type-speaks",
+     node(gpu(0, memory=40960), gpu(1, memory=40000), gpu(2, memory=40537)), "none", None,
+     "gpu.memory=40537 gpu.count=3"),
+    # ...and merges label maps: a key only the MIG-enabled group's labeler has stays
+    ("full-gpu-lacks-kept-from-mig-enabled", node(*MIG_ON_OFF), "none", None,
+     "gpu.memory=40960 gpu.replicas=1"),
+])  # fmt: skip
+
+
+@pytest.mark.parametrize(("snapshot", "strategy", "text", "wanted"), SMALL_NODES)
+def test_small_node_labels(
+    snapshot: Snapshot, strategy: str, text: str | None, wanted: str
+) -> None:
+    expect(labels_of(snapshot, strategy, config(text) if text else None), wanted)

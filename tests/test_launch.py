@@ -28,12 +28,9 @@ main()
 
 def test_memory_error_in_a_thread_ends_the_process() -> None:
     result = subprocess.run(
-        [sys.executable, "-c", _THREAD_RUNS_OUT],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-c", _THREAD_RUNS_OUT], cwd=ROOT, capture_output=True, text=True,
         timeout=60,
-    )
+    )  # fmt: skip
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [
         "gfd: out of memory (the process's address-space limit was reached)"

@@ -482,24 +482,19 @@ def node_affinity_selects(spec: Obj, node_labels: dict[str, str]) -> bool:
 
 #: what each kind of NFD puts on a GPU node (NFD's default deviceLabelFields are class and
 #: vendor; the GPU Operator's NFD configuration uses vendor only)
+NFD = "feature.node.kubernetes.io/"
 GPU_NODES = {
-    "stock NFD, compute GPU (3D controller)": {
-        "feature.node.kubernetes.io/pci-0302_10de.present": "true"
-    },
-    "stock NFD, graphics GPU (VGA controller)": {
-        "feature.node.kubernetes.io/pci-0300_10de.present": "true"
-    },
-    "GPU Operator NFD": {"feature.node.kubernetes.io/pci-10de.present": "true"},
-    "Tegra": {"feature.node.kubernetes.io/cpu-model.vendor_id": "NVIDIA"},
+    "stock NFD, compute GPU (3D controller)": {NFD + "pci-0302_10de.present": "true"},
+    "stock NFD, graphics GPU (VGA controller)": {NFD + "pci-0300_10de.present": "true"},
+    "GPU Operator NFD": {NFD + "pci-10de.present": "true"},
+    "Tegra": {NFD + "cpu-model.vendor_id": "NVIDIA"},
     "labelled by hand": {"nvidia.com/gpu.present": "true"},
 }
 OTHER_NODES = {
     "stock NFD, no NVIDIA device": {
-        "feature.node.kubernetes.io/pci-0300_1a03.present": "true",
-        "feature.node.kubernetes.io/pci-0200_8086.present": "true",
-    },
-    "NVIDIA network card only": {"feature.node.kubernetes.io/pci-0207_15b3.present": "true"},
-}
+        NFD + "pci-0300_1a03.present": "true", NFD + "pci-0200_8086.present": "true"},
+    "NVIDIA network card only": {NFD + "pci-0207_15b3.present": "true"},
+}  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -650,12 +645,9 @@ def test_runtime_class_component(overlay: str, rendered: Render) -> None:
 
 def rules(role: Obj) -> set[tuple[str, str, str]]:
     return {
-        (group, resource, verb)
-        for rule in role["rules"]
-        for group in rule["apiGroups"]
-        for resource in rule["resources"]
-        for verb in rule["verbs"]
-    }
+        (group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+        for resource in rule["resources"] for verb in rule["verbs"]
+    }  # fmt: skip
 
 
 def service_account_of(overlay: str, objects: list[Obj]) -> tuple[str, str]:
@@ -727,10 +719,9 @@ class Policy:
     def _activation(self, request: Obj) -> Obj:
         json_to_cel = self.celpy.adapter.json_to_cel
         return {
-            "request": json_to_cel(request),
-            "object": json_to_cel(request["object"]),
+            "request": json_to_cel(request), "object": json_to_cel(request["object"]),
             "oldObject": json_to_cel(request["oldObject"]),
-        }
+        }  # fmt: skip
 
     def denials(self, request: Obj) -> list[str]:
         """Messages of the failed validations; [] when the request is let through."""
@@ -769,11 +760,10 @@ BASE_LABELS = {"kubernetes.io/hostname": "gpu-node-1", "nvidia.com/gpu.present":
 BASE_ANNOTATIONS = {"node.alpha.kubernetes.io/ttl": "0"}
 OLD = node("gpu-node-1", BASE_LABELS, BASE_ANNOTATIONS, podCIDR="10.0.0.0/24")
 GOOD = node(
-    "gpu-node-1",
-    {**BASE_LABELS, "nvidia.com/gpu.count": "8"},
+    "gpu-node-1", {**BASE_LABELS, "nvidia.com/gpu.count": "8"},
     {**BASE_ANNOTATIONS, "nvidia.com/gfd.managed-labels": "nvidia.com/gpu.count"},
     podCIDR="10.0.0.0/24",
-)
+)  # fmt: skip
 
 
 def edited(obj: Obj, path: str, changes: Obj) -> Obj:
@@ -795,20 +785,15 @@ GPU_COUNT = "nvidia.com/gpu.count"
 
 
 def request_from(username: str, requester_node: str | None, old: Obj, new: Obj) -> Obj:
-    extra = (
-        {}
-        if requester_node is None
-        else {
-            "authentication.kubernetes.io/node-name": [requester_node],
-            "authentication.kubernetes.io/pod-name": ["gfd-x7k2p"],
-        }
-    )
+    extra = {} if requester_node is None else {
+        "authentication.kubernetes.io/node-name": [requester_node],
+        "authentication.kubernetes.io/pod-name": ["gfd-x7k2p"],
+    }  # fmt: skip
     return {
         "operation": "UPDATE",
         "userInfo": {"username": username, "groups": ["system:serviceaccounts"], "extra": extra},
-        "object": new,
-        "oldObject": old,
-    }
+        "object": new, "oldObject": old,
+    }  # fmt: skip
 
 
 def case(name: str, new: Obj, allowed: bool, old: Obj = OLD, by: str | None = "gpu-node-1") -> Any:
@@ -822,10 +807,9 @@ def denied(name: str, path: str, changes: Obj) -> Any:
 
 
 OPERATOR_LABELS = {
-    "nvidia.com/mig.config": "all-1g.5gb",
-    "nvidia.com/gpu.deploy.device-plugin": "true",
+    "nvidia.com/mig.config": "all-1g.5gb", "nvidia.com/gpu.deploy.device-plugin": "true",
     "nvidia.com/device-plugin.config": "a100",
-}
+}  # fmt: skip
 OLD_WITH_OPERATOR_LABELS = edited(GOOD, LABELS, OPERATOR_LABELS)
 POLICY_CASES = [
     case("own node: add nvidia.com/ labels and the annotation", GOOD, True),
@@ -909,25 +893,15 @@ def test_admission_policy_is_bound_and_denies(rendered: Render) -> None:
 
 SAMPLE_KEYS = [
     *(keys.full_key(name) for name in keys.NODE_WIDE),
-    *(
-        keys.full_key(f"{r}.{s}")
-        for r in ("gpu", "mig-1g.5gb.me", "a100")
-        for s in keys.PER_RESOURCE
-    ),
+    *(keys.full_key(f"{r}.{s}") for r in ("gpu", "mig-1g.5gb.me", "a100")
+      for s in keys.PER_RESOURCE),
     *(keys.full_key(name) for name in keys.FOREIGN_NAMES),
     *(keys.full_key(p + "x") for p in keys.FOREIGN_NAME_PREFIXES),
-    "nvidia.com/gpu.deploy.product",
-    "nvidia.com/mig.config.state",
-    "nvidia.com/gpu.count.extra",
-    "nvidia.com/GPU.count",
-    "nvidia.com/-gpu.count",
-    "nvidia.com/.count",
-    "nvidia.com/count",
-    "nvidia.com/gpu.",
-    "nvidia.com.evil/gpu.count",
-    "example.com/gpu.count",
+    "nvidia.com/gpu.deploy.product", "nvidia.com/mig.config.state", "nvidia.com/gpu.count.extra",
+    "nvidia.com/GPU.count", "nvidia.com/-gpu.count", "nvidia.com/.count", "nvidia.com/count",
+    "nvidia.com/gpu.", "nvidia.com.evil/gpu.count", "example.com/gpu.count",
     "kubernetes.io/hostname",
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("overlay", ["node-labels", "nodefeature"])
@@ -940,12 +914,10 @@ def test_the_policies_admit_exactly_the_keys_gfd_can_produce(
     node_wide = {str(k) for k in variables["nodeWideKeys"].evaluate({})}
     assert node_wide == {keys.full_key(name) for name in keys.NODE_WIDE}
     celtypes = policy.celpy.celtypes
-    computed = celtypes.MapType(
-        {
-            celtypes.StringType(name): variables[name].evaluate({})
-            for name in ("nodeWideKeys", "perResourceKey", "foreignKey")
-        }
-    )
+    computed = celtypes.MapType({
+        celtypes.StringType(name): variables[name].evaluate({})
+        for name in ("nodeWideKeys", "perResourceKey", "foreignKey")
+    })  # fmt: skip
     # the test each validation applies to a key (CEL's own matches(), RE2 syntax)
     ours = policy._program(
         "(k in variables.nodeWideKeys || k.matches(variables.perResourceKey))"
@@ -960,15 +932,11 @@ def nodefeature_request(
     requester: str | None, name: str, node_label: str, labels: dict[str, str]
 ) -> Obj:
     obj = {
-        "apiVersion": "nfd.k8s-sigs.io/v1alpha1",
-        "kind": "NodeFeature",
-        "metadata": {
-            "name": name,
-            "namespace": NAMESPACE,
-            "labels": {"nfd.node.kubernetes.io/node-name": node_label},
-        },
+        "apiVersion": "nfd.k8s-sigs.io/v1alpha1", "kind": "NodeFeature",
+        "metadata": {"name": name, "namespace": NAMESPACE,
+                     "labels": {"nfd.node.kubernetes.io/node-name": node_label}},
         "spec": {"features": {}, "labels": labels},
-    }
+    }  # fmt: skip
     return request_from(f"system:serviceaccount:{NAMESPACE}:gfd", requester, obj, obj)
 
 
@@ -1034,17 +1002,14 @@ def test_the_daemonset_environment_runs_gfd_with_the_probed_endpoints(
     if not snapshots:
         pytest.skip("no example snapshot to run on")
     env.update(
-        GFD_OUTPUT_FILE=str(features_file),
-        GFD_METRICS_ADDRESS=f"127.0.0.1:{port}",
+        GFD_OUTPUT_FILE=str(features_file), GFD_METRICS_ADDRESS=f"127.0.0.1:{port}",
         GFD_SNAPSHOT_FILE=str(snapshots[0]),
-    )
+    )  # fmt: skip
     process = subprocess.Popen(
         [sys.executable, "-m", "gfd"],
         env={"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-    )
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
     try:
         probes = {
             p["httpGet"]["path"] for p in (container["livenessProbe"], container["readinessProbe"])

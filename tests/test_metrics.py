@@ -30,9 +30,8 @@ def samples(metrics: PrometheusMetrics) -> dict[tuple[str, tuple[tuple[str, str]
     assert status == 200
     return {
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-    }
+        for family in text_string_to_metric_families(text) for sample in family.samples
+    }  # fmt: skip
 
 
 @pytest.fixture
@@ -180,10 +179,9 @@ def test_a_taken_port_is_a_clear_error() -> None:
             PrometheusMetrics(f"127.0.0.1:{port}", 1.0)
 
 
-@pytest.mark.parametrize(
-    ("address", "parsed"),
-    [(":8080", ("", 8080)), ("0.0.0.0:9", ("0.0.0.0", 9)), ("[::1]:8080", ("::1", 8080))],
-)
+@pytest.mark.parametrize(("address", "parsed"), [
+    (":8080", ("", 8080)), ("0.0.0.0:9", ("0.0.0.0", 9)), ("[::1]:8080", ("::1", 8080)),
+])  # fmt: skip
 def test_addresses(address: str, parsed: tuple[str, int]) -> None:
     assert parse_address(address) == parsed
 

@@ -121,13 +121,8 @@ def test_a_label_cannot_reach_a_file_outside_the_directory(tmp_path: Path) -> No
 def srcdir_settings(
     root: Path, *, default_config: str = "", fallbacks: str = "named,single", **env: str
 ) -> Settings:
-    environ = {
-        "CONFIG_FILE_SRCDIR": str(root),
-        "DEFAULT_CONFIG": default_config,
-        "FALLBACK_STRATEGIES": fallbacks,
-        "NODE_NAME": "n1",
-        **env,
-    }
+    environ = {"CONFIG_FILE_SRCDIR": str(root), "DEFAULT_CONFIG": default_config,
+               "FALLBACK_STRATEGIES": fallbacks, "NODE_NAME": "n1", **env}  # fmt: skip
     return resolve({"snapshot_file": MIG_NODE, "output_file": "-", "no_timestamp": True}, environ)
 
 
@@ -151,9 +146,8 @@ def test_the_chosen_entry_is_the_config_file(tmp_path: Path) -> None:
     choice = choose_for(base, "mixed")
     settings = resolve(
         {"snapshot_file": MIG_NODE, "output_file": "-"},
-        {"CONFIG_FILE_SRCDIR": str(root), "NODE_NAME": "n1"},
-        config_choice=choice,
-    )
+        {"CONFIG_FILE_SRCDIR": str(root), "NODE_NAME": "n1"}, config_choice=choice,
+    )  # fmt: skip
     assert settings.config_file == os.path.join(str(root), "mixed")
     assert settings.mig_strategy == "mixed"
     assert settings.config_choice == choice
@@ -168,16 +162,13 @@ def test_config_file_is_ignored_with_a_warning_next_to_a_srcdir(tmp_path: Path) 
     assert any("CONFIG_FILE: ignored" in warning for warning in settings.warnings)
 
 
-@pytest.mark.parametrize(
-    ("env", "message"),
-    [
-        ({"FALLBACK_STRATEGIES": "named,first"}, "FALLBACK_STRATEGIES='named,first'"),
-        ({"NODE_LABEL": "not a key"}, "NODE_LABEL='not a key'"),
-        ({"NODE_LABEL": "bad_prefix/x"}, "NODE_LABEL='bad_prefix/x'"),
-        ({"NODE_NAME": ""}, "--node-name (or NODE_NAME) is required with --config-file-srcdir"),
-        ({"NODE_NAME": "../nodes/other"}, "NODE_NAME='../nodes/other': not a valid node name"),
-    ],
-)
+@pytest.mark.parametrize(("env", "message"), [
+    ({"FALLBACK_STRATEGIES": "named,first"}, "FALLBACK_STRATEGIES='named,first'"),
+    ({"NODE_LABEL": "not a key"}, "NODE_LABEL='not a key'"),
+    ({"NODE_LABEL": "bad_prefix/x"}, "NODE_LABEL='bad_prefix/x'"),
+    ({"NODE_NAME": ""}, "--node-name (or NODE_NAME) is required with --config-file-srcdir"),
+    ({"NODE_NAME": "../nodes/other"}, "NODE_NAME='../nodes/other': not a valid node name"),
+])  # fmt: skip
 def test_bad_node_config_settings_are_usage_errors(
     tmp_path: Path, env: dict[str, str], message: str
 ) -> None:
@@ -217,10 +208,8 @@ def start_agent(
     features = tmp_path / "gfd"
     cli = {"snapshot_file": MIG_NODE, "output_file": str(features), "no_timestamp": True}
     environ = {
-        "CONFIG_FILE_SRCDIR": str(root),
-        "FALLBACK_STRATEGIES": "named,single",
-        "NODE_NAME": "n1",
-    }
+        "CONFIG_FILE_SRCDIR": str(root), "FALLBACK_STRATEGIES": "named,single", "NODE_NAME": "n1",
+    }  # fmt: skip
 
     def load(config_choice: ConfigChoice | None = None) -> Settings:
         return resolve(cli, environ, config_choice=config_choice)
@@ -286,11 +275,9 @@ def test_a_removed_label_falls_back(tmp_path: Path) -> None:
     assert labels()["nvidia.com/mig.strategy"] == "single"
 
 
-@pytest.mark.parametrize(
-    "value",
-    ["no-such-entry", "../../etc/passwd", "x" * 100_000],
-    ids=["missing entry", "path traversal", "huge value"],
-)
+@pytest.mark.parametrize("value", [
+    "no-such-entry", "../../etc/passwd", "x" * 100_000,
+], ids=["missing entry", "path traversal", "huge value"])  # fmt: skip
 def test_a_label_naming_no_entry_keeps_the_config_with_one_error_line(
     tmp_path: Path, value: str
 ) -> None:

@@ -116,14 +116,10 @@ def oneshot_on_entries(
     return run_gfd("--oneshot", "--snapshot-file", MIG_NODE, *args, env=env)
 
 
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [
-        ("no-such-entry", "no such config entry"),
-        ("../../etc/passwd", "not a label value"),
-        ("z" * 100_000, "not a label value"),
-    ],
-)
+@pytest.mark.parametrize(("value", "message"), [
+    ("no-such-entry", "no such config entry"), ("../../etc/passwd", "not a label value"),
+    ("z" * 100_000, "not a label value"),
+])  # fmt: skip
 def test_at_start_a_label_naming_nothing_usable_is_exit_2_with_one_line(
     api: FakeApiServer, kubeconfig: str, tmp_path: Path, value: str, message: str
 ) -> None:

@@ -171,9 +171,8 @@ def test_owner_references_are_added_to_an_existing_object(
     output.publish(LABELS)
     refs = stored(api)["metadata"]["ownerReferences"]
     assert [(ref["kind"], ref["name"]) for ref in refs] == [
-        ("DaemonSet", "gfd"),
-        ("Pod", "gfd-abc"),
-    ]
+        ("DaemonSet", "gfd"), ("Pod", "gfd-abc"),
+    ]  # fmt: skip
     # resolved once: later publishes do not read the pod again
     api.clear_requests()
     output.publish({"nvidia.com/gpu.count": "1"})

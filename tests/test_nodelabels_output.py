@@ -19,10 +19,9 @@ from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS
 
 NODE_PATH = "/api/v1/nodes/n1"
 LABELS = {
-    "nvidia.com/gpu.count": "8",
-    "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
+    "nvidia.com/gpu.count": "8", "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB",
     "nvidia.com/mig.capable": "true",
-}
+}  # fmt: skip
 
 
 API_NODE_N1 = {"labels": FOREIGN, "annotations": FOREIGN_ANNOTATIONS}
@@ -40,24 +39,15 @@ def test_labels_patch_sets_new_nulls_gone_and_records_ownership() -> None:
     patch = labels_patch(
         {"nvidia.com/b": "2", "nvidia.com/a": "1"}, {"nvidia.com/a", "nvidia.com/old"}
     )
-    assert patch == {
-        "metadata": {
-            "labels": {"nvidia.com/a": "1", "nvidia.com/b": "2", "nvidia.com/old": None},
-            "annotations": {MANAGED_LABELS_ANNOTATION: "nvidia.com/a,nvidia.com/b"},
-        }
-    }
+    assert patch == {"metadata": {
+        "labels": {"nvidia.com/a": "1", "nvidia.com/b": "2", "nvidia.com/old": None},
+        "annotations": {MANAGED_LABELS_ANNOTATION: "nvidia.com/a,nvidia.com/b"},
+    }}  # fmt: skip
 
 
 def test_only_nvidia_keys_are_taken_from_the_annotation() -> None:
-    node = {
-        "metadata": {
-            "annotations": {
-                MANAGED_LABELS_ANNOTATION: (
-                    "nvidia.com/gpu.count, kubernetes.io/hostname,,nvidia.com/"
-                )
-            }
-        }
-    }
+    recorded = "nvidia.com/gpu.count, kubernetes.io/hostname,,nvidia.com/"
+    node = {"metadata": {"annotations": {MANAGED_LABELS_ANNOTATION: recorded}}}
     assert owned_keys_from(node) == {"nvidia.com/gpu.count"}
     assert owned_keys_from({"metadata": {}}) == frozenset()
 
@@ -65,9 +55,8 @@ def test_only_nvidia_keys_are_taken_from_the_annotation() -> None:
 def test_first_publish_is_one_read_and_one_merge_patch(api: FakeApiServer, kubeconfig: str) -> None:
     make_output(kubeconfig).publish(LABELS)
     assert [(r.method, r.path, r.content_type) for r in api.requests] == [
-        ("GET", NODE_PATH, None),
-        ("PATCH", NODE_PATH, MERGE_PATCH),
-    ]
+        ("GET", NODE_PATH, None), ("PATCH", NODE_PATH, MERGE_PATCH),
+    ]  # fmt: skip
     assert api.node_labels("n1") == {**FOREIGN, **LABELS}
     assert api.node_annotations("n1") == {
         **FOREIGN_ANNOTATIONS,
@@ -113,14 +102,8 @@ def test_a_restart_keeps_the_labels_and_removes_stale_ones(
 def test_a_hand_edited_annotation_cannot_make_it_delete_foreign_labels(
     api: FakeApiServer, kubeconfig: str
 ) -> None:
-    api.edit(
-        "Node",
-        "n1",
-        "",
-        lambda node: node["metadata"]["annotations"].update(
-            {MANAGED_LABELS_ANNOTATION: "kubernetes.io/hostname,nvidia.com/gpu.count"}
-        ),
-    )
+    forged = {MANAGED_LABELS_ANNOTATION: "kubernetes.io/hostname,nvidia.com/gpu.count"}
+    api.edit("Node", "n1", "", lambda node: node["metadata"]["annotations"].update(forged))
     make_output(kubeconfig).publish(LABELS)
     assert api.node_labels("n1") == {**FOREIGN, **LABELS}
 
@@ -133,14 +116,11 @@ def test_verify_is_one_get_when_nothing_changed(api: FakeApiServer, kubeconfig: 
     assert api.counts() == {("GET", NODE_PATH): 1}
 
 
-@pytest.mark.parametrize(
-    "tamper",
-    [
-        pytest.param(lambda m: m["labels"].pop("nvidia.com/gpu.count"), id="label removed"),
-        pytest.param(lambda m: m["labels"].update({"nvidia.com/gpu.count": "1"}), id="edited"),
-        pytest.param(lambda m: m["annotations"].pop(MANAGED_LABELS_ANNOTATION), id="annotation"),
-    ],
-)
+@pytest.mark.parametrize("tamper", [
+    pytest.param(lambda m: m["labels"].pop("nvidia.com/gpu.count"), id="label removed"),
+    pytest.param(lambda m: m["labels"].update({"nvidia.com/gpu.count": "1"}), id="edited"),
+    pytest.param(lambda m: m["annotations"].pop(MANAGED_LABELS_ANNOTATION), id="annotation"),
+])  # fmt: skip
 def test_verify_repairs_what_someone_else_changed(
     api: FakeApiServer, kubeconfig: str, tamper: Any
 ) -> None:

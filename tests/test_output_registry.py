@@ -20,14 +20,9 @@ def test_every_kind_names_a_constructor_that_exists(kind: OutputKind) -> None:
     assert callable(getattr(importlib.import_module(module), attribute))
 
 
-@pytest.mark.parametrize(
-    ("cli", "kind"),
-    [
-        ({"output_file": "-"}, "stdout"),
-        ({"oneshot": True}, "stdout"),
-        ({"output_file": "F"}, "file"),
-    ],
-)
+@pytest.mark.parametrize(("cli", "kind"), [
+    ({"output_file": "-"}, "stdout"), ({"oneshot": True}, "stdout"), ({"output_file": "F"}, "file"),
+])  # fmt: skip
 def test_the_factory_builds_the_kind_the_settings_name(
     tmp_path: Path, cli: dict[str, object], kind: str
 ) -> None:

@@ -25,12 +25,8 @@ ETCD_OBJECT_LIMIT = 1_572_864  # etcd's default request limit (1.5 MiB)
 def many_gpus(count: int) -> snapshot_io.Snapshot:
     snap = snapshot_io.load(str(EXAMPLES / "dgx-a100.yaml"))
     first = snap.gpus[0]
-    return replace(
-        snap,
-        gpus=tuple(
-            replace(first, index=i, uuid=f"GPU-{i:05d}", pci_bus_id="") for i in range(count)
-        ),
-    )
+    gpus = tuple(replace(first, index=i, uuid=f"GPU-{i:05d}", pci_bus_id="") for i in range(count))
+    return replace(snap, gpus=gpus)
 
 
 def test_small_nodes_keep_every_instance() -> None:

@@ -190,6 +190,5 @@ def test_cleanup_leaves_a_working_directory_someone_else_filled(tmp_path: Path) 
     (tmp_path / TEMP_DIR / "gfd-link").symlink_to(tmp_path / TEMP_DIR / "not-gfds")
     KoordletDeviceInfos(str(tmp_path)).cleanup()
     assert tree(tmp_path / TEMP_DIR) == {
-        "not-gfds": "file:precious",
-        "gfd-link": "link:" + str(tmp_path / TEMP_DIR / "not-gfds"),
-    }
+        "not-gfds": "file:precious", "gfd-link": "link:" + str(tmp_path / TEMP_DIR / "not-gfds"),
+    }  # fmt: skip

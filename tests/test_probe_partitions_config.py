@@ -96,17 +96,7 @@ def test_the_largest_joined_table_fits_and_larger_nodes_list_aligned_blocks() ->
 
 
 def test_limits_accept_the_edge_values() -> None:
-    table = partitions.parse_table(
-        {
-            "2": [
-                {
-                    "minors": [0, partitions.MAX_INT],
-                    "allocationScore": partitions.MAX_INT,
-                    "ringBusBandwidth": str(partitions.MAX_BANDWIDTH),
-                    "gpuLinkType": "NVLink",
-                }
-            ]
-        },
-        "partitions",
-    )
+    edge = {"minors": [0, partitions.MAX_INT], "allocationScore": partitions.MAX_INT,
+            "ringBusBandwidth": str(partitions.MAX_BANDWIDTH), "gpuLinkType": "NVLink"}  # fmt: skip
+    table = partitions.parse_table({"2": [edge]}, "partitions")
     assert table[2][0].allocation_score == partitions.MAX_INT

@@ -53,25 +53,17 @@ def node(n: int, edges: list[tuple[int, int]], *, switch_links: int = 0) -> Snap
     return Snapshot(
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
-            Gpu(
-                index=i, uuid=f"GPU-{i}", name="Tesla V100", pci_bus_id=bus(i),
-                compute_capability=ComputeCapability(7, 0),
-            )
+            Gpu(index=i, uuid=f"GPU-{i}", name="Tesla V100", pci_bus_id=bus(i),
+                compute_capability=ComputeCapability(7, 0))
             for i in range(n)
         ),
-        topology=Topology(
-            gpus=tuple(
-                GpuTopology(
-                    index=i,
-                    minor=i,
-                    nvlinks=tuple(
-                        NvLink(link=k % 64, version=2, remote=r, remote_pci_bus_id=b)
-                        for k, (r, b) in enumerate(links[i][:64])
-                    ),
-                )
-                for i in range(n)
-            )
-        ),
+        topology=Topology(gpus=tuple(
+            GpuTopology(index=i, minor=i, nvlinks=tuple(
+                NvLink(link=k % 64, version=2, remote=r, remote_pci_bus_id=b)
+                for k, (r, b) in enumerate(links[i][:64])
+            ))
+            for i in range(n)
+        )),
     )  # fmt: skip
 
 
@@ -288,11 +280,10 @@ def _not_utf8_bus_id() -> Any:
     return info
 
 
-@pytest.mark.parametrize(
-    "remote_pci",
-    [lambda: type("Pci", (), {"busId": "z" * 1_000_000})(), _not_utf8_bus_id],
-    ids=["huge", "not-utf8"],
-)
+@pytest.mark.parametrize("remote_pci", [
+    lambda: type("Pci", (), {"busId": "z" * 1_000_000})(),
+    _not_utf8_bus_id,
+], ids=["huge", "not-utf8"])  # fmt: skip
 def test_garbage_remote_bus_ids_and_affinity_are_left_out(
     tmp_path: Path, remote_pci: Callable[[], Any]
 ) -> None:

@@ -23,14 +23,9 @@ class _DaemonIn(Daemon):
 
     def __init__(self, cwd: Path, *args: str) -> None:
         process = subprocess.Popen(
-            [*GFD, "--log-format", "json", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=clean_env(),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-        )
+            [*GFD, "--log-format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env=clean_env(), cwd=cwd, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
         self.port = None
         self._follow(process)
 
@@ -40,13 +35,9 @@ def test_a_relative_output_file_in_a_removed_working_directory_is_one_line(tmp_p
     gone.mkdir()
     result = subprocess.run(
         [*GFD, "--oneshot", "--snapshot-file", DGX, "--output-file", "out"],
-        capture_output=True,
-        text=True,
-        env=clean_env(),
-        cwd=gone,
-        timeout=60,
+        capture_output=True, text=True, env=clean_env(), cwd=gone, timeout=60,
         preexec_fn=gone.rmdir,  # removed after the fork, before gfd starts in it
-    )
+    )  # fmt: skip
     line = assert_refused(result, "--output-file", "out", "working directory")
     assert "Errno" not in line
 

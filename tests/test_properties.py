@@ -23,14 +23,14 @@ from gfd.labels import build
 from gfd.outputs.file import format_labels
 from gfd.settings import parse_config_text
 from gfd.snapshot import Driver, Gpu, Mig, MigDevice, Snapshot
-from tests.helpers import RESOURCE_SUFFIXES
+from tests import helpers
+from tests.helpers import RESOURCE_SUFFIXES, labels_of
 from tests.strategies import config_documents, configs, mig_strategies, snapshots
 
 PROPERTY = settings(
-    max_examples=150,
-    deadline=None,
+    max_examples=150, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+)  # fmt: skip
 
 PREFIX = "nvidia.com/"
 
@@ -327,10 +327,9 @@ def model_labels(
             for suffix, value in values.items():
                 labels[f"{resource}.{suffix}"] = value
     return {
-        PREFIX + name: expected
-        for name, value in labels.items()
+        PREFIX + name: expected for name, value in labels.items()
         if (expected := published_value(name, value)) is not OMITTED
-    }
+    }  # fmt: skip
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -343,10 +342,6 @@ def mig_enabled(snap: Snapshot) -> bool:
 def buildable(snap: Snapshot, config: Config) -> bool:
     """False only for the documented ConfigError: MPS sharing with a MIG-enabled GPU."""
     return not (config.sharing.strategy == "mps" and snap.gpus and mig_enabled(snap))
-
-
-def labels_of(snap: Snapshot, strategy: str, config: Config, ts: int | None = None) -> dict:
-    return build(snap, strategy, config, ts).labels
 
 
 def resource_devices(
@@ -369,10 +364,9 @@ def resource_part(labels: dict[str, str], resource: str) -> dict[str, str]:
     """The <resource>.<suffix> labels (no suffix is a dotted tail of another, so this
     cannot pick up a label of a resource whose name extends this one)."""
     return {
-        suffix: labels[key]
-        for suffix in RESOURCE_SUFFIXES
+        suffix: labels[key] for suffix in RESOURCE_SUFFIXES
         if (key := f"{PREFIX}{resource}.{suffix}") in labels
-    }
+    }  # fmt: skip
 
 
 timestamps = st.none() | st.integers(min_value=0, max_value=2**40)
@@ -511,21 +505,7 @@ def test_single_invalid_set_has_an_empty_sharing_strategy(sharing: str) -> None:
     """SPEC §5.2 (single): the INVALID set has `gpu.sharing-strategy=` (empty) whatever the
     sharing configuration; so does upstream (internal/lm/mig-strategy.go,
     newInvalidMigStrategyLabeler, and mig-strategy_test.go's invalid cases)."""
-    gpus = tuple(
-        Gpu(
-            index=i,
-            uuid=f"GPU-{i}",
-            name="NVIDIA A100-SXM4-40GB",
-            pci_class=0x030200,
-            memory_mib=40960,
-            compute_capability=snapshot_format.ComputeCapability(8, 0),
-            mig=Mig(True, (MigDevice("1g.5gb", 4864, 14, snapshot_format.MigSlices(1, 1)),))
-            if i == 0
-            else None,
-        )
-        for i in range(2)
-    )
-    snap = Snapshot(driver=Driver("550.54.15", 12040), machine=None, gpus=gpus)
+    snap = helpers.node(helpers.gpu(0, mig=helpers.mig("1g.5gb")), helpers.gpu(1), machine=None)
     config = Config()
     if sharing != "none":
         renamed = sharing.endswith("renamed")
@@ -588,10 +568,9 @@ def test_snapshot_round_trips_through_json(snap):
 
 def test_json_snapshot_round_trips_characters_outside_the_bmp():
     snap = Snapshot(
-        driver=Driver("550.54.15", 12040),
-        machine="rack \U0001f680 7",
+        driver=Driver("550.54.15", 12040), machine="rack \U0001f680 7",
         gpus=(Gpu(index=0, uuid="GPU-0", name="NVIDIA \U00010000"),),
-    )
+    )  # fmt: skip
     assert snapshot_format.loads(snapshot_format.dumps_json(snap)) == snap
 
 

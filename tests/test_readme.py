@@ -30,9 +30,8 @@ ACTIONS = {"--dump-snapshot", "--cleanup", "--dump-partitions", "--version", "--
 DEFAULT_IN_WORDS = {
     "expiry_horizon": "max(`1h`, 4 \N{MULTIPLICATION SIGN} interval)",
     "output_file": "/etc/kubernetes/node-feature-discovery/features.d/gfd",
-    "use_node_feature_api": "**true**",
-    "log_format": "json unless stderr is a terminal",
-}
+    "use_node_feature_api": "**true**", "log_format": "json unless stderr is a terminal",
+}  # fmt: skip
 # A default cell meaning "not set".
 UNSET = {"—", "none", "off", "in-cluster", "none: use NVML"}
 
@@ -258,10 +257,9 @@ def _cited_sections() -> Iterator[tuple[str, str]]:
 
 def test_every_cited_readme_section_exists() -> None:
     missing = [
-        (where, title)
-        for where, title in _cited_sections()
+        (where, title) for where, title in _cited_sections()
         if not any(heading.lower().startswith(title.lower()) for heading in HEADINGS)
-    ]
+    ]  # fmt: skip
     assert missing == []
 
 
@@ -312,14 +310,10 @@ def test_make_run_passes_example_and_args() -> None:
         pytest.skip("no make")
     run = ["make", "-n", "run", "EXAMPLE=examples/snapshots/two-models.yaml"]
     planned = subprocess.run(
-        [*run, "ARGS=--mig-strategy mixed"],
-        cwd=ROOT,
+        [*run, "ARGS=--mig-strategy mixed"], cwd=ROOT, capture_output=True, text=True, check=True,
         # not the flags of a make that runs this suite (make test)
         env={k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}},
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()[-1]
+    ).stdout.splitlines()[-1]  # fmt: skip
     assert planned.endswith(
         "gfd --oneshot --no-timestamp --snapshot-file examples/snapshots/two-models.yaml"
         " --mig-strategy mixed"

@@ -13,10 +13,9 @@ from typing import Any
 
 import pytest
 
-from gfd.outputs.file import split_features_file
 from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS, expected_labels
+from tests.helpers import FOREIGN, FOREIGN_ANNOTATIONS, expected_labels, file_labels
 from tests.helpers import SNAPSHOT_A as SNAPSHOT
 from tests.process import Daemon, run_gfd_here
 
@@ -41,11 +40,6 @@ def config_text(output: str, tmp_path: Path) -> str:
 
 def features_file(output: str, tmp_path: Path) -> Path:
     return tmp_path / ("features-b" if output == "file-b" else "features-a")
-
-
-def file_labels(path: Path) -> dict[str, str]:
-    _, body = split_features_file(path.read_text())
-    return dict(line.split("=", 1) for line in body.splitlines())
 
 
 class Node:

@@ -48,11 +48,7 @@ def kubeconfig_for(source: str, api: FakeApiServer, tmp_path: Path, pki: dict[st
             "client-certificate-data": base64.b64encode(cert.encode()).decode(),
             "client-key-data": base64.b64encode(key.encode()).decode(),
         }
-    path = api.write_kubeconfig(tmp_path / "kubeconfig", user=user)
-    config = json.loads(path.read_text())
-    config["clusters"][0]["cluster"]["certificate-authority"] = str(pki["ca.crt"])
-    path.write_text(json.dumps(config))
-    return str(path)
+    return str(api.write_kubeconfig(tmp_path / "kubeconfig", user=user, ca=pki["ca.crt"]))
 
 
 def key_at_rest(tmpdir: Path, key: str) -> list[str]:

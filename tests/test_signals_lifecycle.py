@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from gfd import signals
-from gfd.outputs.file import split_features_file
 from tests.execplugin import exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
 from tests.helpers import expected_labels as expected
+from tests.helpers import file_labels
 from tests.process import GFD, ROOT, Daemon, spawn_gfd
 
 pytestmark = pytest.mark.timeout(180)
@@ -50,11 +50,6 @@ def poll(condition: Callable[[], bool], what: str, daemon: Any = None, pause: fl
         assert process is None or process.poll() is None, f"gfd exited waiting for {what}:\n{log()}"
         assert time.monotonic() < deadline, f"gave up waiting for {what}:\n{log()}"
         time.sleep(pause)
-
-
-def file_labels(path: Path) -> dict[str, str]:
-    _, body = split_features_file(path.read_text())
-    return dict(line.split("=", 1) for line in body.splitlines())
 
 
 def declared_scripts() -> dict[str, str]:
@@ -210,10 +205,9 @@ def test_a_stop_ends_the_process_when_the_main_thread_is_blocked(tmp_path: Path)
     shim.mkdir()
     (shim / "sitecustomize.py").write_text(HANGING_NVML)
     env = {
-        "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}",
-        "HANGING_NVML_REPO": ROOT,
+        "PYTHONPATH": f"{shim}{os.pathsep}{ROOT}", "HANGING_NVML_REPO": ROOT,
         "HANGING_NVML_SNAPSHOT": str(DGX),
-    }
+    }  # fmt: skip
     process = spawn_gfd(
         "--log-format", "json", "--sleep-interval", "1s", *TO_FILE, str(tmp_path / "gfd"),
         env=env,
@@ -385,17 +379,13 @@ def test_the_console_script_is_the_launcher() -> None:
     entry = "gfd.launch:main"
     assert declared_scripts() == {"gfd": entry, "gpu-feature-discovery": entry}
     check = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import gfd.launch"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-    )
+        [sys.executable, "-X", "importtime", "-c", "import gfd.launch"], capture_output=True,
+        text=True, cwd=ROOT, check=True,
+    )  # fmt: skip
     gfd_modules = {
-        line.rsplit("|", 1)[1].strip()
-        for line in check.stderr.splitlines()
+        line.rsplit("|", 1)[1].strip() for line in check.stderr.splitlines()
         if line.rsplit("|", 1)[-1].strip().startswith("gfd")
-    }
+    }  # fmt: skip
     assert gfd_modules == {"gfd", "gfd.launch"}  # gfd.signals comes first, inside main()
 
 

@@ -80,11 +80,8 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
     # Scores: all 1 -- test_scores_derived_from_what_is_left shows why.
     DGX1: {
         "1": singletons({m: 1 for m in range(8)}),
-        "2": sorted(
-            [group(list(p), "50G", 1) for p in DGX1_DOUBLED]
-            + [group(list(p), "25G", 1) for p in DGX1_SINGLE],
-            key=lambda g: g["minors"],
-        ),
+        "2": sorted([group(list(p), "50G", 1) for p in DGX1_DOUBLED]
+                    + [group(list(p), "25G", 1) for p in DGX1_SINGLE], key=lambda g: g["minors"]),
         "4": [group(q, "25G", 1) for q in DGX1_QUADS],
         "8": [group(list(range(8)), "50G", 1)],
     },
@@ -101,7 +98,7 @@ EXPECTED_TABLES: dict[Path, dict[str, Any]] = {
         "2": [group([0, 1], "300G", 1), group([2, 3], "300G", 1)],
     },
     L40S: {},
-}
+}  # fmt: skip
 
 
 def labels(text: str) -> dict[str, str]:
@@ -111,20 +108,14 @@ def labels(text: str) -> dict[str, str]:
 
 NUMA = "gpu.numa.nodes=2 gpu.numa.gpus-per-node="
 EXPECTED_LABELS: dict[Path, dict[str, str]] = {
-    DGX1: labels(
-        "gpu.interconnect=nvlink gpu.nvlink.version=2 gpu.nvlink.links=6"
-        f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"
-    ),
-    H100: labels(
-        "gpu.interconnect=nvswitch gpu.nvlink.version=4 gpu.nvlink.links=18"
-        f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"
-    ),
-    A100_PCIE: labels(
-        "gpu.interconnect=nvlink gpu.nvlink.version=3 gpu.nvlink.links=12"
-        f" gpu.nvlink.largest-group=2 gpu.partition-sizes=1-2 {NUMA}2"
-    ),
+    DGX1: labels("gpu.interconnect=nvlink gpu.nvlink.version=2 gpu.nvlink.links=6"
+                 f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"),
+    H100: labels("gpu.interconnect=nvswitch gpu.nvlink.version=4 gpu.nvlink.links=18"
+                 f" gpu.nvlink.largest-group=8 gpu.partition-sizes=1-2-4-8 {NUMA}4"),
+    A100_PCIE: labels("gpu.interconnect=nvlink gpu.nvlink.version=3 gpu.nvlink.links=12"
+                      f" gpu.nvlink.largest-group=2 gpu.partition-sizes=1-2 {NUMA}2"),
     L40S: labels(f"gpu.interconnect=pcie gpu.nvlink.links=0 gpu.nvlink.largest-group=1 {NUMA}2"),
-}
+}  # fmt: skip
 TOPOLOGY_KEYS = {f"nvidia.com/{k}" for labels in EXPECTED_LABELS.values() for k in labels}
 
 
@@ -178,16 +169,11 @@ QUAD_25G = (4, 25 * 10**9)
 
 
 def _left(table: dict[int, tuple[partitions.Partition, ...]]) -> dict[tuple[int, ...], Any]:
+    bandwidth = partitions.parse_quantity
     found = [
-        (
-            p.minors,
-            None
-            if p.ring_bus_bandwidth is None
-            else partitions.parse_quantity(p.ring_bus_bandwidth),
-        )
-        for size in sorted(table)
-        for p in table[size]
-    ]
+        (p.minors, None if p.ring_bus_bandwidth is None else bandwidth(p.ring_bus_bandwidth))
+        for size in sorted(table) for p in table[size]
+    ]  # fmt: skip
     return left_after(found)
 
 
@@ -207,15 +193,10 @@ def without_gpus(snap: Snapshot, gone: set[int]) -> Snapshot:
     """``snap`` without the GPUs (by index) in ``gone``, and without their pairs."""
     topology = snap.topology
     assert topology is not None
-    return replace(
-        snap,
-        gpus=tuple(g for g in snap.gpus if g.index not in gone),
-        topology=replace(
-            topology,
-            gpus=tuple(e for e in topology.gpus if e.index not in gone),
-            pairs=tuple(p for p in topology.pairs if not gone & set(p.gpus)),
-        ),
-    )
+    return replace(snap, gpus=tuple(g for g in snap.gpus if g.index not in gone), topology=replace(
+        topology, gpus=tuple(e for e in topology.gpus if e.index not in gone),
+        pairs=tuple(p for p in topology.pairs if not gone & set(p.gpus)),
+    ))  # fmt: skip
 
 
 def test_dgx1_without_a_gpu_scores_the_pairs_that_break_every_quad_lower() -> None:
@@ -249,14 +230,8 @@ def bridged(pairs: list[tuple[int, int]]) -> Snapshot:
             )
         gpus.append(replace(entry, nvlinks=links))
     joined = {tuple(sorted(p)) for p in pairs}
-    return replace(
-        snap,
-        topology=replace(
-            topology,
-            gpus=tuple(gpus),
-            pairs=tuple(replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs),
-        ),
-    )
+    pairs = tuple(replace(p, nvlink_p2p=p.gpus in joined) for p in topology.pairs)
+    return replace(snap, topology=replace(topology, gpus=tuple(gpus), pairs=pairs))
 
 
 @pytest.mark.parametrize(
@@ -403,17 +378,14 @@ def test_operator_table_replaces_the_computed_one(tmp_path: Path) -> None:
     assert "nvidia.com/gpu.partition-sizes=2-4\n" in labels.stdout
 
 
-@pytest.mark.parametrize(
-    ("document", "message"),
-    [
-        ("partitions: {2: [{minors: [0, 1, 2]}]}", "partitions.2[0].minors: expected 2 different"),
-        ("partitions: {0: []}", "partitions.0: a size is a positive integer"),
-        ("partitions: {2: [{minors: [0, 1], allocationScore: '1'}]}", "allocationScore"),
-        ("partitions: {2: [{minors: [0, 1], ringBusBandwidth: fast}]}", "ringBusBandwidth"),
-        ("partitions: {2: [{minors: [0, 1], colour: red}]}", "partitions.2[0].colour: unknown"),
-        ("partitions: [0, 1]", "partitions: expected a mapping"),
-    ],
-)
+@pytest.mark.parametrize(("document", "message"), [
+    ("partitions: {2: [{minors: [0, 1, 2]}]}", "partitions.2[0].minors: expected 2 different"),
+    ("partitions: {0: []}", "partitions.0: a size is a positive integer"),
+    ("partitions: {2: [{minors: [0, 1], allocationScore: '1'}]}", "allocationScore"),
+    ("partitions: {2: [{minors: [0, 1], ringBusBandwidth: fast}]}", "ringBusBandwidth"),
+    ("partitions: {2: [{minors: [0, 1], colour: red}]}", "partitions.2[0].colour: unknown"),
+    ("partitions: [0, 1]", "partitions: expected a mapping"),
+])  # fmt: skip
 def test_bad_operator_table_is_one_line_and_exit_2(
     tmp_path: Path, document: str, message: str
 ) -> None:
@@ -552,12 +524,8 @@ def test_discovery_reads_each_gpus_pcie_root_from_sysfs(tmp_path: Path) -> None:
     found = discover_node(snap, tmp_path)
     assert found.topology is not None
     assert [e.pcie_root for e in found.topology.gpus] == roots
-    bare = replace(
-        snap,
-        topology=replace(
-            snap.topology, gpus=tuple(replace(e, pcie_root=None) for e in snap.topology.gpus)
-        ),
-    )
+    rootless = tuple(replace(e, pcie_root=None) for e in snap.topology.gpus)
+    bare = replace(snap, topology=replace(snap.topology, gpus=rootless))
     found = discover_node(bare, tmp_path / "bare")  # GPUs not below a root in sysfs
     assert found.topology is not None
     assert {e.pcie_root for e in found.topology.gpus} == {None}
@@ -712,12 +680,9 @@ def test_any_link_text_round_trips(
 ) -> None:
     snap = _two_gpus_without_links()
     link = NvLink(link=3, version=version, remote=remote, remote_pci_bus_id=bus_id)
-    snap = replace(
-        snap,
-        topology=Topology(
-            gpus=(GpuTopology(index=0, nvlinks=(link,)),),
-            pairs=(GpuPair(gpus=(0, 1), pcie="system", nvlink_p2p=p2p),),
-        ),
-    )
+    snap = replace(snap, topology=Topology(
+        gpus=(GpuTopology(index=0, nvlinks=(link,)),),
+        pairs=(GpuPair(gpus=(0, 1), pcie="system", nvlink_p2p=p2p),),
+    ))  # fmt: skip
     assert snapshot_io.loads(snapshot_io.dumps(snap)) == snap
     assert snapshot_io.loads(snapshot_io.dumps_json(snap)) == snap

@@ -40,14 +40,9 @@ from tests.test_manifests import (  # the manifest helpers and their fixture
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples" / "snapshots"
 TOPOLOGY_EXAMPLES = [
-    EXAMPLES / name
-    for name in (
-        "dgx1-v100-cube-mesh.yaml",
-        "hgx-h100-nvswitch.yaml",
-        "a100-pcie-nvlink-bridges.yaml",
-        "l40s-pcie.yaml",
-    )
-]
+    EXAMPLES / name for name in ("dgx1-v100-cube-mesh.yaml", "hgx-h100-nvswitch.yaml",
+                                 "a100-pcie-nvlink-bridges.yaml", "l40s-pcie.yaml")
+]  # fmt: skip
 
 
 def koordlet_partition_table(
@@ -81,24 +76,16 @@ def test_device_infos_describe_each_gpu() -> None:
     snap = load(EXAMPLES / "hgx-h100-nvswitch.yaml")
     infos = device_infos(snap, partition_table(snap, None))
     assert infos[3] == {
-        "vendor": "nvidia",
-        "model": "H100-80GB-HBM3",
-        "uuid": snap.gpus[3].uuid,
-        "minor": "3",
+        "vendor": "nvidia", "model": "H100-80GB-HBM3", "uuid": snap.gpus[3].uuid, "minor": "3",
         "resources": {"koordinator.sh/gpu-core": "100", "koordinator.sh/gpu-memory": "81559Mi"},
-        "topology": {
-            "p2pLinks": [],
-            "nodeID": "0",
-            "pcieID": "pci0000:5b",
-            "busID": "0000:61:00.0",
-        },
+        "topology": {"p2pLinks": [], "nodeID": "0", "pcieID": "pci0000:5b",
+                     "busID": "0000:61:00.0"},
         "status": {"healthy": True},
-    }
+    }  # fmt: skip
     assert infos[0]["topology"]["p2pLinks"] == [
-        {"peerMinor": "1", "type": "NVLink"},
-        {"peerMinor": "1,2,3", "type": "NVLink"},
+        {"peerMinor": "1", "type": "NVLink"}, {"peerMinor": "1,2,3", "type": "NVLink"},
         {"peerMinor": "1,2,3,4,5,6,7", "type": "NVLink"},
-    ]
+    ]  # fmt: skip
 
 
 def test_file_is_written_on_change_only_and_removed_by_cleanup(tmp_path: Path) -> None:

@@ -72,16 +72,9 @@ def nodes(draw: st.DrawFn) -> Node:
             links += [("gpu", bus[j])] * count
         links += [("nvswitch", SWITCH)] * switch[i]
         total_links[i] = len(links)
-        entries.append(
-            GpuTopology(
-                index=i,
-                minor=i,
-                nvlinks=tuple(
-                    NvLink(link=k, version=generation[i], remote=r, remote_pci_bus_id=b)
-                    for k, (r, b) in enumerate(links)
-                ),
-            )
-        )
+        nvlinks = tuple(NvLink(link=k, version=generation[i], remote=r, remote_pci_bus_id=b)
+                        for k, (r, b) in enumerate(links))  # fmt: skip
+        entries.append(GpuTopology(index=i, minor=i, nvlinks=nvlinks))
     model = {}
     for pair, count in direct.items():
         hop = count + min(switch[pair[0]], switch[pair[1]])
@@ -90,10 +83,8 @@ def nodes(draw: st.DrawFn) -> Node:
     snapshot = Snapshot(
         driver=Driver("550.54.15", 12040),
         gpus=tuple(
-            Gpu(
-                index=i, uuid=f"GPU-{i}", name="GPU", pci_bus_id=bus[i],
-                compute_capability=ComputeCapability(9, 0),
-            )
+            Gpu(index=i, uuid=f"GPU-{i}", name="GPU", pci_bus_id=bus[i],
+                compute_capability=ComputeCapability(9, 0))
             for i in range(n)
         ),
         topology=Topology(
@@ -160,9 +151,8 @@ def test_table_is_exactly_the_ring_connected_candidates(node: Node) -> None:
     expected = expected_table(node)
     got = {
         size: {p.minors: partitions.parse_quantity(p.ring_bus_bandwidth or "0") for p in items}
-        for size, items in table.items()
-        if size > 1
-    }
+        for size, items in table.items() if size > 1
+    }  # fmt: skip
     assert got == expected
     if expected:
         assert [p.minors for p in table[1]] == [(i,) for i in range(n)]
@@ -194,10 +184,9 @@ def test_table_does_not_depend_on_gpu_order(node: Node, rng: random.Random) -> N
     for items in (gpus, entries, pairs):
         rng.shuffle(items)
     shuffled = Snapshot(
-        driver=snap.driver,
-        gpus=tuple(gpus),
+        driver=snap.driver, gpus=tuple(gpus),
         topology=Topology(gpus=tuple(entries), pairs=tuple(pairs)),
-    )
+    )  # fmt: skip
     assert partitions.dumps(partition_table(shuffled, None)) == partitions.dumps(
         partition_table(snap, None)
     )
@@ -209,9 +198,8 @@ def test_scores_rank_what_is_left_and_the_table_reads_back_as_an_override(node: 
     table = partition_table(node.snapshot, None)
     every = [
         (set(p.minors), len(p.minors), partitions.parse_quantity(p.ring_bus_bandwidth or "0"))
-        for items in table.values()
-        for p in items
-    ]
+        for items in table.values() for p in items
+    ]  # fmt: skip
     for items in table.values():
         left = {}
         for p in items:

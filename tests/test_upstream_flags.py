@@ -171,9 +171,8 @@ def test_every_name_and_alias_is_accepted(parse: Any, row: Row, name: str, via: 
             continue
         settings = run(args, BASE_ENV, via)
         assert getattr(settings, row.attribute) == _expected(row, row.expected, config), (
-            row.where,
-            args,
-        )
+            row.where, args,
+        )  # fmt: skip
 
 
 def _env_cases() -> Iterator[Any]:
@@ -337,19 +336,16 @@ def test_make_run_prints_labels_even_where_node_name_is_set() -> None:
         assert "nvidia.com/gpu.product=NVIDIA-A100-SXM4-40GB\n" in result.stdout
 
 
-@pytest.mark.parametrize(
-    ("args", "env", "named"),
-    [
-        (["--kube-api-qps", "fast"], {}, "--kube-api-qps 'fast'"),
-        (["--kube-api-qps=inf"], {}, "--kube-api-qps 'inf'"),
-        (["--kube-api-burst", "-1"], {}, "--kube-api-burst '-1'"),
-        (["--kube-api-burst", "2.5"], {}, "--kube-api-burst '2.5'"),
-        ([], {"KUBE_API_QPS": "nan"}, "KUBE_API_QPS='nan'"),
-        ([], {"KUBE_API_BURST": "many"}, "KUBE_API_BURST='many'"),
-        (["--device-discovery-strategy", "cuda"], {}, "--device-discovery-strategy 'cuda'"),
-        (["--use-node-feature-api=maybe"], {}, "--use-node-feature-api 'maybe'"),
-    ],
-)
+@pytest.mark.parametrize(("args", "env", "named"), [
+    (["--kube-api-qps", "fast"], {}, "--kube-api-qps 'fast'"),
+    (["--kube-api-qps=inf"], {}, "--kube-api-qps 'inf'"),
+    (["--kube-api-burst", "-1"], {}, "--kube-api-burst '-1'"),
+    (["--kube-api-burst", "2.5"], {}, "--kube-api-burst '2.5'"),
+    ([], {"KUBE_API_QPS": "nan"}, "KUBE_API_QPS='nan'"),
+    ([], {"KUBE_API_BURST": "many"}, "KUBE_API_BURST='many'"),
+    (["--device-discovery-strategy", "cuda"], {}, "--device-discovery-strategy 'cuda'"),
+    (["--use-node-feature-api=maybe"], {}, "--use-node-feature-api 'maybe'"),
+])  # fmt: skip
 def test_bad_values_are_one_line_naming_the_flag(
     args: list[str], env: dict[str, str], named: str
 ) -> None:

@@ -164,10 +164,9 @@ def _fill(text: str, folder: Path) -> str:
 def _outcome(result: Any, folder: Path) -> tuple[bool, dict[str, dict[str, str]], Any]:
     """(succeeded, {file left in the folder: its labels}, the labels printed)."""
     written = {
-        path.name: labels(path.read_text())
-        for path in sorted(folder.iterdir())
+        path.name: labels(path.read_text()) for path in sorted(folder.iterdir())
         if path.name != "config.yaml" and path.is_file()
-    }
+    }  # fmt: skip
     return result.returncode == 0, written, labels(result.stdout)
 
 

@@ -21,7 +21,6 @@ import pytest
 
 from gfd.config import Config, ReplicatedResource, ResourcePattern, Sharing, wildcard_regex
 from gfd.errors import ConfigError
-from gfd.labels import build
 from gfd.snapshot import (
     ComputeCapability,
     Driver,
@@ -35,7 +34,7 @@ from gfd.snapshot import (
     Vgpu,
     VgpuDevice,
 )
-from tests.helpers import table
+from tests.helpers import labels_of, table
 
 P = "nvidia.com/"
 MOCKMODEL = "MOCKMODEL"
@@ -124,11 +123,10 @@ def resource_labeler(labels: dict[str, str]) -> dict[str, str]:
     machine-type, GPU-mode and IMEX labelers' gpu.machine, gpu.mode, gpu.clique) and
     mig.strategy."""
     return {
-        key: value
-        for key, value in labels.items()
+        key: value for key, value in labels.items()
         if (key.startswith((P + "gpu.", P + "mig-")) or key == P + "mig.strategy")
         and key not in NOT_RESOURCE_LABELS
-    }
+    }  # fmt: skip
 
 
 def one_resource(labels: dict[str, str], resource: str) -> dict[str, str]:
@@ -142,10 +140,6 @@ def one_resource(labels: dict[str, str], resource: str) -> dict[str, str]:
 
 def only(labels: dict[str, str], *keys: str) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k[len(P) :] in keys}
-
-
-def labels_of(snapshot: Snapshot, strategy: str, config: Config, ts: int | None = None) -> dict:
-    return build(snapshot, strategy, config, ts).labels
 
 
 def ns(labels: dict[str, str]) -> dict[str, str]:
@@ -169,16 +163,11 @@ def mig_labels(
     resource: str, count: int, replicas: int, product: str, strategy: str, memory: int, **attr
 ):
     labels = {
-        "count": str(count),
-        "replicas": str(replicas),
-        "memory": str(memory),
-        "product": product,
-        "sharing-strategy": strategy,
-        "multiprocessors": str(attr.get("multiprocessors", 0)),
-        "slices.gi": str(attr["gi"]),
-        "slices.ci": str(attr["ci"]),
+        "count": str(count), "replicas": str(replicas), "memory": str(memory), "product": product,
+        "sharing-strategy": strategy, "multiprocessors": str(attr.get("multiprocessors", 0)),
+        "slices.gi": str(attr["gi"]), "slices.ci": str(attr["ci"]),
         **{f"engines.{engine}": str(attr.get(engine, 0)) for engine in ENGINES},
-    }
+    }  # fmt: skip
     return {f"{resource}.{k}": v for k, v in labels.items()}
 
 
@@ -400,12 +389,8 @@ GPU_MODE = [
 
 @pytest.mark.parametrize(("classes", "expected"), table(GPU_MODE))
 def test_gpu_mode_labeler(classes: tuple[Any, ...], expected: str) -> None:
-    devices = [
-        Mock(mig=Mig(True, ()), cc=(0, 0), pci_class=GRAPHICS)
-        if pci_class == "mig-graphics"
-        else full_gpu(pci_class=pci_class)
-        for pci_class in classes
-    ]
+    mig_graphics = Mock(mig=Mig(True, ()), cc=(0, 0), pci_class=GRAPHICS)
+    devices = [mig_graphics if c == "mig-graphics" else full_gpu(pci_class=c) for c in classes]
     labels = only(labels_of(manager(*devices), "none", Config()), "gpu.mode")
     assert labels == ns({"gpu.mode": expected})
 

@@ -149,28 +149,21 @@ def test_sharing_config_labels_equal_upstream(
 SHARING_VARIANTS = {
     "time-slicing, not renamed": (
         "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n      replicas: 3\n",
-        ("-SHARED", "3", "time-slicing"),
-    ),
+        ("-SHARED", "3", "time-slicing")),
     "time-slicing, renamed": (
         "timeSlicing:\n    resources:\n    - name: nvidia.com/gpu\n"
         "      rename: nvidia.com/gpu.shared\n      replicas: 3\n",
-        ("-SHARED", "3", "time-slicing"),
-    ),
+        ("-SHARED", "3", "time-slicing")),
     "time-slicing, failRequestsGreaterThanOne": (
         "timeSlicing:\n    failRequestsGreaterThanOne: true\n    resources:\n"
-        "    - name: nvidia.com/gpu\n      replicas: 2\n",
-        ("-SHARED", "2", "time-slicing"),
-    ),
+        "    - name: nvidia.com/gpu\n      replicas: 2\n", ("-SHARED", "2", "time-slicing")),
     "mps, renameByDefault": (
         "mps:\n    renameByDefault: true\n    resources:\n"
-        "    - name: nvidia.com/gpu\n      replicas: 2\n",
-        ("", "2", "mps"),
-    ),
+        "    - name: nvidia.com/gpu\n      replicas: 2\n", ("", "2", "mps")),
     "time-slicing of another resource": (
         "timeSlicing:\n    resources:\n    - name: nvidia.com/mig-1g.10gb\n      replicas: 2\n",
-        ("", "1", "none"),
-    ),
-}
+        ("", "1", "none")),
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("variant", sorted(SHARING_VARIANTS))
@@ -211,10 +204,9 @@ def test_driver_version_upstream_cannot_parse_is_refused_by_both(
     mock_reference: Reference, version: str, tmp_path: Path
 ) -> None:
     profile = edited(
-        mock_reference.profile("h100"),
-        tmp_path / "p.yaml",
+        mock_reference.profile("h100"), tmp_path / "p.yaml",
         lambda document: document["system"].update(driver_version=version),
-    )
+    )  # fmt: skip
     refused_by_both(
         f'Version "{version}" does not match format',
         f"driver version '{version}' is not of the form X.Y or X.Y.Z",
@@ -330,9 +322,8 @@ def test_machine_type_labels_against_upstream(
         return
     their_labels, labels = succeeded(upstream, "upstream"), succeeded(mine, "gfd")
     assert (their_labels["nvidia.com/gpu.machine"], labels["nvidia.com/gpu.machine"]) == (
-        theirs,
-        ours,
-    )
+        theirs, ours,
+    )  # fmt: skip
     differ_only_in("nvidia.com/gpu.machine", their_labels, labels)
 
 
@@ -472,40 +463,24 @@ def test_resources_section_renames_in_gfd_only(mock_reference: Reference, tmp_pa
 NVML_FACTS = {
     "driver X.Y": ({"driver_version": "560.28"}, {}, {"nvidia.com/cuda.driver.rev": ""}),
     "driver 470, CUDA 11.4": (
-        {"driver_version": "470.256.02", "cuda_version_major": 11, "cuda_version_minor": 4},
-        {},
-        {"nvidia.com/cuda.runtime-version.full": "11.4"},
-    ),
-    "CUDA 12.10": (
-        {"cuda_version_major": 12, "cuda_version_minor": 10},
-        {},
-        {"nvidia.com/cuda.runtime-version.full": "12.10"},
-    ),
+        {"driver_version": "470.256.02", "cuda_version_major": 11, "cuda_version_minor": 4}, {},
+        {"nvidia.com/cuda.runtime-version.full": "11.4"}),
+    "CUDA 12.10": ({"cuda_version_major": 12, "cuda_version_minor": 10}, {},
+                   {"nvidia.com/cuda.runtime-version.full": "12.10"}),
     **{
         f"compute {major}.{minor}": (
-            {},
-            {"compute_capability": {"major": major, "minor": minor}},
-            {"nvidia.com/gpu.family": family},
-        )
-        for major, minor, family in [
-            (3, 7, "kepler"),
-            (7, 5, "turing"),
-            (8, 9, "ada-lovelace"),
-            (12, 0, "blackwell"),
-            (14, 0, "undefined"),
-        ]
+            {}, {"compute_capability": {"major": major, "minor": minor}},
+            {"nvidia.com/gpu.family": family})
+        for major, minor, family in [(3, 7, "kepler"), (7, 5, "turing"), (8, 9, "ada-lovelace"),
+                                     (12, 0, "blackwell"), (14, 0, "undefined")]
     },
     "memory not whole MiB": (
-        {},
-        {"memory": {"total_bytes": 85899346043, "reserved_bytes": 0, "free_bytes": 0}},
-        {"nvidia.com/gpu.memory": "81920"},
-    ),
+        {}, {"memory": {"total_bytes": 85899346043, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": "81920"}),
     "memory under 1 MiB": (
-        {},
-        {"memory": {"total_bytes": 1048575, "reserved_bytes": 0, "free_bytes": 0}},
-        {"nvidia.com/gpu.memory": None},  # 0 MiB: no memory label on either
-    ),
-}
+        {}, {"memory": {"total_bytes": 1048575, "reserved_bytes": 0, "free_bytes": 0}},
+        {"nvidia.com/gpu.memory": None}),  # 0 MiB: no memory label on either
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("fact", sorted(NVML_FACTS))
@@ -529,10 +504,9 @@ def test_mig_pending_only_is_mig_disabled_like_upstream(
     """MIG enabled at the next reset only: whole GPUs for both, even under single."""
     mig = {"mode_current": "disabled", "mode_pending": "enabled", "max_gpu_instances": 7}
     profile = edited(
-        mock_reference.profile("a100"),
-        tmp_path / "pending.yaml",
+        mock_reference.profile("a100"), tmp_path / "pending.yaml",
         lambda document: document["device_defaults"].update(mig=mig),
-    )
+    )  # fmt: skip
     labels = compare(mock_reference, profile, "single", CLASS_3D, tmp_path)
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB"
     assert labels["nvidia.com/gpu.count"] == "8"

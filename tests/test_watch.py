@@ -31,7 +31,7 @@ from gfd.outputs.nodelabels import MANAGED_LABELS_ANNOTATION, NFD_FEATURE_LABELS
 from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION
 from gfd.settings import resolve
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon
+from tests.process import ROOT, Daemon, eventually
 
 DGX = str(Path(ROOT) / "examples" / "snapshots" / "dgx-a100.yaml")
 HGX = str(Path(ROOT) / "examples" / "snapshots" / "hgx-h100-nvswitch.yaml")
@@ -39,14 +39,6 @@ HGX = str(Path(ROOT) / "examples" / "snapshots" / "hgx-h100-nvswitch.yaml")
 PATIENCE = 30.0
 
 pytestmark = pytest.mark.timeout(120)
-
-
-def eventually(condition: Callable[[], bool], what: str, limit: float = PATIENCE) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.02)
 
 
 class Seen:
@@ -253,11 +245,9 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
 
 
 def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
-    api: FakeApiServer,
-    kubeconfig: str,
-    monkeypatch: pytest.MonkeyPatch,
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch,
     log_events: Callable[[str], list[Any]],
-) -> None:
+) -> None:  # fmt: skip
     """A stream that served long enough before it broke ends the last run of failures:
     the next outage is reported again in its own line and starts from the shortest wait,
     rather than from where the previous outage left off, silent."""
@@ -347,12 +337,9 @@ def test_back_from_an_outage_the_state_is_read_whole_in_one_request(
 
 @pytest.mark.parametrize("status", [403, 405])
 def test_a_refused_watch_gives_up_with_one_line_and_tells_its_followers(
-    api: FakeApiServer,
-    kubeconfig: str,
-    status: int,
-    capsys: pytest.CaptureFixture[str],
+    api: FakeApiServer, kubeconfig: str, status: int, capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> None:  # fmt: skip
     monkeypatch.setattr(watch, "RECONNECT_INITIAL_SECONDS", 0.01)
     api.refuse_watches(status)
     with following(kubeconfig) as (followed, seen):
@@ -385,18 +372,13 @@ def test_a_refusal_after_the_watch_worked_is_a_server_starting_and_retried(
 CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
-@pytest.mark.parametrize(
-    "framing",
-    [b"zz\r\n{}\r\n", b"5;" + b"x" * 100_000 + b"\r\n", b"ffffffffffffffff\r\n{}\r\n"],
-    ids=["not-hex", "endless-size-line", "size-beyond-the-data"],
-)
+@pytest.mark.parametrize("framing", [
+    b"zz\r\n{}\r\n", b"5;" + b"x" * 100_000 + b"\r\n", b"ffffffffffffffff\r\n{}\r\n",
+], ids=["not-hex", "endless-size-line", "size-beyond-the-data"])  # fmt: skip
 def test_a_watch_stream_whose_chunks_are_malformed_is_one_line_and_reconnected(
-    api: FakeApiServer,
-    kubeconfig: str,
-    monkeypatch: pytest.MonkeyPatch,
-    log_events: Callable[[str], list[Any]],
-    framing: bytes,
-) -> None:
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch,
+    log_events: Callable[[str], list[Any]], framing: bytes,
+) -> None:  # fmt: skip
     """The stream's transfer framing is the server's too: a chunk size that is not a number,
     never ends or promises more than comes breaks the stream with one line, the object
     held is kept, and the watch comes back once the server streams properly."""
@@ -571,13 +553,9 @@ OWNED_ON_THE_NODE = [
 
 @pytest.mark.parametrize(("args", "field", "key", "repair"), OWNED_ON_THE_NODE)
 def test_a_removed_node_label_is_restored_and_steady_state_reads_nothing(
-    api: FakeApiServer,
-    kubeconfig: str,
-    args: tuple[str, ...],
-    field: str,
-    key: str,
+    api: FakeApiServer, kubeconfig: str, args: tuple[str, ...], field: str, key: str,
     repair: list[str],
-) -> None:
+) -> None:  # fmt: skip
     with daemon(kubeconfig, "--use-node-labels", "--sleep-interval", "100ms", *args) as gfd:
         gfd.wait_for("pass finished")
         gfd.wait_until(lambda: api.open_watches == 1, "the watch")

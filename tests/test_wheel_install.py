@@ -125,10 +125,9 @@ def test_dockerfile_runtime_settings() -> None:
 
 def test_dockerignore_lets_through_exactly_what_the_build_copies() -> None:
     lines = [
-        line.strip()
-        for line in (ROOT / ".dockerignore").read_text().splitlines()
+        line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
         if line.strip() and not line.startswith("#")
-    ]
+    ]  # fmt: skip
     assert lines[0] == "*", "whitelist: everything else stays out of the build context"
     let_through = {line[1:].rstrip("/") for line in lines if line.startswith("!")}
     assert {p.rstrip("/") for p in source_paths_copied_from_context()} <= let_through
@@ -229,10 +228,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     #    files, so the source tree's editable install stays out of the way).
     site_packages = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     (Path(site_packages) / "zz-test-dependencies.pth").write_text(
         sysconfig.get_paths()["purelib"] + "\n"
     )
@@ -243,15 +240,9 @@ def _run(
     argv: list[str], cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        argv,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env=env or _clean_env(),
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+        argv, capture_output=True, text=True, check=False, cwd=cwd, env=env or _clean_env(),
+        stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
 
 
 def test_gfd_is_imported_from_the_wheel_and_its_requirements_are_met(installed: Installed) -> None:

@@ -199,14 +199,11 @@ def fake_pci_tree(
         device = into / bus_id
         device.mkdir(parents=True)
         for name, value in (
-            ("vendor", NVIDIA_VENDOR),
-            ("device", "0x2330"),
-            ("class", pci_class),
-            ("numa_node", "-1"),
-            ("subsystem_vendor", NVIDIA_VENDOR),
+            ("vendor", NVIDIA_VENDOR), ("device", "0x2330"), ("class", pci_class),
+            ("numa_node", "-1"), ("subsystem_vendor", NVIDIA_VENDOR),
             ("subsystem_device", "0x16c1"),
             ("resource", "0x0000000000000000 0x0000000000000000 0x0000000000000000"),
-        ):
+        ):  # fmt: skip
             (device / name).write_text(value + "\n")
         (device / "config").write_bytes(config)
     return into
@@ -249,10 +246,9 @@ def mock_env(ref: Reference, profile: Path, env: Mapping[str, str] | None = None
     extra = {"LD_LIBRARY_PATH": str(ref.library_dir), "MOCK_NVML_CONFIG": str(profile)}
     # NVIDIA_VISIBLE_DEVICES (set in GPU containers) narrows gfd's lost-GPU check: not here
     clean = {
-        k: v
-        for k, v in clean_env().items()
+        k: v for k, v in clean_env().items()
         if not k.startswith("MOCK_NVML_") and k != "NVIDIA_VISIBLE_DEVICES"
-    }
+    }  # fmt: skip
     return {**clean, **extra, **(env or {})}
 
 
@@ -266,14 +262,9 @@ def _run(
 
 
 def run_on_mock(
-    ref: Reference,
-    program: str,
-    args: Sequence[str],
-    env: Mapping[str, str] | None = None,
-    *,
-    profile: str = "t4",
-    cwd: Path | None = None,
-) -> subprocess.CompletedProcess[str]:
+    ref: Reference, program: str, args: Sequence[str], env: Mapping[str, str] | None = None, *,
+    profile: str = "t4", cwd: Path | None = None,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
     """``program`` (``upstream``: its binary; ``gfd``: its real NVML path, pynvml into the
     mock library) with ``args`` on the mock ``profile``."""
     command = [str(ref.upstream)] if program == "upstream" else list(GFD)
@@ -317,15 +308,10 @@ def pci_tree(
 
 
 def run_both(
-    ref: Reference,
-    profile: Path,
-    work: Path,
-    strategy: str = "none",
-    config_file: Path | None = None,
-    *,
-    tree: Path | None = None,
+    ref: Reference, profile: Path, work: Path, strategy: str = "none",
+    config_file: Path | None = None, *, tree: Path | None = None,
     machine_type: str = "NVIDIA DGX Test 920-23687-2530-000\n",
-) -> tuple[Run, Run]:
+) -> tuple[Run, Run]:  # fmt: skip
     """(upstream, gfd): each program's oneshot on ``profile`` with MIG strategy
     ``strategy``, the same machine-type file, the same faked PCI tree (``pci_tree`` unless
     given) and, when given, the same config file."""
@@ -351,9 +337,8 @@ def differences(upstream: dict[str, str], gfd: dict[str, str]) -> list[str]:
     """One line per label that differs: missing on one side, or another value."""
     return [
         f"{key}: upstream {upstream.get(key)!r}, gfd {gfd.get(key)!r}"
-        for key in sorted(upstream.keys() | gfd.keys())
-        if upstream.get(key) != gfd.get(key)
-    ]
+        for key in sorted(upstream.keys() | gfd.keys()) if upstream.get(key) != gfd.get(key)
+    ]  # fmt: skip
 
 
 def alike(upstream: Run, ours: Run) -> dict[str, str]:

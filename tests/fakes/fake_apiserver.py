@@ -313,11 +313,12 @@ class FakeApiServer:
         return f"{scheme}://127.0.0.1:{self.port}"
 
     def write_kubeconfig(
-        self, path: Path | str, namespace: str = "default", user: JSON | None = None
-    ) -> Path:
-        """A kubeconfig that points the real client at this server (plain HTTP; a token, or
-        the credentials in ``user``)."""
-        return write_kubeconfig(path, self.url, namespace, user)
+        self, path: Path | str, namespace: str = "default", user: JSON | None = None,
+        ca: Path | None = None,
+    ) -> Path:  # fmt: skip
+        """A kubeconfig that points the real client at this server (a token, or the
+        credentials in ``user``; ``ca`` the certificate authority a TLS server is checked by)."""
+        return write_kubeconfig(path, self.url, namespace, user, ca)
 
     # ------------------------------------------------------------- objects
 
@@ -410,10 +411,9 @@ class FakeApiServer:
         resource = _BY_KIND[kind]
         with self._state.lock:
             return [
-                copy.deepcopy(obj)
-                for (plural, _, _), obj in sorted(self._state.objects.items())
+                copy.deepcopy(obj) for (plural, _, _), obj in sorted(self._state.objects.items())
                 if plural == resource.plural
-            ]
+            ]  # fmt: skip
 
     # ------------------------------------------------------------- requests and faults
 
@@ -424,11 +424,9 @@ class FakeApiServer:
 
     def count(self, method: str | None = None, path_contains: str | None = None) -> int:
         return sum(
-            1
-            for request in self.requests
-            if (method is None or request.method == method)
+            1 for request in self.requests if (method is None or request.method == method)
             and (path_contains is None or path_contains in request.path)
-        )
+        )  # fmt: skip
 
     def counts(self) -> dict[tuple[str, str], int]:
         """Requests by (verb, path)."""
@@ -979,18 +977,15 @@ class _Handler(BaseHTTPRequestHandler):
             if name is None:
                 if method == "GET":
                     items = [
-                        copy.deepcopy(obj)
-                        for (plural, ns, _), obj in sorted(objects.items())
+                        copy.deepcopy(obj) for (plural, ns, _), obj in sorted(objects.items())
                         if plural == resource.plural
                         and (not resource.namespaced or ns == namespace)
                         and _selected(obj, self._field_selector())
-                    ]
+                    ]  # fmt: skip
                     return 200, {
-                        "kind": resource.kind + "List",
-                        "apiVersion": resource.api_version,
-                        "metadata": {"resourceVersion": self.state.version()},
-                        "items": items,
-                    }
+                        "kind": resource.kind + "List", "apiVersion": resource.api_version,
+                        "metadata": {"resourceVersion": self.state.version()}, "items": items,
+                    }  # fmt: skip
                 if method == "POST":
                     return 201, self._create(resource, namespace, body)
                 raise ApiStatusError(405, "MethodNotAllowed", f"{method} is not allowed here")
@@ -1124,14 +1119,16 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def write_kubeconfig(
-    path: Path | str, server: str, namespace: str = "default", user: JSON | None = None
-) -> Path:
+    path: Path | str, server: str, namespace: str = "default", user: JSON | None = None,
+    ca: Path | None = None,
+) -> Path:  # fmt: skip
     """A kubeconfig with one context: ``server`` (any URL, valid or not) and a token (or
     ``user``: the ``users[].user`` section, e.g. ``{"tokenFile": ...}`` or ``{"exec": ...}``)."""
     context = {"cluster": "fake", "user": "fake", "namespace": namespace}
+    cluster = {"server": server, **({"certificate-authority": str(ca)} if ca else {})}
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "clusters": [{"name": "fake", "cluster": cluster}],
         "users": [{"name": "fake", "user": user if user is not None else {"token": TOKEN}}],
         "contexts": [{"name": "fake", "context": context}],
     }  # fmt: skip

@@ -58,9 +58,8 @@ ENUM_SUFFIXES = {"": ("", (1, 2, 3, 4, 6, 7, 8)), "+me": ("_REV1", (1, 2)),
                  "-me": ("_NO_ME", (1, 2))}  # fmt: skip
 PROFILE_ENUMS: dict[tuple[int, str], int] = {
     (slices, suffix): getattr(P, f"NVML_GPU_INSTANCE_PROFILE_{slices}_SLICE{spelling}")
-    for suffix, (spelling, counts) in ENUM_SUFFIXES.items()
-    for slices in counts
-}
+    for suffix, (spelling, counts) in ENUM_SUFFIXES.items() for slices in counts
+}  # fmt: skip
 SLICES_OF_ENUM = {enum: slices for (slices, _suffix), enum in PROFILE_ENUMS.items()}
 SLICES_OF_ENUM[P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2] = 1
 
@@ -68,25 +67,16 @@ SLICES_OF_ENUM[P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2] = 1
 # reports (nvidia-smi mig -lgip: 1g.5gb is 19, 1g.5gb+me 20, 1g.10gb 15, 2g.10gb 14, 3g 9,
 # 4g 5, 7g 0); the rest are distinct stand-ins.  Discovery must not assume enum == id.
 PROFILE_IDS: dict[int, int] = {
-    P.NVML_GPU_INSTANCE_PROFILE_7_SLICE: 0,
-    P.NVML_GPU_INSTANCE_PROFILE_4_SLICE: 5,
-    P.NVML_GPU_INSTANCE_PROFILE_3_SLICE: 9,
-    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE: 14,
-    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 15,
-    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE: 19,
-    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 20,
-    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: 21,
-    P.NVML_GPU_INSTANCE_PROFILE_8_SLICE: 30,
-    P.NVML_GPU_INSTANCE_PROFILE_6_SLICE: 31,
-    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: 32,
-    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: 33,
-    P.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: 34,
-    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: 35,
-    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME: 36,
-    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: 37,
-    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: 38,
-    P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX: 39,
-}
+    P.NVML_GPU_INSTANCE_PROFILE_7_SLICE: 0, P.NVML_GPU_INSTANCE_PROFILE_4_SLICE: 5,
+    P.NVML_GPU_INSTANCE_PROFILE_3_SLICE: 9, P.NVML_GPU_INSTANCE_PROFILE_2_SLICE: 14,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2: 15, P.NVML_GPU_INSTANCE_PROFILE_1_SLICE: 19,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1: 20, P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1: 21,
+    P.NVML_GPU_INSTANCE_PROFILE_8_SLICE: 30, P.NVML_GPU_INSTANCE_PROFILE_6_SLICE: 31,
+    P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX: 32, P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX: 33,
+    P.NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX: 34, P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME: 35,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME: 36, P.NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME: 37,
+    P.NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME: 38, P.NVML_GPU_INSTANCE_PROFILE_3_SLICE_GFX: 39,
+}  # fmt: skip
 # What every fake MIG GPU supports besides the enums its devices use (an A100's plain set).
 BASE_PROFILE_ENUMS = frozenset(PROFILE_ENUMS[slices, ""] for slices in (1, 2, 3, 4, 7))
 
@@ -143,10 +133,9 @@ DRIVER_NVLINK_VERSION = {
     5: real.NVML_NVLINK_VERSION_5_0,
 }  # fmt: skip
 REMOTE_TYPE = {
-    "gpu": real.NVML_NVLINK_DEVICE_TYPE_GPU,
-    "nvswitch": real.NVML_NVLINK_DEVICE_TYPE_SWITCH,
+    "gpu": real.NVML_NVLINK_DEVICE_TYPE_GPU, "nvswitch": real.NVML_NVLINK_DEVICE_TYPE_SWITCH,
     "other": real.NVML_NVLINK_DEVICE_TYPE_UNKNOWN,
-}
+}  # fmt: skip
 TOPOLOGY_LEVEL = {
     "internal": real.NVML_TOPOLOGY_INTERNAL, "single": real.NVML_TOPOLOGY_SINGLE,
     "multiple": real.NVML_TOPOLOGY_MULTIPLE, "hostbridge": real.NVML_TOPOLOGY_HOSTBRIDGE,
@@ -516,11 +505,9 @@ class FakeNvml:
             raise UnrealizableSnapshot("NVML numbers GPUs 0..n-1")
         version_style = options.pop("nvlink_version_style", "driver")
         fake = cls(
-            [devices[index] for index in sorted(devices)],
-            driver_version=snapshot.driver.version,
-            cuda_version=snapshot.driver.cuda,
-            **options,
-        )
+            [devices[index] for index in sorted(devices)], driver_version=snapshot.driver.version,
+            cuda_version=snapshot.driver.cuda, **options,
+        )  # fmt: skip
         if snapshot.topology is not None:
             apply_topology(fake, snapshot, version_style)
         return fake

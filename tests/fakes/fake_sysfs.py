@@ -91,13 +91,9 @@ class FakeSysfs:
         self.devices.mkdir(parents=True, exist_ok=True)
 
     def add_device(
-        self,
-        address: str,
-        *,
-        vendor: str | None = "0x10de",
-        pci_class: int | None = 0x030200,
+        self, address: str, *, vendor: str | None = "0x10de", pci_class: int | None = 0x030200,
         config: bytes | None = None,
-    ) -> Path:
+    ) -> Path:  # fmt: skip
         """A PCI function; ``None`` for a file leaves it out (unreadable)."""
         directory = self.devices / address
         directory.mkdir(parents=True, exist_ok=True)
@@ -109,15 +105,11 @@ class FakeSysfs:
         return directory
 
     def add_passthrough_gpu(
-        self,
-        address: str,
-        *,
-        device_id: int = 0x20B0,
-        pci_class: int = 0x030200,
+        self, address: str, *, device_id: int = 0x20B0, pci_class: int = 0x030200,
         driver: str | None = "vfio-pci",
         bars: Sequence[tuple[int, int]] = ((16 * MIB, MEM32), (64 * GIB, MEM64), (32 * MIB, MEM64)),
         virtual_function_of: str | None = None,
-    ) -> Path:
+    ) -> Path:  # fmt: skip
         """An NVIDIA GPU as go-nvlib's nvpci reads it for the vfio strategy: ``device``,
         the ``driver`` link (None: unbound), the ``resource`` table (one line per region:
         start, end, flags; ``bars`` gives each BAR's size and flags, laid out from a base
