@@ -196,11 +196,12 @@ class Agent:
         if self._watching and not self.settings.oneshot and self._read_snapshot is _read_snapshot:
             dra_source.follow(self.settings, self._node_changed)
 
-    def _watch(self, output: object) -> None:
-        """Let an API output watch what it publishes (a daemon only: a oneshot ends first)."""
+    def _watch(self, output: object, wake: Callable[[], None] | None = None) -> None:
+        """Let an API output watch what it publishes, or the node label's reader what it
+        reads (``wake``); a daemon only: a oneshot ends first."""
         start = getattr(output, "watch", None)
         if start is not None and self._watching and not self.settings.oneshot:
-            start(self._undone)
+            start(wake or self._undone)
 
     @staticmethod
     def _unwatch(output: object) -> None:
@@ -355,7 +356,9 @@ class Agent:
                 self.metrics.publish_result(kind, "success")
                 return True
             interval = self.output.verify_interval
-            repair, self._signals.repair = self._signals.repair, False
+            repair = self._signals.repair
+            if repair:  # cleared only when set: a watch's wake landing now is never lost
+                self._signals.repair = False
             if repair or (interval is not None and now - self._last_check >= interval):
                 republished = self.output.verify(labels)
                 self._last_check = now
@@ -381,7 +384,7 @@ class Agent:
         try:
             if self._node_label is None:
                 self._node_label = reader = NodeLabelReader(self.settings)
-                self._watch_node_label(reader)
+                self._watch(reader, self._node_changed)
             value = self._node_label()
             choice = choose_for(self.settings, value)
         except NodeConfigError as exc:
@@ -410,11 +413,6 @@ class Agent:
         )
         if not self._reload(choice):
             self._refused = f"entry {choice.entry}"
-
-    def _watch_node_label(self, reader: object) -> None:
-        start = getattr(reader, "watch", None)
-        if start is not None and self._watching and not self.settings.oneshot:
-            start(self._node_changed)
 
     def _reload(self, config_choice: ConfigChoice | None = None) -> bool:
         """Reload the settings (SIGHUP, or the node label choosing another config entry);
@@ -562,7 +560,7 @@ class Agent:
         self._watch(self.topology_outputs)
         self._follow_slices()
         if self._node_label is not None:  # the reader the CLI made to choose the first entry
-            self._watch_node_label(self._node_label)
+            self._watch(self._node_label, self._node_changed)
         try:
             while True:
                 if self._signals.stop:  # came before the first pass: nothing to finish

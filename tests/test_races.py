@@ -1,0 +1,69 @@
+"""Two things at once inside one gfd process: a watch's thread (or any other) acting while
+the main loop is at the one point where their shared state is read and written.  Each test
+holds one thread at that point with a hook at the lowest seam and lets the other run its
+whole step there, so the interleaving is the same on every run."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from gfd.agent import Agent, _Signals
+from gfd.settings import resolve
+from tests.loop import drive
+
+DGX = "examples/snapshots/dgx-a100.yaml"
+#: the slot that holds the agent's repair flag (the hook below stands in front of it)
+_REPAIR: Any = vars(_Signals)["repair"]
+
+
+class _WakeWhileRead(_Signals):
+    """The agent's flags, where the main thread's next read of ``repair`` lets a watch's
+    thread run ``undone()`` whole before the read's value is used (a thread switch between
+    the read and whatever the main thread does with it)."""
+
+    def __init__(self, undone: Any) -> None:
+        super().__init__()
+        self.armed = False
+        self._undone = undone
+
+    @property
+    def repair(self) -> bool:
+        value = bool(_REPAIR.__get__(self))
+        if self.armed and threading.current_thread() is threading.main_thread():
+            self.armed = False
+            watch = threading.Thread(target=self._undone)
+            watch.start()
+            watch.join()
+        return value
+
+    @repair.setter
+    def repair(self, value: bool) -> None:
+        _REPAIR.__set__(self, value)
+
+
+def test_a_watch_that_sees_the_labels_undone_while_a_pass_checks_its_flag_is_never_lost(
+    tmp_path: Path,
+) -> None:
+    """A watched output verifies only when its watch says the labels were undone.  When the
+    watch's thread says so just as the pass reads the flag (found clear), the next pass
+    still checks the destination and publishes again: the flag is never cleared over a wake
+    the pass did not act on, or the labels would stay undone until the next reload."""
+    out = tmp_path / "gfd"
+    flags: list[_WakeWhileRead] = []
+
+    def watched(agent: Agent) -> None:
+        agent.output.verify_interval = None  # as a watched output: checked when woken only
+        flags.append(_WakeWhileRead(agent._undone))
+        agent._signals = flags[0]
+
+    def undo_as_the_pass_reads_the_flag(agent: Agent) -> None:
+        out.unlink()  # someone else removes the labels; the watch sees it as the pass runs
+        flags[0].armed = True
+
+    settings = resolve({"sleep_interval": "1s", "output_file": str(out), "snapshot_file": DGX}, {})
+    run = drive(settings, [watched, undo_as_the_pass_reads_the_flag, lambda agent: None])
+    assert not flags[0].armed, "the pass never read the flag"
+    assert out.exists(), "the labels the watch saw undone were never published again"
+    assert run.metrics.writes == 2
