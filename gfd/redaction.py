@@ -15,6 +15,8 @@ stderr, an exception from the HTTP stack that quotes a header.
 
 from __future__ import annotations
 
+import threading
+
 #: values shorter than this are not redacted: replacing every "abc" in every line would
 #: garble the log and protect nothing (a credential that short is guessed, not stolen)
 MIN_SECRET_CHARS = 6
@@ -24,22 +26,29 @@ KEPT_PER_SOURCE = 4
 
 _secrets: dict[str, tuple[str, ...]] = {}
 _ordered: tuple[str, ...] = ()
+#: one update at a time: the pass's client and a watch's each read their credentials in
+#: their own thread, and an update computed before another's but stored after it would
+#: drop the other's value from what is redacted
+_lock = threading.Lock()
 
 
 def remember(source: str, *values: str | None) -> None:
     """Hold ``values`` as the credentials of ``source`` (added to what it held before)."""
     global _ordered
-    kept = list(_secrets.get(source, ()))
-    for value in values:
-        if value and len(value) >= MIN_SECRET_CHARS and value not in kept:
-            kept.insert(0, value)
-    _secrets[source] = tuple(kept[:KEPT_PER_SOURCE])
-    # the longest first: a token that contains another credential is replaced whole
-    _ordered = tuple(sorted({v for vs in _secrets.values() for v in vs}, key=len, reverse=True))
+    with _lock:
+        kept = list(_secrets.get(source, ()))
+        for value in values:
+            if value and len(value) >= MIN_SECRET_CHARS and value not in kept:
+                kept.insert(0, value)
+        _secrets[source] = tuple(kept[:KEPT_PER_SOURCE])
+        # the longest first: a token that contains another credential is replaced whole
+        every = {v for vs in _secrets.values() for v in vs}
+        _ordered = tuple(sorted(every, key=len, reverse=True))
 
 
 def redact(text: str) -> str:
-    """``text`` with every remembered credential replaced by ``***``."""
+    """``text`` with every remembered credential replaced by ``***`` (``_ordered`` is read
+    once: a tuple that an update replaces whole, never changes in place)."""
     for secret in _ordered:
         if secret in text:
             text = text.replace(secret, "***")
@@ -49,5 +58,6 @@ def redact(text: str) -> str:
 def forget_all() -> None:
     """Drop every remembered credential (tests)."""
     global _ordered
-    _secrets.clear()
-    _ordered = ()
+    with _lock:
+        _secrets.clear()
+        _ordered = ()

@@ -9,6 +9,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from gfd import redaction
 from gfd.agent import Agent, _Signals
 from gfd.settings import resolve
 from tests.loop import drive
@@ -67,3 +70,52 @@ def test_a_watch_that_sees_the_labels_undone_while_a_pass_checks_its_flag_is_nev
     assert not flags[0].armed, "the pass never read the flag"
     assert out.exists(), "the labels the watch saw undone were never published again"
     assert run.metrics.writes == 2
+
+
+class _HeldWhileOrdering(dict[str, tuple[str, ...]]):
+    """``redaction``'s store, where the first thread to gather every value to redact is held
+    once it has gathered them, until ``other`` is done (or, when ``other`` cannot run
+    meanwhile, for ``HOLD_SECONDS``)."""
+
+    HOLD_SECONDS = 0.5
+
+    def __init__(self, held: threading.Event, other: threading.Event) -> None:
+        super().__init__()
+        self._held, self._other = held, other
+        self.holder: threading.Thread | None = None
+
+    def values(self) -> Any:
+        gathered = list(super().values())
+        if self.holder is None:
+            self.holder = threading.current_thread()
+            self._held.set()
+            self._other.wait(self.HOLD_SECONDS)
+        return gathered
+
+
+def test_credentials_two_threads_remember_at_once_are_both_redacted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watch's client reads its rotated token while the pass's client reads another (a
+    reload's new kubeconfig, another plugin): each is remembered from its own thread.  The
+    one remembered second must never be dropped from what is redacted by the first's
+    update landing after it, or an API server echoing it puts it in the log in clear."""
+    held, other_done = threading.Event(), threading.Event()
+    store = _HeldWhileOrdering(held, other_done)
+    monkeypatch.setattr(redaction, "_secrets", store)
+    monkeypatch.setattr(redaction, "_ordered", ())
+    first_token, second_token = "first-token-" + "a" * 20, "second-token-" + "b" * 20
+
+    def other() -> None:
+        held.wait()
+        redaction.remember("token file /var/run/watch-token", second_token)
+        other_done.set()
+
+    second = threading.Thread(target=other)
+    second.start()
+    redaction.remember("exec plugin /usr/bin/get-token", first_token)
+    second.join()
+    assert store.holder is threading.main_thread()
+    line = redaction.redact(f"echoed: {first_token} and {second_token}")
+    assert first_token not in line
+    assert second_token not in line
