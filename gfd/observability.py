@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 import time
 import warnings
 from collections.abc import MutableMapping
@@ -91,6 +92,9 @@ COALESCE_SECONDS = 60.0
 #: records remembered for coalescing, at most (the oldest is forgotten first)
 COALESCE_KEYS = 256
 _seen: dict[str, list[float]] = {}
+#: one record at a time through the store above: the main loop and the watches' threads
+#: log at once, and two new records forgetting the same oldest one would fail the second
+_seen_lock = threading.Lock()
 
 
 def coalesce(_logger: Any, method: str, record: MutableMapping[str, Any]) -> Any:
@@ -102,23 +106,25 @@ def coalesce(_logger: Any, method: str, record: MutableMapping[str, Any]) -> Any
 
     key = repr(sorted((str(k), repr(v)) for k, v in record.items()))
     now = time.monotonic()
-    seen = _seen.get(key)
-    if seen is not None and now - seen[0] < COALESCE_SECONDS:
-        seen[1] += 1
-        raise structlog.DropEvent
-    if seen is not None and seen[1]:
-        record["repeated"] = int(seen[1])
-    _seen.pop(key, None)
-    if len(_seen) >= COALESCE_KEYS:
-        del _seen[next(iter(_seen))]
-    _seen[key] = [now, 0]
+    with _seen_lock:
+        seen = _seen.get(key)
+        if seen is not None and now - seen[0] < COALESCE_SECONDS:
+            seen[1] += 1
+            raise structlog.DropEvent
+        if seen is not None and seen[1]:
+            record["repeated"] = int(seen[1])
+        _seen.pop(key, None)
+        if len(_seen) >= COALESCE_KEYS:
+            del _seen[next(iter(_seen))]
+        _seen[key] = [now, 0]
     return record
 
 
 def restart_coalescing() -> None:
     """Forget the records seen: a new run (a start, or a reload that changed the settings)
     says again what applies to it, even a warning the last run already said."""
-    _seen.clear()
+    with _seen_lock:
+        _seen.clear()
 
 
 class _StderrLogger:

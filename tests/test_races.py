@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from gfd import redaction
+from gfd import observability, redaction
 from gfd.agent import Agent, _Signals
 from gfd.settings import resolve
 from tests.loop import drive
@@ -119,3 +119,56 @@ def test_credentials_two_threads_remember_at_once_are_both_redacted(
     line = redaction.redact(f"echoed: {first_token} and {second_token}")
     assert first_token not in line
     assert second_token not in line
+
+
+class _HeldWhileEvicting(dict[str, list[float]]):
+    """The log's record of recent lines, where the first thread to pick the oldest one to
+    forget is held once it has picked it, until ``other`` is done (or, when ``other``
+    cannot run meanwhile, for ``HOLD_SECONDS``)."""
+
+    HOLD_SECONDS = 0.5
+
+    def __init__(self, held: threading.Event, other: threading.Event) -> None:
+        super().__init__()
+        self._held, self._other = held, other
+        self.holder: threading.Thread | None = None
+
+    def __iter__(self) -> Any:
+        names = iter(list(super().__iter__()))
+        if self.holder is None:
+            self.holder = threading.current_thread()
+            self._held.set()
+            self._other.wait(self.HOLD_SECONDS)
+        return names
+
+
+def test_two_threads_logging_new_lines_at_once_both_reach_the_log(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the log has seen its fill of distinct lines, each new one makes it forget the
+    oldest.  A watch's thread and the main loop logging a new line at once must not both
+    forget the same one: the second would fail on it, and a log call that raises ends the
+    watch (or fails the pass) instead of saying what it had to say."""
+    held, other_done = threading.Event(), threading.Event()
+    seen = _HeldWhileEvicting(held, other_done)
+    for number in range(observability.COALESCE_KEYS):
+        seen[f"an older line {number}"] = [0.0, 0]
+    monkeypatch.setattr(observability, "_seen", seen)
+    told: list[object] = []
+
+    def other() -> None:
+        held.wait()
+        try:
+            told.append(observability.coalesce(None, "warning", {"event": "from the watch"}))
+        except Exception as exc:
+            told.append(exc)
+        other_done.set()
+
+    watch = threading.Thread(target=other)
+    watch.start()
+    record = observability.coalesce(None, "info", {"event": "from the loop"})
+    watch.join()
+    assert seen.holder is threading.main_thread()
+    assert record == {"event": "from the loop"}
+    assert told == [{"event": "from the watch"}]
+    assert len(seen) == observability.COALESCE_KEYS
