@@ -5,7 +5,11 @@ whole step there, so the interleaving is the same on every run."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,10 @@ import pytest
 
 from gfd import observability, redaction
 from gfd.agent import Agent, _Signals
+from gfd.kube import exec_plugin
+from gfd.kube.credential_source import CredentialError
 from gfd.settings import resolve
+from tests.execplugin import exec_user, write_plugin
 from tests.loop import drive
 
 DGX = "examples/snapshots/dgx-a100.yaml"
@@ -172,3 +179,67 @@ def test_two_threads_logging_new_lines_at_once_both_reach_the_log(
     assert record == {"event": "from the loop"}
     assert told == [{"event": "from the watch"}]
     assert len(seen) == observability.COALESCE_KEYS
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, already ended, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_plugin_a_watch_starts_as_the_process_exits_is_ended_with_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """At exit gfd kills every credential plugin still running (each in a session of its
+    own, so nothing else would), whichever thread started it.  A watch's thread (never
+    waited for at exit) that starts one just as the exit collects them must not leave it
+    out: started, it is ended with the others; not yet started, it is never started."""
+    monkeypatch.setattr(exec_plugin, "_RUNNING", set())
+    monkeypatch.setattr(exec_plugin, "_exit", exec_plugin._Exit())
+    command = write_plugin(tmp_path, "exec sleep 1000\n")
+    plugin = exec_plugin.ExecPlugin(
+        exec_user(command)["exec"], "users[0].user.exec", cwd=None, cluster=None
+    )
+    started, exited = threading.Event(), threading.Event()
+    pids: list[int] = []
+    start = exec_plugin.ExecPlugin._start
+
+    def held_once_started(self: Any, env: Any, what: str) -> Any:
+        process = start(self, env, what)
+        pids.append(process.pid)
+        started.set()
+        exited.wait(0.5)  # the exit collects the plugins now (or waits for this start)
+        return process
+
+    monkeypatch.setattr(exec_plugin.ExecPlugin, "_start", held_once_started)
+    failed: list[BaseException] = []
+
+    def watch() -> None:
+        try:
+            plugin.authorization(time.monotonic() + 30)
+        except CredentialError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=watch)
+    thread.start()
+    try:
+        started.wait(10)
+        exec_plugin._end_running()
+        exited.set()
+        for _ in range(100):  # a SIGKILL ends its target once the target is scheduled
+            if not _running(pids[0]):
+                break
+            threading.Event().wait(0.05)
+        assert not _running(pids[0]), "the plugin outlived the exit"
+        thread.join()
+        assert failed  # killed: that run gave no credential
+        with pytest.raises(CredentialError, match="exiting"):
+            plugin.authorization(time.monotonic() + 30)  # after the exit: never started
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        thread.join()

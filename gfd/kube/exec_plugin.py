@@ -151,7 +151,9 @@ class ExecPlugin(CredentialSource):
         try:
             # a stop that comes while the plugin starts waits until its pid is known: raised
             # in the middle of Popen, it would leave the plugin running, unknown to anyone
-            with interrupt.deferred():
+            with interrupt.deferred(), _exit.lock:
+                if _exit.begun:
+                    raise CredentialError(f"{what}: not run: gfd is exiting")
                 process = self._start(env, what)
                 _RUNNING.add(process.pid)
             with interrupt.interruptible():
@@ -159,7 +161,8 @@ class ExecPlugin(CredentialSource):
         finally:
             if process is not None:
                 with interrupt.deferred():  # nor while it is being ended
-                    _RUNNING.discard(process.pid)
+                    with _exit.lock:  # reaped only once the exit's kill cannot reach it
+                        _RUNNING.discard(process.pid)
                     _end_group(process)
         if stdout:  # remembered before any check: a run that then fails is never quoted either
             _remember_written(f"exec plugin {self.command}", stdout)
@@ -397,9 +400,24 @@ def _run_lock(command: tuple[str, ...]) -> threading.Lock:
 _RUNNING: set[int] = set()
 
 
+class _Exit:
+    """Whether the exit has begun (its kill of the plugins above), and the lock that it and
+    each plugin's start take: a watch's thread runs on while the process exits, and a
+    plugin it started just after the exit looked would be left running."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.begun = False
+
+
+_exit = _Exit()
+
+
 def _end_running() -> None:
-    for pid in list(_RUNNING):
-        _kill_group(pid)
+    with _exit.lock:
+        _exit.begun = True
+        for pid in _RUNNING:
+            _kill_group(pid)
 
 
 atexit.register(_end_running)
