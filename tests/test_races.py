@@ -19,6 +19,7 @@ from gfd import observability, redaction
 from gfd.agent import Agent, _Signals
 from gfd.kube import exec_plugin
 from gfd.kube.credential_source import CredentialError
+from gfd.kube.ratelimit import RateLimiter
 from gfd.settings import resolve
 from tests.execplugin import exec_user, write_plugin
 from tests.loop import drive
@@ -243,3 +244,53 @@ def test_a_plugin_a_watch_starts_as_the_process_exits_is_ended_with_it(
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
         thread.join()
+
+
+class _HeldAfterCounting(RateLimiter):
+    """The outputs' rate limit, where the first thread to take a token is held once it has
+    counted the tokens left (at its read of the refill rate, which comes after), until
+    ``other`` is done (or, when ``other`` cannot run meanwhile, for ``HOLD_SECONDS``)."""
+
+    HOLD_SECONDS = 0.5
+
+    def __init__(self, held: threading.Event, other: threading.Event) -> None:
+        self._held, self._other = held, other
+        self.holder: threading.Thread | None = None
+        self._rate = 0.001
+        super().__init__(0.001, 1, clock=lambda: 100.0, sleep=lambda seconds: None)
+
+    @property
+    def qps(self) -> float:
+        # a reservation reads the rate twice: whether there is a limit, then the refill
+        self._reads = getattr(self, "_reads", 0) + 1
+        if self.holder is None and self._reads == 2:  # the first reservation's refill
+            self.holder = threading.current_thread()
+            self._held.set()
+            self._other.wait(self.HOLD_SECONDS)
+        return self._rate
+
+    @qps.setter
+    def qps(self, value: float) -> None:
+        self._rate = value
+
+
+def test_the_rate_limit_shared_by_the_outputs_and_the_watches_gives_each_token_once() -> None:
+    """The pass's client and each watch's take their tokens from one bucket, each from its
+    own thread.  Two taking the last token at once must not both get it: the burst is a
+    promise about the load the fleet puts on the API server."""
+    held, other_done = threading.Event(), threading.Event()
+    bucket = _HeldAfterCounting(held, other_done)
+    delays: list[float] = []
+
+    def other() -> None:
+        held.wait()
+        delays.append(bucket.reserve())
+        other_done.set()
+
+    watch = threading.Thread(target=other)
+    watch.start()
+    delays.append(bucket.reserve())
+    watch.join()
+    assert bucket.holder is threading.main_thread()
+    assert sorted(delays)[0] == 0.0
+    assert sorted(delays)[1] > 0, "both took the one token the burst allows"

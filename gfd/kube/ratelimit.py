@@ -10,6 +10,7 @@ drive it without waiting.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
 #: client-go's defaults for a zero QPS or burst (k8s.io/client-go/rest: DefaultQPS, DefaultBurst)
@@ -34,6 +35,9 @@ class RateLimiter:
         self._sleep = sleep
         self._tokens = float(self.burst)
         self._last = clock()
+        # one bucket serves the outputs' client and each watch's, each in its own thread: a
+        # token counted by two at once would be given twice
+        self._lock = threading.Lock()
 
     @property
     def unlimited(self) -> bool:
@@ -44,18 +48,20 @@ class RateLimiter:
         that long, or gives the token back with :meth:`cancel`."""
         if self.unlimited:
             return 0.0
-        now = self._clock()
-        self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
-        self._last = now
-        self._tokens -= 1.0
-        # a reservation, as golang.org/x/time/rate makes one: the token is owed and the
-        # caller waits until the bucket has refilled it
-        return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
+        with self._lock:
+            now = self._clock()
+            self._tokens = min(float(self.burst), self._tokens + (now - self._last) * self.qps)
+            self._last = now
+            self._tokens -= 1.0
+            # a reservation, as golang.org/x/time/rate makes one: the token is owed and the
+            # caller waits until the bucket has refilled it
+            return 0.0 if self._tokens >= 0 else -self._tokens / self.qps
 
     def cancel(self) -> None:
         """Give back the token of a reservation the caller will not wait for."""
         if not self.unlimited:
-            self._tokens += 1.0
+            with self._lock:
+                self._tokens += 1.0
 
     def wait(self) -> float:
         """Take one token, sleeping until it is there; the seconds slept."""
