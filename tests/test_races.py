@@ -20,8 +20,11 @@ from gfd.agent import Agent, _Signals
 from gfd.kube import exec_plugin
 from gfd.kube.credential_source import CredentialError
 from gfd.kube.ratelimit import RateLimiter
+from gfd.outputs.nodelabels import NodeLabelsOutput
 from gfd.settings import resolve
 from tests.execplugin import exec_user, write_plugin
+from tests.fakes.fake_apiserver import FakeApiServer
+from tests.fakes.waits import output_without_waits
 from tests.loop import drive
 
 DGX = "examples/snapshots/dgx-a100.yaml"
@@ -294,3 +297,39 @@ def test_the_rate_limit_shared_by_the_outputs_and_the_watches_gives_each_token_o
     assert bucket.holder is threading.main_thread()
     assert sorted(delays)[0] == 0.0
     assert sorted(delays)[1] > 0, "both took the one token the burst allows"
+
+
+API_NODE_N1: dict[str, Any] = {"labels": {}, "annotations": {}}
+
+
+def test_a_change_the_watch_tells_while_gfds_write_is_answered_is_still_repaired(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch of the Node tells its events from its own thread, and while gfd's patch of
+    the labels is in flight their owner cannot yet tell its own write's event from someone
+    else's.  Someone else removing the labels just after gfd's write, told before the
+    write's answer is read, must still wake the loop to publish them again: a watched
+    output re-reads the node only when woken."""
+    output = output_without_waits(NodeLabelsOutput, kubeconfig, use_node_labels=True)
+    woken = threading.Event()
+    output._watched._wake = woken.set  # as watch() hands it the agent's wake
+    request = output._client.request
+
+    def answered_after_an_edit(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        answer = request(method, path, *args, **kwargs)
+        if method == "PATCH":
+            edited = api.edit_node("n1", labels={})
+
+            def watch() -> None:  # gfd's own write, then the edit, as the stream orders them
+                for told in (answer, edited):
+                    output._watched._seen(told)
+
+            teller = threading.Thread(target=watch)
+            teller.start()
+            teller.join()
+        return answer
+
+    monkeypatch.setattr(output._client, "request", answered_after_an_edit)
+    output.publish({"nvidia.com/gpu.count": "8"})
+    assert api.node_labels("n1") == {}
+    assert woken.is_set(), "the edit told while the write was in flight was never acted on"

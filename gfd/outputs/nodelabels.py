@@ -26,6 +26,7 @@ What keeps ownership honest:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -126,6 +127,10 @@ class NodeLabelsOutput(WatchedOutput):
         # the labels last published or verified (those gfd may own): what the watch compares
         self._desired: dict[str, str] | None = None
         self._written: str | None = None  # the node's version after gfd's own last patch
+        # what the watch's thread told while what the node holds was not known (a write in
+        # flight): looked at again once it is, as that thread cannot wait for the answer
+        self._missed: list[JSON | None] = []
+        self._state_lock = threading.Lock()
         self._follow(
             settings,
             self._client,
@@ -138,9 +143,11 @@ class NodeLabelsOutput(WatchedOutput):
     # ------------------------------------------------------------- the watch
 
     def _undone(self, node: JSON | None) -> bool:
-        desired, owned = self._desired, self._owned
-        if desired is None or owned is None:
-            return False  # a write in flight, or nothing published yet
+        with self._state_lock:
+            desired, owned = self._desired, self._owned
+            if desired is None or owned is None:  # a write in flight, or nothing published
+                self._missed[:] = [node]  # the last state told is the one to look at
+                return False
         if node is None:
             return True
         if (node.get("metadata") or {}).get("resourceVersion") == self._written:
@@ -159,9 +166,7 @@ class NodeLabelsOutput(WatchedOutput):
                 desired = self._ours(labels)
                 recorded = owned_keys_from(node) - self._nfd
                 if not self._differences(node, desired, recorded | self._unconfirmed):
-                    self._owned = frozenset(desired)
-                    self._unconfirmed = frozenset()
-                    self._desired = desired
+                    self._confirm(desired)
                     self._log.info("node labels already up to date", labels=len(desired))
                     return
                 self._patch(desired, recorded)
@@ -180,9 +185,7 @@ class NodeLabelsOutput(WatchedOutput):
             recorded = owned_keys_from(node) - self._nfd
             problems = self._differences(node, desired, recorded | self._unconfirmed)
             if not problems:
-                self._owned = frozenset(desired)
-                self._unconfirmed = frozenset()
-                self._desired = desired
+                self._confirm(desired)
                 return
             self._log.warning(
                 "node labels were removed or edited, publishing again",
@@ -288,11 +291,20 @@ class NodeLabelsOutput(WatchedOutput):
                 f"{', '.join(problems[:LISTED])})"
             )
         self._written = (answer.get("metadata") or {}).get("resourceVersion")
-        self._owned = frozenset(desired)
-        self._unconfirmed = frozenset()
-        self._desired = dict(desired)
+        self._confirm(desired)
         removed = sorted(owned - set(desired))
         self._log.info("patched node labels", labels=len(desired), removed=len(removed))
+
+    def _confirm(self, desired: Mapping[str, str]) -> None:
+        """Hold ``desired`` as what the node carries (a read or a write's answer showed it);
+        what the watch told meanwhile is judged now, against it."""
+        with self._state_lock:
+            self._owned = frozenset(desired)
+            self._unconfirmed = frozenset()
+            self._desired = dict(desired)
+            missed, self._missed = self._missed, []
+        for node in missed:
+            self._watched.retell(node)
 
     @staticmethod
     def _differences(

@@ -105,6 +105,11 @@ class OwnedObject:
             unfollow(self._watch, self._seen)
             self._watch = None
 
+    def retell(self, obj: JSON | None) -> None:
+        """Judge again ``obj``, as the watch told it earlier, when it could not be judged
+        then (the owner's write was in flight)."""
+        self._seen(obj)
+
     def _seen(self, obj: JSON | None) -> None:
         try:
             undone = self._undone(obj)
