@@ -16,18 +16,22 @@ from typing import Any
 import pytest
 
 from gfd import observability, redaction
+from gfd import snapshot as snapshot_io
 from gfd.agent import Agent, _Signals
 from gfd.kube import exec_plugin
 from gfd.kube.credential_source import CredentialError
 from gfd.kube.ratelimit import RateLimiter
+from gfd.labels.partitioning import partition_table
 from gfd.outputs.nodelabels import NodeLabelsOutput
-from gfd.settings import resolve
+from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION, PartitionsAnnotation
+from gfd.settings import Settings, resolve
 from tests.execplugin import exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import output_without_waits
 from tests.loop import drive
 
 DGX = "examples/snapshots/dgx-a100.yaml"
+TOPOLOGY = "examples/snapshots/hgx-h100-nvswitch.yaml"
 #: the slot that holds the agent's repair flag (the hook below stands in front of it)
 _REPAIR: Any = vars(_Signals)["repair"]
 
@@ -333,3 +337,36 @@ def test_a_change_the_watch_tells_while_gfds_write_is_answered_is_still_repaired
     output.publish({"nvidia.com/gpu.count": "8"})
     assert api.node_labels("n1") == {}
     assert woken.is_set(), "the edit told while the write was in flight was never acted on"
+
+
+def test_gfds_own_annotation_write_told_before_its_answer_is_read_wakes_nothing(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch of the Node tells gfd's own write of the partitions annotation from its
+    thread, as often before the write's answer is read as after it.  Told first, it must
+    not be taken for someone else's edit: that woke the loop for a pass that read the node
+    again after every change of the table."""
+    settings = Settings(
+        use_node_labels=True, node_name="n1", kubeconfig=kubeconfig, topology_labels=True
+    )
+    annotation = PartitionsAnnotation(settings)
+    assert annotation.publish(partition_table(snapshot_io.load(TOPOLOGY), None))
+    woken = threading.Event()
+    annotation._watched._wake = woken.set  # as watch() hands it the agent's wake
+    request = annotation._client.request
+
+    def told_before_answered(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        answer = request(method, path, *args, **kwargs)
+        if method == "PATCH":
+            teller = threading.Thread(target=annotation._watched._seen, args=(answer,))
+            teller.start()
+            teller.join()
+        return answer
+
+    monkeypatch.setattr(annotation._client, "request", told_before_answered)
+    assert annotation.publish({})  # the table emptied: the annotation removed
+    assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
+    assert not woken.is_set(), "gfd's own write was taken for someone else's"
+    before = len(api.requests)
+    assert not annotation.publish({})
+    assert len(api.requests) == before, "the node was read again for gfd's own write"

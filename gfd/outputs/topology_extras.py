@@ -66,6 +66,9 @@ class PartitionsAnnotation:
         self._client = client or publishing_client(settings)
         self._published: str | bool | None = False  # False: nothing written by this process
         self._written: str | None = None  # the node's version after gfd's own last patch
+        # the value a write in flight sets (False: none): the watch's thread may tell that
+        # write's event before its answer gives the version above
+        self._writing: str | bool | None = False
         self._stale = False  # the watch saw the annotation undone: read the node again
         self._clock = clock
         self._read_at: float | None = None  # when the node was last read or written
@@ -91,11 +94,12 @@ class PartitionsAnnotation:
         self._watched.stop()
 
     def _undone(self, node: JSON | None) -> bool:
+        writing = self._writing  # read before what was published: it is cleared after
         published = self._published
         if published is False or (node is not None and _version(node) == self._written):
             return False  # nothing published yet, or gfd's own patch
         try:
-            differs = node is None or self._annotation(node) != published
+            differs = node is None or self._annotation(node) not in (published, writing)
         except KubeError:
             differs = True  # a shape gfd cannot compare: the pass reads the node properly
         self._stale = self._stale or differs
@@ -110,8 +114,11 @@ class PartitionsAnnotation:
             # it put back already, writes nothing
             self._published = value
             return False
-        self._patch(value)
-        self._published = value
+        try:
+            self._patch(value)
+            self._published = value
+        finally:
+            self._writing = False  # after what was published: _undone reads them the other way
         self._log.info("patched the gpu partitions annotation", partitions=bool(value))
         return True
 
@@ -141,8 +148,11 @@ class PartitionsAnnotation:
             if self._annotation(self._client.request("GET", self._path)) is not None:
                 self._write(None)
 
-        self._client.run(f"remove the gpu partitions annotation of {self.node_name}", remove)
-        self._published = None
+        try:
+            self._client.run(f"remove the gpu partitions annotation of {self.node_name}", remove)
+            self._published = None
+        finally:
+            self._writing = False
 
     def _patch(self, value: str | None) -> None:
         self._client.run(f"annotate node {self.node_name}", lambda: self._write(value))
@@ -153,6 +163,7 @@ class PartitionsAnnotation:
         applying it) is no confirmation."""
         patch: dict[str, Any] = {"metadata": {"annotations": {PARTITIONS_ANNOTATION: value}}}
         self._stale = False
+        self._writing = value
         answer = self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
         if self._annotation(answer) != value:
             raise bad_answer(f"a node {self.node_name} that does not hold what was written")
