@@ -22,6 +22,7 @@ from gfd.kube import exec_plugin
 from gfd.kube.credential_source import CredentialError
 from gfd.kube.ratelimit import RateLimiter
 from gfd.labels.partitioning import partition_table
+from gfd.outputs.nodefeature import NodeFeatureOutput
 from gfd.outputs.nodelabels import NodeLabelsOutput
 from gfd.outputs.topology_extras import PARTITIONS_ANNOTATION, PartitionsAnnotation
 from gfd.settings import Settings, resolve
@@ -370,3 +371,29 @@ def test_gfds_own_annotation_write_told_before_its_answer_is_read_wakes_nothing(
     before = len(api.requests)
     assert not annotation.publish({})
     assert len(api.requests) == before, "the node was read again for gfd's own write"
+
+
+def test_gfds_own_nodefeature_write_told_before_its_answer_is_read_wakes_nothing(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for the annotation: the watch's thread telling gfd's own update of its NodeFeature
+    before the update's answer gives its version must not wake the loop for a pass of its
+    own after every change of the labels."""
+    output = output_without_waits(NodeFeatureOutput, kubeconfig, use_node_feature_api=True)
+    output.publish({"nvidia.com/gpu.count": "8"})
+    woken = threading.Event()
+    output._watched._wake = woken.set  # as watch() hands it the agent's wake
+    request = output._client.request
+
+    def told_before_answered(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        answer = request(method, path, *args, **kwargs)
+        if method == "PUT":
+            teller = threading.Thread(target=output._watched._seen, args=(answer,))
+            teller.start()
+            teller.join()
+        return answer
+
+    monkeypatch.setattr(output._client, "request", told_before_answered)
+    output.publish({"nvidia.com/gpu.count": "4"})
+    assert api.count("PUT") == 1
+    assert not woken.is_set(), "gfd's own write was taken for someone else's"

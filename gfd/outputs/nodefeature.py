@@ -100,6 +100,9 @@ class NodeFeatureOutput(WatchedOutput):
         # and the version gfd's own last write made (its own event undoes nothing)
         self._desired: dict[str, str] | None = None
         self._written: str | None = None
+        # the labels a write in flight sets: the watch's thread may tell that write's event
+        # before its answer gives the version above
+        self._writing: dict[str, str] | None = None
         self._follow(
             settings,
             self._client,
@@ -112,20 +115,29 @@ class NodeFeatureOutput(WatchedOutput):
     # ------------------------------------------------------------- the watch
 
     def _undone(self, obj: JSON | None) -> bool:
+        writing = self._writing  # read before what was published: it is cleared after
         desired = self._desired
         if desired is None or (obj is not None and _version(obj) == self._written):
             return False
-        return obj is None or self._differs(self._checked(obj), desired)
+        if obj is None:
+            return True
+        current = self._checked(obj)
+        return self._differs(current, desired) and (
+            writing is None or self._differs(current, writing)
+        )
 
     # ------------------------------------------------------------- the Output protocol
 
     def publish(self, labels: Mapping[str, str]) -> None:
-        desired = dict(sorted(labels.items()))
-        self._client.run(
-            f"publish NodeFeature {self.namespace}/{self.object_name}",
-            lambda: self._reconcile(desired, self._get()),
-        )
-        self._desired = desired
+        desired = self._writing = dict(sorted(labels.items()))
+        try:
+            self._client.run(
+                f"publish NodeFeature {self.namespace}/{self.object_name}",
+                lambda: self._reconcile(desired, self._get()),
+            )
+            self._desired = desired
+        finally:
+            self._writing = None
 
     def verify(self, labels: Mapping[str, str]) -> bool:
         desired = dict(sorted(labels.items()))
@@ -150,8 +162,12 @@ class NodeFeatureOutput(WatchedOutput):
             )
             wrote = self._reconcile(desired, current) or wrote
 
-        self._client.run(f"verify NodeFeature {self.namespace}/{self.object_name}", check)
-        self._desired = desired
+        self._writing = desired
+        try:
+            self._client.run(f"verify NodeFeature {self.namespace}/{self.object_name}", check)
+            self._desired = desired
+        finally:
+            self._writing = None
         return wrote
 
     def offer(self, snapshot: Snapshot) -> bool:
