@@ -11,6 +11,7 @@ how the process ends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import threading
@@ -41,6 +42,11 @@ def main() -> None:
     except (ImportError, SystemError) as exc:
         # the same limit met where the interpreter raises no MemoryError of its own
         if not any(sign in str(exc) for sign in _NO_MEMORY_SIGNS):
+            raise
+        _out_of_memory()
+    except OSError as exc:
+        # ... or where a system call refused it (the import system listing a directory)
+        if exc.errno != errno.ENOMEM:
             raise
         _out_of_memory()
     finally:
