@@ -56,6 +56,8 @@ NFD_DEFAULT_NAMESPACE = "feature.node.kubernetes.io/"
 VERIFY_INTERVAL_SECONDS = 600.0
 #: the most keys named in one log line or message (the annotation may record thousands)
 LISTED = 10
+#: the states the watch told while a write was in flight that are kept to judge after it
+MISSED_KEPT = 16
 
 
 def owned_keys_from(node: Mapping[str, Any]) -> frozenset[str]:
@@ -128,7 +130,8 @@ class NodeLabelsOutput(WatchedOutput):
         self._desired: dict[str, str] | None = None
         self._written: str | None = None  # the node's version after gfd's own last patch
         # what the watch's thread told while what the node holds was not known (a write in
-        # flight): looked at again once it is, as that thread cannot wait for the answer
+        # flight), in the stream's order: what came after the state that a write's answer
+        # (or a read) showed is judged once that is known, as the thread cannot wait for it
         self._missed: list[JSON | None] = []
         self._state_lock = threading.Lock()
         self._follow(
@@ -146,11 +149,11 @@ class NodeLabelsOutput(WatchedOutput):
         with self._state_lock:
             desired, owned = self._desired, self._owned
             if desired is None or owned is None:  # a write in flight, or nothing published
-                self._missed[:] = [node]  # the last state told is the one to look at
+                self._missed[:] = [*self._missed[-MISSED_KEPT + 1 :], node]
                 return False
         if node is None:
             return True
-        if (node.get("metadata") or {}).get("resourceVersion") == self._written:
+        if _version(node) == self._written:
             return False  # gfd's own patch
         wanted = self._wanted
         if nfd_keys_from(self._checked_node(node)) & wanted != self._nfd & wanted:
@@ -166,7 +169,7 @@ class NodeLabelsOutput(WatchedOutput):
                 desired = self._ours(labels)
                 recorded = owned_keys_from(node) - self._nfd
                 if not self._differences(node, desired, recorded | self._unconfirmed):
-                    self._confirm(desired)
+                    self._confirm(desired, node)
                     self._log.info("node labels already up to date", labels=len(desired))
                     return
                 self._patch(desired, recorded)
@@ -185,7 +188,7 @@ class NodeLabelsOutput(WatchedOutput):
             recorded = owned_keys_from(node) - self._nfd
             problems = self._differences(node, desired, recorded | self._unconfirmed)
             if not problems:
-                self._confirm(desired)
+                self._confirm(desired, node)
                 return
             self._log.warning(
                 "node labels were removed or edited, publishing again",
@@ -290,21 +293,23 @@ class NodeLabelsOutput(WatchedOutput):
                 f"a node that does not hold what was written ({len(problems)}: "
                 f"{', '.join(problems[:LISTED])})"
             )
-        self._written = (answer.get("metadata") or {}).get("resourceVersion")
-        self._confirm(desired)
+        self._written = _version(answer)
+        self._confirm(desired, answer)
         removed = sorted(owned - set(desired))
         self._log.info("patched node labels", labels=len(desired), removed=len(removed))
 
-    def _confirm(self, desired: Mapping[str, str]) -> None:
-        """Hold ``desired`` as what the node carries (a read or a write's answer showed it);
-        what the watch told meanwhile is judged now, against it."""
+    def _confirm(self, desired: Mapping[str, str], shown: JSON) -> None:
+        """Hold ``desired`` as what the node carries, as ``shown`` (a read, or a write's
+        answer) showed it; the last state the watch told after that one, while this was not
+        known, is judged now (told before it, or not at all yet: nothing to judge here)."""
         with self._state_lock:
             self._owned = frozenset(desired)
             self._unconfirmed = frozenset()
             self._desired = dict(desired)
             missed, self._missed = self._missed, []
-        for node in missed:
-            self._watched.retell(node)
+        versions = [None if node is None else _version(node) for node in missed]
+        if _version(shown) in versions[:-1]:
+            self._watched.retell(missed[-1])
 
     @staticmethod
     def _differences(
@@ -321,3 +326,8 @@ class NodeLabelsOutput(WatchedOutput):
         if annotations.get(MANAGED_LABELS_ANNOTATION) != (managed_labels_value(desired) or None):
             problems.append(f"annotation {MANAGED_LABELS_ANNOTATION} differs")
         return problems
+
+
+def _version(node: JSON) -> str | None:
+    version = (node.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
