@@ -397,3 +397,29 @@ def test_gfds_own_nodefeature_write_told_before_its_answer_is_read_wakes_nothing
     output.publish({"nvidia.com/gpu.count": "4"})
     assert api.count("PUT") == 1
     assert not woken.is_set(), "gfd's own write was taken for someone else's"
+
+
+def test_a_state_from_before_gfds_write_told_while_it_is_answered_wakes_nothing(
+    api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other side of the test above: what the watch told during the write from before
+    it (the watch's first state, as gfd starts) is what the write has replaced, and wakes
+    no pass to read the node again."""
+    output = output_without_waits(NodeLabelsOutput, kubeconfig, use_node_labels=True)
+    woken = threading.Event()
+    output._watched._wake = woken.set  # as watch() hands it the agent's wake
+    request = output._client.request
+
+    def answered_after_an_old_state(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        before = api.node("n1")
+        answer = request(method, path, *args, **kwargs)
+        if method == "PATCH":
+            teller = threading.Thread(target=output._watched._seen, args=(before,))
+            teller.start()
+            teller.join()
+        return answer
+
+    monkeypatch.setattr(output._client, "request", answered_after_an_old_state)
+    output.publish({"nvidia.com/gpu.count": "8"})
+    assert api.node_labels("n1") == {"nvidia.com/gpu.count": "8"}
+    assert not woken.is_set(), "a state the write replaced woke a pass"
