@@ -11,6 +11,7 @@ how the process ends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
 import threading
@@ -38,9 +39,9 @@ def main() -> None:
         # an address-space limit (RLIMIT_AS) met anywhere: one line, not a traceback that
         # itself needs memory to print
         _out_of_memory()
-    except (ImportError, SystemError) as exc:
+    except (ImportError, SystemError, OSError) as exc:
         # the same limit met where the interpreter raises no MemoryError of its own
-        if not any(sign in str(exc) for sign in _NO_MEMORY_SIGNS):
+        if not _no_memory(exc):
             raise
         _out_of_memory()
     finally:
@@ -56,6 +57,17 @@ _NO_MEMORY_SIGNS = (
     "returned NULL without setting an exception",
     "error return without exception set",
 )
+
+
+def _no_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is the address-space limit met without a MemoryError: a system call
+    that could not allocate (ENOMEM: the import system listing a package's folder, which
+    it does not catch), or a failure worded as in :data:`_NO_MEMORY_SIGNS`."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return True
+    return isinstance(exc, (ImportError, SystemError)) and any(
+        sign in str(exc) for sign in _NO_MEMORY_SIGNS
+    )
 
 
 def _no_secrets_written() -> None:
