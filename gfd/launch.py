@@ -59,15 +59,24 @@ _NO_MEMORY_SIGNS = (
 )
 
 
-def _no_memory(exc: BaseException) -> bool:
+def _no_memory(exc: BaseException | None) -> bool:
     """Whether ``exc`` is the address-space limit met without a MemoryError: a system call
     that could not allocate (ENOMEM: the import system listing a package's folder, which
-    it does not catch), or a failure worded as in :data:`_NO_MEMORY_SIGNS`."""
-    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
-        return True
-    return isinstance(exc, (ImportError, SystemError)) and any(
-        sign in str(exc) for sign in _NO_MEMORY_SIGNS
-    )
+    it does not catch), or a failure worded as in :data:`_NO_MEMORY_SIGNS` -- itself or
+    one it was raised while handling (a module whose fallback import fails after the
+    loader could not map the first choice, as random's does for hashlib's digests)."""
+    seen = 0
+    while exc is not None and seen < 16:  # a chain is short; a cycle must not loop
+        if isinstance(exc, MemoryError):
+            return True
+        if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+            return True
+        if isinstance(exc, (ImportError, SystemError)) and any(
+            sign in str(exc) for sign in _NO_MEMORY_SIGNS
+        ):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _no_secrets_written() -> None:

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 _THREAD_RUNS_OUT = """
@@ -41,11 +43,14 @@ def test_memory_error_in_a_thread_ends_the_process() -> None:
     ]
 
 
-#: the import system listing a package's folder under an address-space limit: the kernel
-#: answers ENOMEM, and the import system passes the OSError on (it catches only "missing"
-#: and "not allowed"); click's folder is where the limit sweep meets it
-_LISTING_RUNS_OUT = """
-import errno, posix, sys
+#: where the address-space limit meets the import system without a MemoryError, set up
+#: before gfd's entry point runs: each stands for what the 1 MiB sweep of
+#: test_fault_matrix.test_out_of_memory meets at one limit or another
+_IMPORT_RUNS_OUT = {
+    # listing a package's folder is answered ENOMEM, and the import system passes the
+    # OSError on (it catches only "missing" and "not allowed")
+    "listing a package": """
+import errno, posix
 listdir = posix.listdir
 
 def short_of_memory(path="."):
@@ -54,19 +59,32 @@ def short_of_memory(path="."):
     return listdir(path)
 
 posix.listdir = short_of_memory
-sys.argv[0] = "gfd"
-from gfd.launch import main
-main()
-"""
+""",
+    # the loader cannot map hashlib's extension modules: random's fallback import then
+    # fails with an ImportError of its own, raised while handling the loader's
+    "mapping an extension module": """
+import sys
+
+class Unmappable:
+    def find_spec(self, name, path=None, target=None):
+        if name in ("_hashlib", "_sha512"):
+            raise ImportError(f"{name}.so: failed to map segment from shared object")
+        return None
+
+sys.meta_path.insert(0, Unmappable())
+""",
+}
 
 
-def test_an_import_that_cannot_allocate_is_the_one_out_of_memory_line() -> None:
+@pytest.mark.parametrize("shim", sorted(_IMPORT_RUNS_OUT))
+def test_an_import_that_cannot_allocate_is_the_one_out_of_memory_line(shim: str) -> None:
+    program = _IMPORT_RUNS_OUT[shim] + 'sys.argv[0] = "gfd"\nfrom gfd.launch import main\nmain()\n'
     result = subprocess.run(
-        [sys.executable, "-c", _LISTING_RUNS_OUT, "--oneshot", "--snapshot-file",
+        [sys.executable, "-c", "import sys\n" + program, "--oneshot", "--snapshot-file",
          str(ROOT / "examples" / "snapshots" / "two-models.yaml")],
         cwd=ROOT, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr.splitlines() == [
         "gfd: out of memory (the process's address-space limit was reached)"
-    ]
+    ], result.stderr[-2000:]
