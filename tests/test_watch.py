@@ -273,10 +273,13 @@ def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
     interrupted = "watch of Node n1 interrupted; reconnecting"
-    with following(kubeconfig):
+    with following(kubeconfig) as (followed, _):
         for outage in range(2):
             eventually(lambda: api.open_watches == 1, "the watch")
-            time.sleep(0.5)  # the stream serves past the (shortened) healthy mark
+            # the stream serves past the (shortened) healthy mark, counted from when the
+            # watch's thread began to read it (which may be a moment after the server sent
+            # the headers), not from when the test saw the stream open
+            eventually(followed._served_healthy, "the stream served past the healthy mark")
             waits.clear()
             with api.down():
                 eventually(lambda: len(waits) >= 3, "three attempts refused while down")
