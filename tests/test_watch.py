@@ -338,6 +338,8 @@ def test_back_from_an_outage_the_state_is_read_whole_in_one_request(
         with api.down():
             api.compact()  # as a restarted server: every version seen so far is gone
             api.delete("Node", "n1")
+            # the old stream's end is not instant: until then it still counts as the watch
+            eventually(lambda: api.open_watches == 0, "the stream to end")
             time.sleep(0.5)  # let a reconnect meet the closed port (not a timing assertion)
             api.clear_requests()
         eventually(lambda: api.open_watches == 1, "the watch back")
