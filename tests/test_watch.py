@@ -210,6 +210,8 @@ def test_gone_relists_once_and_bookmarks_move_the_version(
     """A resume answered 410 reads the state whole again, once (a WatchList here)."""
     followed, seen = node_watch
     eventually(lambda: api.open_watches == 1, "the watch")
+    # the stream is open before the watch has read its initial events (and the version)
+    eventually(lambda: seen.labels() == [{"a": "1"}], "the node as it is")
     before = followed.resource_version
     api.add_node("n2")  # moves the server's version; no event for n1
     api.bookmark()
@@ -239,8 +241,10 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         return min(draw(failures, answered), 0.05)
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
-    with following(kubeconfig) as (followed, _seen):
+    with following(kubeconfig) as (followed, seen):
         eventually(lambda: api.open_watches == 1, "the watch")
+        # the stream is open before the watch has read its initial events (and the version)
+        eventually(lambda: seen.labels() == [{"a": "1"}], "the node as it is")
         before = followed.resource_version
         api.compact()  # a resume would now be answered 410
         with api.down():
