@@ -14,30 +14,31 @@ import contextlib
 import errno
 import os
 import resource
+import sys
 import threading
 from typing import NoReturn
 
 
 def main() -> None:
-    from gfd import signals
-
-    signals.install()
-    _no_secrets_written()
-    _thread_memory_errors_end_the_process()
-    import logging
-
-    # until gfd's log stream is set up (it replaces the root handlers), a library's logging
-    # record has no gfd format to be written in: it is dropped rather than printed by
-    # logging's last resort as a foreign line with a traceback (hashlib does so at import
-    # when an address-space limit leaves it no memory for OpenSSL's digests)
-    logging.getLogger().addHandler(logging.NullHandler())
     try:
+        from gfd import signals
+
+        signals.install()
+        _no_secrets_written()
+        _thread_memory_errors_end_the_process()
+        import logging
+
+        # until gfd's log stream is set up (it replaces the root handlers), a library's
+        # logging record has no gfd format to be written in: it is dropped rather than
+        # printed by logging's last resort as a foreign line with a traceback (hashlib does
+        # so at import when an address-space limit leaves it no memory for OpenSSL's digests)
+        logging.getLogger().addHandler(logging.NullHandler())
         from gfd.cli import main as run
 
         run()
     except MemoryError:
-        # an address-space limit (RLIMIT_AS) met anywhere: one line, not a traceback that
-        # itself needs memory to print
+        # an address-space limit (RLIMIT_AS) met anywhere, from gfd's first import on: one
+        # line, not a traceback that itself needs memory to print
         _out_of_memory()
     except (ImportError, SystemError, OSError) as exc:
         # the same limit met where the interpreter raises no MemoryError of its own
@@ -45,6 +46,13 @@ def main() -> None:
             raise
         _out_of_memory()
     finally:
+        _exiting()
+
+
+def _exiting() -> None:
+    """From now on signals change nothing (where the limit let the signals module load)."""
+    signals = sys.modules.get("gfd.signals")
+    if signals is not None:
         signals.exiting()
 
 

@@ -43,10 +43,24 @@ def test_memory_error_in_a_thread_ends_the_process() -> None:
     ]
 
 
-#: where the address-space limit meets the import system without a MemoryError, set up
-#: before gfd's entry point runs: each stands for what the 1 MiB sweep of
-#: test_fault_matrix.test_out_of_memory meets at one limit or another
+#: where the address-space limit meets gfd's start (the import system failing without a
+#: MemoryError, or with one before gfd's own code), set up before gfd's entry point runs:
+#: each stands for what a 1 MiB sweep like test_fault_matrix.test_out_of_memory's meets at
+#: one limit or another
 _IMPORT_RUNS_OUT = {
+    # reading the logging module's code, the entry point's first import of the standard
+    # library after the signal handlers
+    "reading the logging module": """
+import sys
+
+class Unreadable:
+    def find_spec(self, name, path=None, target=None):
+        if name == "logging":
+            raise MemoryError
+        return None
+
+sys.meta_path.insert(0, Unreadable())
+""",
     # listing a package's folder is answered ENOMEM, and the import system passes the
     # OSError on (it catches only "missing" and "not allowed")
     "listing a package": """
