@@ -14,42 +14,46 @@ import contextlib
 import errno
 import os
 import resource
+import sys
 import threading
 from typing import NoReturn
 
 
 def main() -> None:
-    from gfd import signals
-
-    signals.install()
-    _no_secrets_written()
-    _thread_memory_errors_end_the_process()
-    import logging
-
-    # until gfd's log stream is set up (it replaces the root handlers), a library's logging
-    # record has no gfd format to be written in: it is dropped rather than printed by
-    # logging's last resort as a foreign line with a traceback (hashlib does so at import
-    # when an address-space limit leaves it no memory for OpenSSL's digests)
-    logging.getLogger().addHandler(logging.NullHandler())
     try:
+        from gfd import signals
+
+        signals.install()
+        _no_secrets_written()
+        _thread_memory_errors_end_the_process()
+        import logging
+
+        # until gfd's log stream is set up (it replaces the root handlers), a library's
+        # logging record has no gfd format to be written in: it is dropped rather than
+        # printed by logging's last resort as a foreign line with a traceback (hashlib does
+        # so at import when an address-space limit leaves it no memory for OpenSSL's digests)
+        logging.getLogger().addHandler(logging.NullHandler())
         from gfd.cli import main as run
 
         run()
     except MemoryError:
-        # an address-space limit (RLIMIT_AS) met anywhere: one line, not a traceback that
-        # itself needs memory to print
+        # an address-space limit (RLIMIT_AS) met anywhere, from gfd's first import on: one
+        # line, not a traceback that itself needs memory to print
         _out_of_memory()
-    except (ImportError, SystemError) as exc:
-        # the same limit met where the interpreter raises no MemoryError of its own
-        if not any(sign in str(exc) for sign in _NO_MEMORY_SIGNS):
-            raise
-        _out_of_memory()
-    except OSError as exc:
-        # ... or where a system call refused it (the import system listing a directory)
-        if exc.errno != errno.ENOMEM:
+    except (ImportError, SystemError, OSError) as exc:
+        # the same limit met where the interpreter raises no MemoryError of its own, or
+        # where a system call refused it (ENOMEM: the import system listing a directory)
+        if not _no_memory(exc):
             raise
         _out_of_memory()
     finally:
+        _exiting()
+
+
+def _exiting() -> None:
+    """From now on signals change nothing (where the limit let the signals module load)."""
+    signals = sys.modules.get("gfd.signals")
+    if signals is not None:
         signals.exiting()
 
 
@@ -62,6 +66,26 @@ _NO_MEMORY_SIGNS = (
     "returned NULL without setting an exception",
     "error return without exception set",
 )
+
+
+def _no_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is the address-space limit met without a MemoryError: a system call
+    that could not allocate (ENOMEM: the import system listing a package's folder, which
+    it does not catch), or a failure worded as in :data:`_NO_MEMORY_SIGNS` -- itself or
+    one it was raised while handling (a module whose fallback import fails after the
+    loader could not map the first choice, as random's does for hashlib's digests)."""
+    seen = 0
+    while exc is not None and seen < 16:  # a chain is short; a cycle must not loop
+        if isinstance(exc, MemoryError):
+            return True
+        if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+            return True
+        if isinstance(exc, (ImportError, SystemError)) and any(
+            sign in str(exc) for sign in _NO_MEMORY_SIGNS
+        ):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 def _no_secrets_written() -> None:

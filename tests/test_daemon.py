@@ -77,7 +77,7 @@ def test_sigint_and_sigquit_exit_0_and_remove_a_file_without_expiry(
     daemon.wait_for("pass finished")
     assert out.exists()
     assert daemon.stop(signum) == 0
-    assert not out.exists()
+    assert not out.exists(), daemon.log()  # the log says whether the stop watchdog ended it
 
 
 def test_oneshot_never_removes_its_file(tmp_path: Path) -> None:

@@ -202,6 +202,8 @@ def test_gone_relists_once_and_bookmarks_move_the_version(
     """A resume answered 410 reads the state whole again, once (a WatchList here)."""
     followed, seen = node_watch
     eventually(lambda: api.open_watches == 1, "the watch")
+    # the stream is open before the watch has read its initial events (and the version)
+    eventually(lambda: seen.labels() == [{"a": "1"}], "the node as it is")
     before = followed.resource_version
     api.add_node("n2")  # moves the server's version; no event for n1
     api.bookmark()
@@ -231,8 +233,10 @@ def test_after_the_server_was_unreachable_the_watch_lists_instead_of_resuming(
         return min(draw(failures, answered), 0.05)
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
-    with following(kubeconfig) as (followed, _seen):
+    with following(kubeconfig) as (followed, seen):
         eventually(lambda: api.open_watches == 1, "the watch")
+        # the stream is open before the watch has read its initial events (and the version)
+        eventually(lambda: seen.labels() == [{"a": "1"}], "the node as it is")
         before = followed.resource_version
         api.compact()  # a resume would now be answered 410
         with api.down():
@@ -263,10 +267,13 @@ def test_an_outage_after_a_healthy_stream_is_a_new_run_of_failures(
 
     monkeypatch.setattr(watch, "reconnect_wait", counted)
     interrupted = "watch of Node n1 interrupted; reconnecting"
-    with following(kubeconfig):
+    with following(kubeconfig) as (followed, _):
         for outage in range(2):
             eventually(lambda: api.open_watches == 1, "the watch")
-            time.sleep(0.5)  # the stream serves past the (shortened) healthy mark
+            # the stream serves past the (shortened) healthy mark, counted from when the
+            # watch's thread began to read it (which may be a moment after the server sent
+            # the headers), not from when the test saw the stream open
+            eventually(followed._served_healthy, "the stream served past the healthy mark")
             waits.clear()
             with api.down():
                 eventually(lambda: len(waits) >= 3, "three attempts refused while down")
@@ -325,6 +332,8 @@ def test_back_from_an_outage_the_state_is_read_whole_in_one_request(
         with api.down():
             api.compact()  # as a restarted server: every version seen so far is gone
             api.delete("Node", "n1")
+            # the old stream's end is not instant: until then it still counts as the watch
+            eventually(lambda: api.open_watches == 0, "the stream to end")
             time.sleep(0.5)  # let a reconnect meet the closed port (not a timing assertion)
             api.clear_requests()
         eventually(lambda: api.open_watches == 1, "the watch back")
