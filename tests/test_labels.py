@@ -470,7 +470,7 @@ SMALL_NODES = table([
     ("empty-product-name", node(gpu(0, "")), "none", None, "gpu.product="),
     ("product-name-sanitised-to-nothing", node(gpu(0, "(((")), "none", None, "gpu.product="),
     ("mig-products-that-fit-unchanged", node(gpu(0, mig=mig("1g.5gb", "1g.5gb+me"))), "mixed",
-     None,     "mig-1g.5gb.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+     None, "mig-1g.5gb.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
      " mig-1g.5gb.me.product=NVIDIA-A100-SXM4-40GB-MIG-1g.5gb.me"),
     ("mig-enabled-model-zero-replicas-under-none",
      node(gpu(0, mig=mig("1g.5gb")), gpu(1, mig=mig("1g.5gb"))), "none", None,
