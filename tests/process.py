@@ -158,9 +158,33 @@ class Daemon:
     def __init__(
         self, *args: str, env: dict[str, str] | None = None, metrics: bool = False
     ) -> None:
-        self.port = free_port() if metrics else None
-        served = ["--metrics-address", f"127.0.0.1:{self.port}"] if metrics else []
+        # port 0: gfd binds a free port itself and says which in its log; a port picked
+        # here and bound by gfd a moment later could be taken by another process between
+        self._served = metrics
+        served = ["--metrics-address", "127.0.0.1:0"] if metrics else []
         self._follow(spawn_gfd("--log-format", "json", *args, *served, env=env))
+
+    #: the metrics port once known; whether gfd was asked to serve metrics
+    _port: int | None = None
+    _served = False
+
+    @property
+    def port(self) -> int | None:
+        """The metrics port gfd bound, read from its log line (waited for); None unless
+        metrics are served."""
+        deadline = time.monotonic() + 30
+        while self._served and self._port is None:
+            for line in list(self.lines):
+                if '"serving metrics and health endpoints"' in line:
+                    self._port = int(json.loads(line)["port"])
+            if self._port is None:
+                assert time.monotonic() < deadline, f"no metrics port; log:\n{self.log()[-8000:]}"
+                time.sleep(0.02)
+        return self._port
+
+    @port.setter
+    def port(self, value: int | None) -> None:
+        self._port = value
 
     def __enter__(self) -> Daemon:
         return self
