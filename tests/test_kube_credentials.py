@@ -278,6 +278,32 @@ def test_a_plugin_is_given_no_more_than_the_request_deadline(
     assert api.requests == []
 
 
+def test_provide_cluster_info_gives_the_plugin_the_cluster_and_its_exec_extension(
+    api: FakeApiServer, tmp_path: Path
+) -> None:
+    """As client-go's ExecCredential spec.cluster: the cluster's connection fields it sets,
+    and the extension named client.authentication.k8s.io/exec as ``config``; no other."""
+    seen = tmp_path / "seen"
+    command = write_plugin(
+        tmp_path, f"echo \"$KUBERNETES_EXEC_INFO\" > {seen}\necho '{exec_credential(TOKEN)}'\n"
+    )
+    path = api.write_kubeconfig(tmp_path / "kubeconfig", user=exec_user(command))
+    kubeconfig = json.loads(path.read_text())
+    kubeconfig["users"][0]["user"]["exec"]["provideClusterInfo"] = True
+    kubeconfig["clusters"][0]["cluster"].update({
+        "tls-server-name": "api.example",
+        "extensions": [
+            {"name": "client.authentication.k8s.io/exec", "extension": {"audience": "gfd"}},
+            {"name": "another.example/ext", "extension": {"not": "given"}},
+        ],
+    })  # fmt: skip
+    path.write_text(json.dumps(kubeconfig))
+    get_node(KubeClient(str(path), budget=1.0))
+    spec = json.loads(seen.read_text())["spec"]
+    cluster = {"server": api.url, "tls-server-name": "api.example", "config": {"audience": "gfd"}}
+    assert spec == {"interactive": False, "cluster": cluster}
+
+
 def test_a_credential_written_just_before_the_deadline_is_read_and_so_remembered(
     tmp_path: Path,
 ) -> None:

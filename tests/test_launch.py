@@ -2,6 +2,8 @@
 process as one in the main thread does, and so does the import system's own failure to
 allocate (see test_fault_matrix.test_out_of_memory)."""
 
+import errno
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +101,40 @@ def test_an_import_that_cannot_allocate_is_the_one_out_of_memory_line(shim: str)
     assert result.stderr.splitlines() == [
         "gfd: out of memory (the process's address-space limit was reached)"
     ], result.stderr[-2000:]
+
+
+def _chained(*errors: BaseException) -> BaseException:
+    """The last of ``errors``, each raised while handling the one before."""
+    for before, after in itertools.pairwise(errors):
+        after.__context__ = before
+    return errors[-1]
+
+
+def _looped() -> BaseException:
+    first, second = ImportError("no module named _sha512"), ImportError("no module named x")
+    first.__context__, second.__context__ = second, first
+    return first
+
+
+@pytest.mark.parametrize(
+    ("error", "out_of_memory"),
+    [
+        (OSError(errno.ENOMEM, "Cannot allocate memory"), True),
+        (OSError(errno.ENOENT, "No such file or directory"), False),
+        (ImportError("libfoo.so: failed to map segment from shared object"), True),
+        (ImportError("no module named foo"), False),
+        (SystemError("error return without exception set"), True),
+        (_chained(ImportError("failed to map segment"), ImportError("no module named _x")), True),
+        (_chained(MemoryError(), ImportError("no module named _x")), True),
+        (_chained(KeyError("a"), ImportError("no module named _x")), False),
+        (_looped(), False),  # a cycle in the chain ends the walk
+    ],
+    ids=["enomem", "enoent", "map", "no-module", "no-exception-set", "chained-map",
+         "chained-memory-error", "chained-other", "cycle"],
+)  # fmt: skip
+def test_what_counts_as_the_address_space_limit(error: BaseException, out_of_memory: bool) -> None:
+    """The chain walk that decides between the one line and a traceback: in the process
+    these meet, it ends at once without writing what it covered, so it is read here."""
+    from gfd.launch import _no_memory
+
+    assert _no_memory(error) is out_of_memory
