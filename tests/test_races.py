@@ -340,6 +340,22 @@ def test_a_change_the_watch_tells_while_gfds_write_is_answered_is_still_repaired
     assert woken.is_set(), "the edit told while the write was in flight was never acted on"
 
 
+def _told_before_answered(monkeypatch: pytest.MonkeyPatch, output: Any, verb: str) -> None:
+    """The output's watch tells the answer of each ``verb`` request from a thread of its
+    own, before the request's caller reads that answer."""
+    request = output._client.request
+
+    def told(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        answer = request(method, path, *args, **kwargs)
+        if method == verb:
+            teller = threading.Thread(target=output._watched._seen, args=(answer,))
+            teller.start()
+            teller.join()
+        return answer
+
+    monkeypatch.setattr(output._client, "request", told)
+
+
 def test_gfds_own_annotation_write_told_before_its_answer_is_read_wakes_nothing(
     api: FakeApiServer, kubeconfig: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -354,17 +370,7 @@ def test_gfds_own_annotation_write_told_before_its_answer_is_read_wakes_nothing(
     assert annotation.publish(partition_table(snapshot_io.load(TOPOLOGY), None))
     woken = threading.Event()
     annotation._watched._wake = woken.set  # as watch() hands it the agent's wake
-    request = annotation._client.request
-
-    def told_before_answered(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        answer = request(method, path, *args, **kwargs)
-        if method == "PATCH":
-            teller = threading.Thread(target=annotation._watched._seen, args=(answer,))
-            teller.start()
-            teller.join()
-        return answer
-
-    monkeypatch.setattr(annotation._client, "request", told_before_answered)
+    _told_before_answered(monkeypatch, annotation, "PATCH")
     assert annotation.publish({})  # the table emptied: the annotation removed
     assert PARTITIONS_ANNOTATION not in api.node_annotations("n1")
     assert not woken.is_set(), "gfd's own write was taken for someone else's"
@@ -383,17 +389,7 @@ def test_gfds_own_nodefeature_write_told_before_its_answer_is_read_wakes_nothing
     output.publish({"nvidia.com/gpu.count": "8"})
     woken = threading.Event()
     output._watched._wake = woken.set  # as watch() hands it the agent's wake
-    request = output._client.request
-
-    def told_before_answered(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
-        answer = request(method, path, *args, **kwargs)
-        if method == "PUT":
-            teller = threading.Thread(target=output._watched._seen, args=(answer,))
-            teller.start()
-            teller.join()
-        return answer
-
-    monkeypatch.setattr(output._client, "request", told_before_answered)
+    _told_before_answered(monkeypatch, output, "PUT")
     output.publish({"nvidia.com/gpu.count": "4"})
     assert api.count("PUT") == 1
     assert not woken.is_set(), "gfd's own write was taken for someone else's"
