@@ -88,10 +88,9 @@ def test_a_watch_that_sees_the_labels_undone_while_a_pass_checks_its_flag_is_nev
     assert run.metrics.writes == 2
 
 
-class _HeldWhileOrdering(dict[str, tuple[str, ...]]):
-    """``redaction``'s store, where the first thread to gather every value to redact is held
-    once it has gathered them, until ``other`` is done (or, when ``other`` cannot run
-    meanwhile, for ``HOLD_SECONDS``)."""
+class _HoldsTheFirst:
+    """A store whose first caller of the racy read is held once it has read, until
+    ``other`` is done (or, when ``other`` cannot run meanwhile, for ``HOLD_SECONDS``)."""
 
     HOLD_SECONDS = 0.5
 
@@ -100,12 +99,20 @@ class _HeldWhileOrdering(dict[str, tuple[str, ...]]):
         self._held, self._other = held, other
         self.holder: threading.Thread | None = None
 
-    def values(self) -> Any:
-        gathered = list(super().values())
+    def _hold_the_first(self) -> None:
         if self.holder is None:
             self.holder = threading.current_thread()
             self._held.set()
             self._other.wait(self.HOLD_SECONDS)
+
+
+class _HeldWhileOrdering(_HoldsTheFirst, dict[str, tuple[str, ...]]):
+    """``redaction``'s store, where the first thread to gather every value to redact is
+    held once it has gathered them."""
+
+    def values(self) -> Any:
+        gathered = list(super().values())
+        self._hold_the_first()
         return gathered
 
 
@@ -137,24 +144,13 @@ def test_credentials_two_threads_remember_at_once_are_both_redacted(
     assert second_token not in line
 
 
-class _HeldWhileEvicting(dict[str, list[float]]):
+class _HeldWhileEvicting(_HoldsTheFirst, dict[str, list[float]]):
     """The log's record of recent lines, where the first thread to pick the oldest one to
-    forget is held once it has picked it, until ``other`` is done (or, when ``other``
-    cannot run meanwhile, for ``HOLD_SECONDS``)."""
-
-    HOLD_SECONDS = 0.5
-
-    def __init__(self, held: threading.Event, other: threading.Event) -> None:
-        super().__init__()
-        self._held, self._other = held, other
-        self.holder: threading.Thread | None = None
+    forget is held once it has picked it."""
 
     def __iter__(self) -> Any:
         names = iter(list(super().__iter__()))
-        if self.holder is None:
-            self.holder = threading.current_thread()
-            self._held.set()
-            self._other.wait(self.HOLD_SECONDS)
+        self._hold_the_first()
         return names
 
 
