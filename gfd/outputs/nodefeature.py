@@ -28,7 +28,7 @@ from gfd.kube.client import (
 from gfd.kube.shapes import string_map
 from gfd.labels.features import node_features
 from gfd.observability import get_logger
-from gfd.outputs.watched import WatchedOutput
+from gfd.outputs.watched import WatchedOutput, resource_version
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -117,7 +117,7 @@ class NodeFeatureOutput(WatchedOutput):
     def _undone(self, obj: JSON | None) -> bool:
         writing = self._writing  # read before what was published: it is cleared after
         desired = self._desired
-        if desired is None or (obj is not None and _version(obj) == self._written):
+        if desired is None or (obj is not None and resource_version(obj) == self._written):
             return False
         if obj is None:
             return True
@@ -288,7 +288,7 @@ class NodeFeatureOutput(WatchedOutput):
             raise bad_answer(
                 f"a NodeFeature {self.object_name} that does not hold what was written"
             )
-        return _version(answer)
+        return resource_version(answer)
 
     def _resolve_owner_references(self) -> list[JSON] | None:
         """The DaemonSet (controller) and the pod, as upstream; [] when there are none.
@@ -358,11 +358,6 @@ def _owners_of(pod: JSON, pod_name: str) -> list[JSON]:
                 f"a {owner['kind']} owner reference without a name, uid and apiVersion"
             )
     return owners
-
-
-def _version(obj: JSON) -> str | None:
-    version = (obj.get("metadata") or {}).get("resourceVersion")
-    return version if isinstance(version, str) else None
 
 
 def _owner_keys(references: Any) -> list[tuple[Any, ...]]:

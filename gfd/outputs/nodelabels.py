@@ -42,7 +42,7 @@ from gfd.kube.client import (
 from gfd.kube.shapes import string_map
 from gfd.labels.keys import can_produce
 from gfd.observability import get_logger
-from gfd.outputs.watched import WatchedOutput
+from gfd.outputs.watched import WatchedOutput, resource_version
 
 if TYPE_CHECKING:
     from gfd.settings import Settings
@@ -153,7 +153,7 @@ class NodeLabelsOutput(WatchedOutput):
                 return False
         if node is None:
             return True
-        if _version(node) == self._written:
+        if resource_version(node) == self._written:
             return False  # gfd's own patch
         wanted = self._wanted
         if nfd_keys_from(self._checked_node(node)) & wanted != self._nfd & wanted:
@@ -293,7 +293,7 @@ class NodeLabelsOutput(WatchedOutput):
                 f"a node that does not hold what was written ({len(problems)}: "
                 f"{', '.join(problems[:LISTED])})"
             )
-        self._written = _version(answer)
+        self._written = resource_version(answer)
         self._confirm(desired, answer)
         removed = sorted(owned - set(desired))
         self._log.info("patched node labels", labels=len(desired), removed=len(removed))
@@ -307,8 +307,8 @@ class NodeLabelsOutput(WatchedOutput):
             self._unconfirmed = frozenset()
             self._desired = dict(desired)
             missed, self._missed = self._missed, []
-        versions = [None if node is None else _version(node) for node in missed]
-        if _version(shown) in versions[:-1]:
+        versions = [None if node is None else resource_version(node) for node in missed]
+        if resource_version(shown) in versions[:-1]:
             self._watched.retell(missed[-1])
 
     @staticmethod
@@ -326,8 +326,3 @@ class NodeLabelsOutput(WatchedOutput):
         if annotations.get(MANAGED_LABELS_ANNOTATION) != (managed_labels_value(desired) or None):
             problems.append(f"annotation {MANAGED_LABELS_ANNOTATION} differs")
         return problems
-
-
-def _version(node: JSON) -> str | None:
-    version = (node.get("metadata") or {}).get("resourceVersion")
-    return version if isinstance(version, str) else None

@@ -32,7 +32,7 @@ from gfd.labels.partitioning import partition_table
 from gfd.observability import get_logger
 from gfd.outputs.koordlet import KoordletDeviceInfos
 from gfd.outputs.nodelabels import VERIFY_INTERVAL_SECONDS
-from gfd.outputs.watched import OwnedObject
+from gfd.outputs.watched import OwnedObject, resource_version
 from gfd.partition_table import dumps
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class PartitionsAnnotation:
     def _undone(self, node: JSON | None) -> bool:
         writing = self._writing  # read before what was published: it is cleared after
         published = self._published
-        if published is False or (node is not None and _version(node) == self._written):
+        if published is False or (node is not None and resource_version(node) == self._written):
             return False  # nothing published yet, or gfd's own patch
         try:
             differs = node is None or self._annotation(node) not in (published, writing)
@@ -167,7 +167,7 @@ class PartitionsAnnotation:
         answer = self._client.request("PATCH", self._path, patch, content_type=MERGE_PATCH)
         if self._annotation(answer) != value:
             raise bad_answer(f"a node {self.node_name} that does not hold what was written")
-        self._written = _version(answer)
+        self._written = resource_version(answer)
         self._read_at = self._clock()
 
     def _annotation(self, node: JSON) -> str | None:
@@ -175,11 +175,6 @@ class PartitionsAnnotation:
         if (node.get("metadata") or {}).get("name") != self.node_name:
             raise bad_answer(f"an object that is not node {self.node_name}")
         return string_map(node, "metadata", "annotations").get(PARTITIONS_ANNOTATION)
-
-
-def _version(node: JSON) -> str | None:
-    version = (node.get("metadata") or {}).get("resourceVersion")
-    return version if isinstance(version, str) else None
 
 
 class TopologyOutputs:

@@ -118,3 +118,9 @@ class OwnedObject:
         if undone:
             self._log.info("change seen that undoes what gfd published; checking now")
             self._wake()
+
+
+def resource_version(obj: JSON) -> str | None:
+    """The object's ``metadata.resourceVersion``, when it is a string."""
+    version = (obj.get("metadata") or {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
