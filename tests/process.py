@@ -145,6 +145,16 @@ def eventually(condition: Callable[[], bool], what: str, limit: float = 30.0) ->
         time.sleep(0.02)
 
 
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not; one gone
+    between the open and the read of its stat is not either)."""
+    try:
+        with open(f"/proc/{pid}/stat") as status:
+            return status.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -17,7 +17,7 @@ import pytest
 
 from tests.execplugin import EXEC_API, exec_credential, exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer, Fault
-from tests.process import ROOT, Daemon, run_gfd_here
+from tests.process import ROOT, Daemon, alive, run_gfd_here
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,15 +71,6 @@ def assert_no_traceback(text: str) -> None:
 def metered(daemons: Any) -> Any:
     """Start daemons that serve /metrics; killed at the end."""
     return functools.partial(daemons, metrics=True)
-
-
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a live process (a zombie waiting to be reaped is not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as status:
-            return status.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 # ----------------------------------------------------------------- secrets

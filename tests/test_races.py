@@ -30,6 +30,7 @@ from tests.execplugin import exec_user, write_plugin
 from tests.fakes.fake_apiserver import FakeApiServer
 from tests.fakes.waits import output_without_waits
 from tests.loop import drive
+from tests.process import alive
 
 DGX = "examples/snapshots/dgx-a100.yaml"
 TOPOLOGY = "examples/snapshots/hgx-h100-nvswitch.yaml"
@@ -186,15 +187,6 @@ def test_two_threads_logging_new_lines_at_once_both_reach_the_log(
     assert len(seen) == observability.COALESCE_KEYS
 
 
-def _running(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, already ended, does not)."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 def test_a_plugin_a_watch_starts_as_the_process_exits_is_ended_with_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -235,10 +227,10 @@ def test_a_plugin_a_watch_starts_as_the_process_exits_is_ended_with_it(
         exec_plugin._end_running()
         exited.set()
         for _ in range(100):  # a SIGKILL ends its target once the target is scheduled
-            if not _running(pids[0]):
+            if not alive(pids[0]):
                 break
             threading.Event().wait(0.05)
-        assert not _running(pids[0]), "the plugin outlived the exit"
+        assert not alive(pids[0]), "the plugin outlived the exit"
         thread.join()
         assert failed  # killed: that run gave no credential
         with pytest.raises(CredentialError, match="exiting"):
